@@ -1,0 +1,3 @@
+"""Recovery: keeps GPU training runs on Slurm alive."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Advice (the durable decision about an attempt) and the scheduler actions that carry it out."""

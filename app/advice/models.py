@@ -1,0 +1,69 @@
+"""ORM models for Advice and the scheduler actions (milestones) that reconcile it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, BigId, UTCDateTime, utcnow
+
+
+class Advice(Base):
+    """The durable decision about one attempt; a changed decision bumps the generation."""
+
+    __tablename__ = "advice"
+    __table_args__ = (
+        Index(None, "active", "id"),
+        Index(None, "job_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), unique=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    cluster: Mapped[str] = mapped_column(String(128))
+    slurm_job_id: Mapped[int] = mapped_column(BigId)
+    attempt_index: Mapped[int] = mapped_column(Integer)
+    operation: Mapped[str] = mapped_column(String(16))  # RESTART | TERMINATE
+    exclusions: Mapped[list[str]] = mapped_column(JSON, default=list)
+    reason: Mapped[str] = mapped_column(Text)
+    rule: Mapped[str | None] = mapped_column(String(64))
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    generation: Mapped[int] = mapped_column(BigId, default=1)
+    mode: Mapped[str] = mapped_column(String(16))  # act | observe
+    mode_reason: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Operator review: None (not needed / not given), APPROVED, VETOED.
+    review: Mapped[str | None] = mapped_column(String(16))
+    reviewed_by: Mapped[str | None] = mapped_column(String(256))
+    disposition: Mapped[str] = mapped_column(String(16), default="PENDING")
+    disposition_reason: Mapped[str | None] = mapped_column(String(64))
+    disposition_message: Mapped[str | None] = mapped_column(Text)
+    observed_generation: Mapped[int | None] = mapped_column(BigId)
+    next_reconcile_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    reconcile_failures: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SchedulerAction(Base):
+    """One scheduler command (or its shadow in observe mode) taken for an Advice generation."""
+
+    __tablename__ = "scheduler_actions"
+    __table_args__ = (Index(None, "advice_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    advice_id: Mapped[int] = mapped_column(ForeignKey("advice.id", ondelete="CASCADE"))
+    generation: Mapped[int] = mapped_column(BigId)
+    step: Mapped[str] = mapped_column(String(32))  # requeue_hold | update_exclusions | release | cancel
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    status: Mapped[str] = mapped_column(String(16))  # STARTED | SUCCEEDED | SKIPPED | FAILED | SHADOW
+    actor: Mapped[str] = mapped_column(String(32), default="controller")
+    command: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    duration_ms: Mapped[float | None] = mapped_column()

@@ -1,0 +1,1 @@
+"""Audit events: the history every component writes and people read."""

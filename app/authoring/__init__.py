@@ -1,0 +1,1 @@
+"""Tools for job authors: will this job be enrolled, will its logs arm the detectors?"""

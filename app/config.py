@@ -1,0 +1,202 @@
+"""One declarative settings table, read once from RECOVERY_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise SettingsError(f"expected true/false, got {raw!r}")
+
+
+def _int(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SettingsError(f"expected an integer, got {raw!r}") from None
+
+
+def _float(raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"expected a number, got {raw!r}") from None
+
+
+def _list(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.replace(":", ",").split(",") if part.strip())
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+def _prefix(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value and not value.startswith("/"):
+        value = "/" + value
+    return value
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise SettingsError(f"expected one of {', '.join(options)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def default_data_dir() -> str:
+    """Where the embedded database and state live unless RECOVERY_DATA_DIR says otherwise."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "recovery")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the settings table: env name, default (as text), parser, help."""
+
+    attr: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> str:
+        return "RECOVERY_" + self.attr.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("data_dir", "", _str, "Directory for the embedded SQLite database and local state (default: $XDG_DATA_HOME/recovery or ~/.local/share/recovery)."),
+    Setting("database_url", "", _str, "SQLAlchemy async URL. Default: sqlite+aiosqlite:///<data_dir>/recovery.db. Production: postgresql+asyncpg://user@host/db."),
+    Setting("environment", "default", _str, "This installation's environment name; a job's APS `environment` must equal it exactly (case-sensitive)."),
+    Setting("cluster", "default", _str, "Name of the Slurm cluster this worker observes and acts on; stored on every job."),
+    Setting("managed_partitions", "*", _list, "Comma-separated partitions whose jobs are enrolled and may be acted on; `*` means every partition."),
+    Setting("site_max_requeue", "3", _int, "Site retry ceiling: the effective limit is min(this, the job's max_requeue_times)."),
+    Setting("early_stop_failures", "3", _int, "Stop retrying after this many failures in a row with no new checkpoint since the previous attempt (0 disables)."),
+    Setting("acknowledge_scheduler_actions", "false", _bool, "The operator's ceiling: without it every job's `act` resolves to observe. Also read from SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.", ("SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS",)),
+    Setting("log_dirs", "", _list, "Extra output directories the collector reads (comma- or colon-separated), besides each attempt's StdOut/StdErr."),
+    Setting("bind", "127.0.0.1:8000", _str, "Address the HTTP service listens on (host:port)."),
+    Setting("url_prefix", "", _prefix, "Path prefix under which every route is served (e.g. /mission-control/recovery-engine-api)."),
+    Setting("poll_interval", "1.0", _float, "Seconds between observer ticks (one bulk `squeue --json` per tick)."),
+    Setting("slurm_command_timeout", "15", _float, "Seconds before a Slurm command is killed and treated as a transient failure."),
+    Setting("slurm_bin_dir", "", _str, "Directory holding squeue/scontrol/sacct/scancel (default: found on PATH)."),
+    Setting("unknown_grace_seconds", "120", _float, "How long a job may be missing from squeue (and accounting) before its attempt is marked UNKNOWN."),
+    Setting("hang_query_delay", "60", _float, "Seconds the no-output detector waits after a timer expires before checking for recent output."),
+    Setting("straggler_enabled", "false", _bool, "Operator switch for slowdown (straggler) detection and recovery; jobs must also opt in."),
+    Setting("straggler_drop_ratio", "0.7", _float, "A throughput below this fraction of the attempt's baseline counts as slow."),
+    Setting("straggler_duration", "300", _float, "Seconds a slowdown must last before it is an anomaly."),
+    Setting("signatures_file", "", _str, "TOML file that adds or overrides crash signatures, checkpoint and progress markers."),
+    Setting("advice_ttl", "3600", _float, "Seconds after which unreconciled Advice expires (ABANDONED/ADVICE_EXPIRED)."),
+    Setting("watchdog_mode", "observe", _choice("observe", "act"), "The watchdog's own switch: `act` lets it release stale holds it finds."),
+    Setting("watchdog_hold_bound", "900", _float, "Seconds a job may stay held by our requeue before the watchdog releases it."),
+    Setting("lease_seconds", "15", _float, "Length of the worker's database lease; another worker takes over after it lapses."),
+    Setting("audit_views_enabled", "true", _bool, "Show the Timeline and Audit Events dashboard views."),
+    Setting("dev_no_auth", "false", _bool, "Development only: serve without authentication. Refused unless bound to loopback; logs a warning."),
+    Setting("oidc_issuer", "", _str, "OIDC issuer URL; its discovery document gives the JWKS used to verify bearer tokens."),
+    Setting("oidc_audience", "recovery", _str, "Expected `aud` of access tokens."),
+    Setting("oidc_client_id", "", _str, "Client id for the dashboard's login (authorization code + PKCE)."),
+    Setting("oidc_client_secret", "", _str, "Client secret for the dashboard's login (empty for a public client)."),
+    Setting("oidc_roles_claim", "roles", _str, "Claim holding the user's roles (`viewer`, `operator`); dotted paths like realm_access.roles work."),
+    Setting("oidc_algorithms", "RS256,ES256,PS256,EdDSA", _list, "Signature algorithms accepted on tokens; `none` and HMAC are never accepted."),
+    Setting("session_secret", "", _str, "Secret that signs dashboard session cookies (default: a random one per start)."),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Immutable settings; build with Settings.from_env() or Settings.build(**overrides)."""
+
+    data_dir: str = ""
+    database_url: str = ""
+    environment: str = "default"
+    cluster: str = "default"
+    managed_partitions: tuple[str, ...] = ("*",)
+    site_max_requeue: int = 3
+    early_stop_failures: int = 3
+    acknowledge_scheduler_actions: bool = False
+    log_dirs: tuple[str, ...] = ()
+    bind: str = "127.0.0.1:8000"
+    url_prefix: str = ""
+    poll_interval: float = 1.0
+    slurm_command_timeout: float = 15.0
+    slurm_bin_dir: str = ""
+    unknown_grace_seconds: float = 120.0
+    hang_query_delay: float = 60.0
+    straggler_enabled: bool = False
+    straggler_drop_ratio: float = 0.7
+    straggler_duration: float = 300.0
+    signatures_file: str = ""
+    advice_ttl: float = 3600.0
+    watchdog_mode: str = "observe"
+    watchdog_hold_bound: float = 900.0
+    lease_seconds: float = 15.0
+    audit_views_enabled: bool = True
+    dev_no_auth: bool = False
+    oidc_issuer: str = ""
+    oidc_audience: str = "recovery"
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_roles_claim: str = "roles"
+    oidc_algorithms: tuple[str, ...] = ("RS256", "ES256", "PS256", "EdDSA")
+    session_secret: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Read every setting from the environment (first matching name wins), then apply overrides."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            raw = setting.default
+            for name in (setting.env, *setting.aliases):
+                if name in env:
+                    raw = env[name]
+                    break
+            try:
+                values[setting.attr] = setting.parse(raw)
+            except SettingsError as exc:
+                raise SettingsError(f"{setting.env}: {exc}") from None
+        values.update(overrides)
+        return cls.build(**values)
+
+    @classmethod
+    def build(cls, **values: Any) -> "Settings":
+        """Fill in derived defaults (data dir, database URL) and return frozen settings."""
+        data_dir = values.get("data_dir") or default_data_dir()
+        values["data_dir"] = data_dir
+        if not values.get("database_url"):
+            values["database_url"] = f"sqlite+aiosqlite:///{Path(data_dir) / 'recovery.db'}"
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+    @property
+    def bind_host(self) -> str:
+        return self.bind.rsplit(":", 1)[0] or "127.0.0.1"
+
+    @property
+    def bind_port(self) -> int:
+        return int(self.bind.rsplit(":", 1)[1]) if ":" in self.bind else 8000
+
+    def partition_managed(self, partition: str | None) -> bool:
+        """True when the partition is in the managed allowlist (`*` matches all)."""
+        if "*" in self.managed_partitions:
+            return True
+        return bool(partition) and any(p in self.managed_partitions for p in partition.split(","))

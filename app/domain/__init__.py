@@ -1,0 +1,1 @@
+"""Pure logic with no I/O: policy, identity, retry rules, advice decisions, signatures."""

@@ -1,0 +1,1 @@
+"""Evidence read from logs: log sources and offsets, checkpoints, anomalies."""

@@ -1,0 +1,98 @@
+"""ORM models for log sources (read offsets), checkpoints and anomalies."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, BigId, UTCDateTime, utcnow
+
+
+class LogSource(Base):
+    """A file the collector reads, with where it left off (survives restarts and rotation)."""
+
+    __tablename__ = "log_sources"
+    __table_args__ = (UniqueConstraint("path", "job_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    # Set when the path identifies one attempt (per-attempt paths); null when shared.
+    attempt_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    shared: Mapped[bool] = mapped_column(default=False)
+    device: Mapped[int | None] = mapped_column(BigId)
+    inode: Mapped[int | None] = mapped_column(BigId)
+    offset: Mapped[int] = mapped_column(BigId, default=0)
+    line_number: Mapped[int] = mapped_column(BigId, default=0)
+    # Identity of the file's first bytes, so truncation and replacement are noticed.
+    head_digest: Mapped[str | None] = mapped_column(String(64))
+    last_output_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_read_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    progress_phase: Mapped[str | None] = mapped_column(String(32))
+    progress_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    progress_line: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Checkpoint(Base):
+    """A checkpoint saved/loaded line recognised in an attempt's log (evidence, not proof)."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (Index(None, "attempt_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    event_key: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # saved | loaded | failed
+    framework: Mapped[str | None] = mapped_column(String(64))
+    iteration: Mapped[int | None] = mapped_column(BigId)
+    path: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    line_number: Mapped[int | None] = mapped_column(BigId)
+    line: Mapped[str | None] = mapped_column(Text)
+    source_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    read_time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Anomaly(Base):
+    """Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure."""
+
+    __tablename__ = "anomalies"
+    __table_args__ = (Index(None, "attempt_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    event_key: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))  # CRASH | NO_PROGRESS | SLOWDOWN | SCHEDULER_FAILURE
+    category: Mapped[str] = mapped_column(String(64))
+    detector: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str | None] = mapped_column(Text)
+    node: Mapped[str | None] = mapped_column(String(256))
+    xid: Mapped[int | None] = mapped_column(Integer)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    line_number: Mapped[int | None] = mapped_column(BigId)
+    line: Mapped[str | None] = mapped_column(Text)
+    source_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    detected_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PendingLogEvent(Base):
+    """A log event from a shared path that waits (bounded redelivery) for its attempt to be known."""
+
+    __tablename__ = "pending_log_events"
+    __table_args__ = (Index(None, "next_try_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    log_source_id: Mapped[int] = mapped_column(ForeignKey("log_sources.id", ondelete="CASCADE"))
+    event_key: Mapped[str] = mapped_column(String(64), unique=True)
+    line_number: Mapped[int] = mapped_column(BigId)
+    line: Mapped[str] = mapped_column(Text)
+    source_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    attempt_label: Mapped[int | None] = mapped_column(Integer)
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    read_time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,1 @@
+"""Workflows, jobs, attempts and policies: ORM models and async services."""

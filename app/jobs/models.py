@@ -1,0 +1,117 @@
+"""ORM models for workflows, jobs (one Slurm job incarnation), attempts and parsed policies."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, BigId, UTCDateTime, utcnow
+
+
+class Workflow(Base):
+    """A group of jobs sharing a workflow_id on one cluster; grouping does not imply order."""
+
+    __tablename__ = "workflows"
+    __table_args__ = (
+        UniqueConstraint("cluster", "workflow_key"),
+        Index(None, "updated_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    environment: Mapped[str] = mapped_column(String(128))
+    workflow_key: Mapped[str] = mapped_column(String(256))
+    # Denormalised from the newest attempt so that list pages filter and sort without joins.
+    latest_state: Mapped[str | None] = mapped_column(String(32))
+    latest_job_name: Mapped[str | None] = mapped_column(String(256))
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    failed_attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Job(Base):
+    """One Slurm job (a job id incarnation: job-id reuse starts a new row) and its enrolment."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("cluster", "slurm_job_id", "incarnation"),
+        Index(None, "workflow_id", "id"),
+        Index(None, "slurm_job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(128))
+    slurm_job_id: Mapped[int] = mapped_column(BigId)
+    incarnation: Mapped[int] = mapped_column(Integer, default=0)
+    workflow_id: Mapped[int | None] = mapped_column(ForeignKey("workflows.id", ondelete="CASCADE"))
+    name: Mapped[str | None] = mapped_column(String(256))
+    user: Mapped[str | None] = mapped_column(String(128))
+    partition: Mapped[str | None] = mapped_column(String(256))
+    submit_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    comment: Mapped[str | None] = mapped_column(Text)
+    # ENROLLED, NOT_ENROLLED (policy invalid), ENVIRONMENT_MISMATCH, UNMANAGED_PARTITION
+    enrolment: Mapped[str] = mapped_column(String(32))
+    enrolment_reason: Mapped[str | None] = mapped_column(Text)
+    requested_mode: Mapped[str | None] = mapped_column(String(16))
+    effective_mode: Mapped[str] = mapped_column(String(16), default="observe")
+    mode_reason: Mapped[str | None] = mapped_column(Text)
+    requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
+    state: Mapped[str | None] = mapped_column(String(32))
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Policy(Base):
+    """The job's APS policy as parsed: effective values with defaults, warnings and errors."""
+
+    __tablename__ = "policies"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    wrapper: Mapped[str | None] = mapped_column(String(16))
+    valid: Mapped[bool] = mapped_column(Boolean)
+    effective: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    warnings: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    errors: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Attempt(Base):
+    """One execution of a job; attempt_index is Slurm's restart count when it started."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt_index"),
+        Index(None, "cluster", "slurm_job_id", "attempt_index"),
+        Index(None, "updated_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    workflow_id: Mapped[int | None] = mapped_column(ForeignKey("workflows.id", ondelete="CASCADE"))
+    cluster: Mapped[str] = mapped_column(String(128))
+    slurm_job_id: Mapped[int] = mapped_column(BigId)
+    attempt_index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32))
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_signal: Mapped[int | None] = mapped_column(Integer)
+    nodes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    stdout_path: Mapped[str | None] = mapped_column(Text)
+    stderr_path: Mapped[str | None] = mapped_column(Text)
+    requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    excluded_nodes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    start_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    end_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    ended_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,1 @@
+"""Database leases that keep one active worker (controller) per cluster."""

@@ -1,0 +1,24 @@
+"""ORM model for worker leases."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import BigInteger, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, UTCDateTime, utcnow
+
+
+class WorkerLease(Base):
+    """Who holds a named lease (e.g. `worker:<cluster>`) and until when."""
+
+    __tablename__ = "worker_leases"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    # Bumped on every takeover so a stale holder can tell it lost the lease (fencing token).
+    epoch: Mapped[int] = mapped_column(BigInteger, default=1)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    acquired_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    renewed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,14 @@
+"""Imports every ORM model so that Base.metadata is complete (Alembic and tests use it)."""
+
+from app.advice.models import Advice, SchedulerAction
+from app.audit.models import AuditEvent
+from app.db import Base
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.feed.models import ChangeFeedEntry
+from app.jobs.models import Attempt, Job, Policy, Workflow
+from app.leases.models import WorkerLease
+
+__all__ = [
+    "Advice", "Anomaly", "Attempt", "AuditEvent", "Base", "ChangeFeedEntry", "Checkpoint",
+    "Job", "LogSource", "PendingLogEvent", "Policy", "SchedulerAction", "WorkerLease", "Workflow",
+]
