@@ -200,3 +200,17 @@ class Settings:
         if "*" in self.managed_partitions:
             return True
         return bool(partition) and any(p in self.managed_partitions for p in partition.split(","))
+
+
+def settings_markdown() -> str:
+    """The settings table as Markdown, for README (`python -m app.config`)."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for s in SETTINGS:
+        name = f"`{s.env}`" + "".join(f" (or `{a}`)" for a in s.aliases)
+        default = f"`{s.default}`" if s.default else "—"
+        rows.append(f"| {name} | {default} | {s.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_markdown())

@@ -1,0 +1,1 @@
+"""The HTTP API: GraphQL (Strawberry) and the REST compatibility endpoints."""

@@ -1,0 +1,239 @@
+"""The `recovery` command: run the service, migrate, run a Slurm lab, lint jobs and logs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+from typing import Any, Callable, Sequence
+
+from app.config import Settings, SettingsError
+
+log = logging.getLogger("recovery")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_auth_configuration(settings: Settings) -> None:
+    """Refuse to serve without auth unless dev mode is explicit and bound to loopback."""
+    if settings.dev_no_auth:
+        if not _is_loopback(settings.bind_host):
+            raise SettingsError(
+                f"RECOVERY_DEV_NO_AUTH is only allowed on a loopback address; RECOVERY_BIND is {settings.bind}"
+            )
+        log.warning("!!! DEVELOPMENT MODE: authentication is OFF (RECOVERY_DEV_NO_AUTH=true) on %s !!!", settings.bind)
+    elif not settings.oidc_issuer:
+        raise SettingsError(
+            "no authentication configured: set RECOVERY_OIDC_ISSUER (and RECOVERY_OIDC_AUDIENCE), "
+            "or for local development only RECOVERY_DEV_NO_AUTH=true with a loopback RECOVERY_BIND"
+        )
+
+
+async def _upgrade(settings: Settings) -> str | None:
+    from app.context import AppContext
+    from app.migrate import current_revision, upgrade
+
+    ctx = AppContext.open(settings)
+    try:
+        await upgrade(ctx.engine)
+        return await current_revision(ctx.engine)
+    finally:
+        await ctx.close()
+
+
+async def _require_head(settings: Settings) -> None:
+    from app.context import AppContext
+    from app.migrate import current_revision, head_revision
+
+    ctx = AppContext.open(settings)
+    try:
+        revision = await current_revision(ctx.engine)
+    finally:
+        await ctx.close()
+    if revision != head_revision():
+        raise SettingsError(
+            f"database is at revision {revision}, this code needs {head_revision()}: run `recovery db upgrade`"
+        )
+
+
+async def _serve(settings: Settings, *, with_worker: bool, with_api: bool = True) -> None:
+    import uvicorn
+
+    from app.context import AppContext
+    from app.main import create_app
+    from worker.registry import build_services
+    from worker.runner import WorkerRunner
+
+    ctx = AppContext.open(settings)
+    runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
+    if not with_api:
+        assert runner is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, runner.stop)
+        log.info("worker for cluster %r running (holder %s)", settings.cluster, runner.holder)
+        try:
+            await runner.run()
+        finally:
+            await ctx.close()
+        return
+
+    async def background() -> None:
+        if runner is not None:
+            await runner.run()
+
+    app = create_app(settings, ctx=ctx, background=background if runner else None)
+    config = uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on")
+    server = uvicorn.Server(config)
+    log.info("serving on http://%s%s/ (dashboard: %s/dashboard/workflow)", settings.bind, settings.url_prefix, settings.url_prefix)
+    await server.serve()
+
+
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    check_auth_configuration(settings)
+
+    async def main() -> None:
+        revision = await _upgrade(settings)
+        log.info("database %s at revision %s", settings.database_url, revision)
+        await _serve(settings, with_worker=True)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    check_auth_configuration(settings)
+
+    async def main() -> None:
+        await _require_head(settings)
+        await _serve(settings, with_worker=False)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    async def main() -> None:
+        await _require_head(settings)
+        await _serve(settings, with_worker=True, with_api=False)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    from app.context import AppContext
+    from app.migrate import current_revision, head_revision
+
+    if args.db_action == "upgrade":
+        revision = asyncio.run(_upgrade(settings))
+        print(f"database at revision {revision} (head {head_revision()})")
+        return 0
+
+    async def show() -> str | None:
+        ctx = AppContext.open(settings)
+        try:
+            return await current_revision(ctx.engine)
+        finally:
+            await ctx.close()
+
+    revision = asyncio.run(show())
+    print(f"database at revision {revision} (head {head_revision()})")
+    return 0 if revision == head_revision() else 1
+
+
+def _cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
+    from app.lab.cli import run
+
+    return run(args.lab_action, nodes=args.nodes, dbd=args.dbd, lab_dir=args.lab_dir)
+
+
+def _cmd_check_policy(args: argparse.Namespace, settings: Settings) -> int:
+    from app.authoring.policy_check import run
+
+    return run(args.policy, as_json=args.json, settings=settings)
+
+
+def _cmd_check_script(args: argparse.Namespace, settings: Settings) -> int:
+    from app.authoring.script_check import run
+
+    return run(args.script, as_json=args.json, settings=settings)
+
+
+def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
+    from app.authoring.log_check import run
+
+    return run(args.file, as_json=args.json, settings=settings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(prog="recovery", description="Keeps GPU training runs on Slurm alive.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace, Settings], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("up", _cmd_up, "run the API, dashboard and worker in one process (migrates the database first)")
+    command("serve", _cmd_serve, "run only the API and dashboard (stateless; any number of replicas)")
+    command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
+    db = command("db", _cmd_db, "database migrations")
+    db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
+    lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")
+    lab.add_argument("lab_action", choices=["up", "down", "status"])
+    lab.add_argument("--nodes", type=int, default=3, help="emulated slurmd nodes (default 3)")
+    lab.add_argument("--dbd", action="store_true", help="also run slurmdbd so that sacct works")
+    lab.add_argument("--lab-dir", default=None, help="state directory (default /tmp/recovery-lab)")
+    cp = command("check-policy", _cmd_check_policy, "validate an APS policy JSON (as given in --comment)")
+    cp.add_argument("policy", help="the comment text, e.g. '{\"APS\":{...}}'")
+    cp.add_argument("--json", action="store_true", help="machine-readable output")
+    cs = command("check-script", _cmd_check_script, "will this batch script's job be enrolled? what would go wrong?")
+    cs.add_argument("script", help="path to the sbatch script")
+    cs.add_argument("--json", action="store_true", help="machine-readable output")
+    cl = command("check-log", _cmd_check_log, "which lines would the detectors see in this log file?")
+    cl.add_argument("file", help="path to a training log")
+    cl.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `recovery` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        settings = Settings.from_env()
+        handler: Any = args.handler
+        return int(handler(args, settings) or 0)
+    except SettingsError as exc:
+        print(f"recovery: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

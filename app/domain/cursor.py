@@ -1,0 +1,64 @@
+"""Opaque keyset cursors: a list of sort-key values encoded as URL-safe text."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+_PREFIX = "k1:"
+MAX_CURSOR_LENGTH = 512
+
+
+class CursorError(ValueError):
+    """A cursor or page token that this service did not issue (or that was damaged)."""
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return {"t": value.astimezone(dt.timezone.utc).isoformat()}
+    if value is None or isinstance(value, (int, str, bool)):
+        return value
+    raise TypeError(f"cannot put {type(value).__name__} in a cursor")
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"t"} and isinstance(value["t"], str):
+        try:
+            parsed = dt.datetime.fromisoformat(value["t"])
+        except ValueError:
+            raise CursorError("cursor holds a bad timestamp") from None
+        if parsed.tzinfo is None:
+            raise CursorError("cursor holds a bad timestamp")
+        return parsed
+    if value is None or isinstance(value, (int, str, bool)):
+        return value
+    raise CursorError("cursor holds an unexpected value")
+
+
+def encode_cursor(kind: str, values: list[Any] | tuple[Any, ...]) -> str:
+    """Encode the sort-key values of one row; `kind` stops a cursor being reused on another list."""
+    payload = json.dumps([kind, [_encode_value(v) for v in values]], separators=(",", ":"))
+    return base64.urlsafe_b64encode((_PREFIX + payload).encode()).decode().rstrip("=")
+
+
+def decode_cursor(kind: str, cursor: str, arity: int) -> tuple[Any, ...]:
+    """Decode a cursor made by encode_cursor for the same list kind, or raise CursorError."""
+    if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_LENGTH:
+        raise CursorError("invalid cursor")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise CursorError("invalid cursor") from None
+    if not raw.startswith(_PREFIX):
+        raise CursorError("invalid cursor")
+    try:
+        found_kind, values = json.loads(raw[len(_PREFIX):])
+    except (ValueError, TypeError):
+        raise CursorError("invalid cursor") from None
+    if found_kind != kind:
+        raise CursorError(f"cursor belongs to another list ({found_kind!s:.40}), not {kind}")
+    if not isinstance(values, list) or len(values) != arity:
+        raise CursorError("invalid cursor")
+    return tuple(_decode_value(v) for v in values)

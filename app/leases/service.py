@@ -1,0 +1,83 @@
+"""Acquire, renew and release a named database lease atomically on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import case, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db import utcnow
+from app.leases.models import WorkerLease
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What a holder knows after trying: whether it holds the lease and under which epoch."""
+
+    held: bool
+    holder: str | None
+    epoch: int | None
+    expires_at: dt.datetime | None
+
+
+async def try_acquire(
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    name: str,
+    holder: str,
+    seconds: float,
+    now: dt.datetime | None = None,
+) -> LeaseState:
+    """Take or renew the lease when it is ours or has lapsed; one conditional UPDATE decides."""
+    now = now or utcnow()
+    expires = now + dt.timedelta(seconds=seconds)
+    async with sessions() as session, session.begin():
+        result = await session.execute(
+            update(WorkerLease)
+            .where(WorkerLease.name == name)
+            .where((WorkerLease.holder == holder) | (WorkerLease.expires_at < now))
+            .values(
+                epoch=case((WorkerLease.holder == holder, WorkerLease.epoch), else_=WorkerLease.epoch + 1),
+                holder=holder,
+                expires_at=expires,
+                renewed_at=now,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:
+            lease = await session.get(WorkerLease, name, populate_existing=True)
+            assert lease is not None
+            return LeaseState(True, holder, lease.epoch, lease.expires_at)
+    try:
+        async with sessions() as session, session.begin():
+            existing = await session.get(WorkerLease, name)
+            if existing is None:
+                session.add(WorkerLease(name=name, holder=holder, epoch=1, expires_at=expires, acquired_at=now, renewed_at=now))
+                await session.flush()
+                return LeaseState(True, holder, 1, expires)
+            return LeaseState(False, existing.holder, existing.epoch, existing.expires_at)
+    except IntegrityError:
+        return await current(sessions, name=name, holder=holder)
+
+
+async def current(sessions: async_sessionmaker[AsyncSession], *, name: str, holder: str) -> LeaseState:
+    """The lease as stored, from `holder`'s point of view."""
+    async with sessions() as session:
+        lease = await session.scalar(select(WorkerLease).where(WorkerLease.name == name))
+        if lease is None:
+            return LeaseState(False, None, None, None)
+        return LeaseState(lease.holder == holder and lease.expires_at > utcnow(), lease.holder, lease.epoch, lease.expires_at)
+
+
+async def release(sessions: async_sessionmaker[AsyncSession], *, name: str, holder: str) -> None:
+    """Give the lease up at shutdown so another worker can take over at once."""
+    async with sessions() as session, session.begin():
+        await session.execute(
+            update(WorkerLease)
+            .where(WorkerLease.name == name, WorkerLease.holder == holder)
+            .values(expires_at=utcnow() - dt.timedelta(seconds=1))
+            .execution_options(synchronize_session=False)
+        )

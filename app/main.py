@@ -1,0 +1,114 @@
+"""create_app(settings) -> the Starlette application with health checks, API, dashboard and static files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import __version__
+from app.config import Settings
+from app.context import AppContext
+from app.api.routes import api_routes
+from app.migrate import current_revision, head_revision
+from views.routes import dashboard_routes
+
+log = logging.getLogger("recovery.http")
+
+SECURITY_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'",
+    ),
+]
+
+
+class SecurityHeaders:
+    """Adds CSP (no inline script), frame denial and friends to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+                message["headers"] = list(message.get("headers", [])) + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def healthz(request: Request) -> JSONResponse:
+    """Liveness: the process answers."""
+    return JSONResponse({"status": "ok", "version": __version__})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the database answers and is migrated to this code's head revision."""
+    ctx: AppContext = request.app.state.ctx
+    try:
+        async with ctx.engine.connect() as conn:
+            await asyncio.wait_for(conn.execute(text("SELECT 1")), timeout=5)
+        revision = await current_revision(ctx.engine)
+    except Exception as exc:  # the database went away: say so, keep serving
+        return JSONResponse({"status": "unavailable", "database": f"{type(exc).__name__}: {exc}"[:300]}, status_code=503)
+    head = head_revision()
+    if revision != head:
+        return JSONResponse(
+            {"status": "unavailable", "database": f"at revision {revision}, code expects {head}: run `recovery db upgrade`"},
+            status_code=503,
+        )
+    return JSONResponse({"status": "ready", "revision": revision})
+
+
+def _feature_routes(ctx: AppContext) -> list[BaseRoute]:
+    """Routes of the API and dashboard, each contributed by its own package."""
+    return [*api_routes(ctx), *dashboard_routes(ctx)]
+
+
+def create_app(settings: Settings, *, ctx: AppContext | None = None, background: Any = None) -> Starlette:
+    """Build the ASGI app; `background` is an optional awaitable factory run for the app's lifetime."""
+    ctx = ctx or AppContext.open(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(background(), name="background") if background else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await ctx.close()
+
+    inner: list[BaseRoute] = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        *_feature_routes(ctx),
+    ]
+    routes: list[BaseRoute] = inner
+    if settings.url_prefix:
+        routes = [Route("/healthz", healthz), Mount(settings.url_prefix, routes=inner)]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.ctx = ctx
+    app.state.settings = settings
+    app.add_middleware(SecurityHeaders)
+    return app

@@ -1,0 +1,60 @@
+"""Runs the Alembic migrations programmatically (CLI, service start-up and tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def alembic_config() -> Config:
+    """The project's Alembic configuration, independent of the working directory."""
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    return config
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply migrations up to `revision` on the engine's database."""
+
+    def run(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    async with engine.begin() as connection:
+        await connection.run_sync(run)
+
+
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    """Revert migrations down to `revision`."""
+
+    def run(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+    async with engine.begin() as connection:
+        await connection.run_sync(run)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+
+    def read(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    async with engine.connect() as connection:
+        return await connection.run_sync(read)
+
+
+def head_revision() -> str | None:
+    """The newest revision shipped with this code."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

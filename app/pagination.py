@@ -1,0 +1,115 @@
+"""Keyset pagination shared by every list: first/after, last/before over a compound sort key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, Sequence, TypeVar
+
+from sqlalchemy import Select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.domain.cursor import CursorError, decode_cursor, encode_cursor
+
+T = TypeVar("T")
+
+
+class PageArgumentError(ValueError):
+    """Pagination arguments that cannot be served (both first and last, a negative size, …)."""
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of rows with the cursors and flags a Relay connection needs."""
+
+    items: Sequence[T]
+    cursors: Sequence[str]
+    has_next_page: bool
+    has_previous_page: bool
+
+    @property
+    def start_cursor(self) -> str | None:
+        return self.cursors[0] if self.cursors else None
+
+    @property
+    def end_cursor(self) -> str | None:
+        return self.cursors[-1] if self.cursors else None
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    """Relay-style arguments, already capped: exactly one of first/last is set."""
+
+    first: int | None = None
+    after: str | None = None
+    last: int | None = None
+    before: str | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+        default_size: int = 50,
+        max_size: int = 100,
+    ) -> "PageRequest":
+        """Validate and cap the arguments; with neither first nor last, take the default first page."""
+        if first is not None and last is not None:
+            raise PageArgumentError("pass either first or last, not both")
+        for name, value in (("first", first), ("last", last)):
+            if value is not None and value < 0:
+                raise PageArgumentError(f"{name} must not be negative")
+            if value is not None and value > max_size:
+                raise PageArgumentError(f"{name} is capped at {max_size} (asked for {value})")
+        if first is None and last is None:
+            first = default_size
+        return cls(first=first, after=after, last=last, before=before)
+
+
+async def paginate(
+    session: AsyncSession,
+    query: Select[Any],
+    *,
+    kind: str,
+    columns: Sequence[Any],
+    descending: bool,
+    request: PageRequest,
+    key_of: Any,
+) -> Page[Any]:
+    """Run `query` (which selects one entity) as one keyset page ordered by `columns`.
+
+    `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
+    index ending in its sort key, so a deep page costs the same as the first one (no OFFSET).
+    """
+    backward = request.last is not None
+    size = request.last if backward else request.first
+    assert size is not None
+    key = tuple_(*columns)
+
+    def bound(cursor: str, toward_end: bool) -> Any:
+        try:
+            values = decode_cursor(kind, cursor, len(columns))
+        except CursorError:
+            raise
+        # "toward_end" means rows that come after the cursor in the list's order.
+        if toward_end != descending:
+            return key > tuple_(*values)
+        return key < tuple_(*values)
+
+    if request.after:
+        query = query.where(bound(request.after, True))
+    if request.before:
+        query = query.where(bound(request.before, False))
+    scan_descending = descending != backward
+    query = query.order_by(*[c.desc() if scan_descending else c.asc() for c in columns]).limit(size + 1)
+    rows = list((await session.scalars(query)).all())
+    more = len(rows) > size
+    rows = rows[:size]
+    if backward:
+        rows.reverse()
+    cursors = [encode_cursor(kind, list(key_of(row))) for row in rows]
+    if backward:
+        return Page(rows, cursors, has_next_page=request.before is not None, has_previous_page=more)
+    return Page(rows, cursors, has_next_page=more, has_previous_page=request.after is not None)

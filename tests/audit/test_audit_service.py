@@ -1,0 +1,117 @@
+"""Audit events: recorded with a change-feed entry, filtered as SPEC §7 says, paged by keyset."""
+
+import datetime as dt
+
+import pytest
+
+from app.audit import service as audit
+from app.domain.cursor import CursorError
+from app.feed import service as feed
+from app.pagination import PageArgumentError, PageRequest
+
+T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.timezone.utc)
+
+
+async def _seed(sessions, count: int = 30) -> None:  # type: ignore[no-untyped-def]
+    async with sessions() as session, session.begin():
+        for i in range(count):
+            await audit.record(
+                session,
+                component="watcher" if i % 3 == 0 else "controller",
+                event_type="anomaly.detected" if i % 3 == 0 else "scheduler.release",
+                level="WARNING" if i % 5 == 0 else "INFO",
+                message=f"event {i}",
+                slurm_job_id=100 + (i % 2),
+                attempt_index=i % 4,
+                produced_at=T0 + dt.timedelta(seconds=i // 2),  # pairs share a timestamp: ties broken by id
+            )
+
+
+async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None:  # type: ignore[no-untyped-def]
+    async with sessions() as session, session.begin():
+        event = await audit.record(session, component="api", event_type="advice.vetoed", message="x", actor="alice")
+    async with sessions() as session:
+        entries = await feed.read_since(session, after_id=0)
+    assert [(e.topic, e.entity_id) for e in entries] == [("audit", event.id)]
+
+
+async def test_rolled_back_event_leaves_no_feed_entry(sessions) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RuntimeError):
+        async with sessions() as session, session.begin():
+            await audit.record(session, component="api", event_type="x.y", message="x")
+            raise RuntimeError("boom")
+    async with sessions() as session:
+        assert await feed.latest_id(session) == 0
+
+
+@pytest.mark.parametrize("descending", [True, False])
+async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) -> None:  # type: ignore[no-untyped-def]
+    await _seed(sessions)
+    seen: list[int] = []
+    after = None
+    async with sessions() as session:
+        while True:
+            page = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=7, after=after), descending=descending)
+            seen.extend(e.id for e in page.items)
+            if not page.has_next_page:
+                break
+            after = page.end_cursor
+    assert len(seen) == 30 and len(set(seen)) == 30
+    async with sessions() as session:
+        everything = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=100), descending=descending)
+    assert seen == [e.id for e in everything.items]
+    keys = [(e.produced_at, e.id) for e in everything.items]
+    assert keys == sorted(keys, reverse=descending)
+
+
+async def test_backward_paging_mirrors_forward(sessions) -> None:  # type: ignore[no-untyped-def]
+    await _seed(sessions)
+    async with sessions() as session:
+        forward = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=100))
+        ids = [e.id for e in forward.items]
+        middle_cursor = forward.cursors[10]
+        back = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(last=5, before=middle_cursor))
+    assert [e.id for e in back.items] == ids[5:10]
+    assert back.has_previous_page and back.has_next_page
+
+
+async def test_filters(sessions) -> None:  # type: ignore[no-untyped-def]
+    await _seed(sessions)
+
+    async def ids(**kw) -> list[int]:  # type: ignore[no-untyped-def]
+        async with sessions() as session:
+            page = await audit.query(session, filter=audit.AuditFilter(**kw), page=PageRequest.build(first=100))
+        return [e.id for e in page.items]
+
+    by_job = await ids(slurm_job_id=100)
+    assert len(by_job) == 15
+    attempt0 = await ids(slurm_job_id=100, attempt_index=0)
+    assert attempt0 and set(attempt0) < set(by_job)
+    assert len(await ids(component="watcher")) == 10
+    assert len(await ids(event_type="anomaly.detected", level="WARNING")) == 2  # i in {0, 15}
+    window = await ids(produced_after=T0 + dt.timedelta(seconds=5), produced_before=T0 + dt.timedelta(seconds=7))
+    assert len(window) == 4
+    assert await ids(event_type="anomaly") == []  # exact match, not prefix
+
+
+def test_filter_validation() -> None:
+    with pytest.raises(audit.AuditFilterError):
+        audit.AuditFilter(level="LOUD")
+    with pytest.raises(audit.AuditFilterError):
+        audit.AuditFilter(attempt_index=0)
+    assert audit.parse_job_reference(" 123/0 ") == (123, 0)
+    assert audit.parse_job_reference("123") == (123, None)
+    for bad in ["", "12a", "1/x", "/1", "1/-1"]:
+        with pytest.raises(audit.AuditFilterError):
+            audit.parse_job_reference(bad)
+
+
+async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:  # type: ignore[no-untyped-def]
+    await _seed(sessions, 3)
+    async with sessions() as session:
+        with pytest.raises(CursorError):
+            await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=2, after="not-a-cursor"))
+    with pytest.raises(PageArgumentError):
+        PageRequest.build(first=1000, max_size=100)
+    with pytest.raises(PageArgumentError):
+        PageRequest.build(first=1, last=1)

@@ -1,0 +1,3 @@
+"""Test configuration shared by every test folder."""
+
+pytest_plugins = ["tests.plugins.database"]

@@ -1,0 +1,1 @@
+"""Background services: observer, collector, watcher, advisor, controller, watchdog."""

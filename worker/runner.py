@@ -1,0 +1,79 @@
+"""Runs the worker's services, keeping the ones that need it behind the cluster's database lease."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+
+from app.context import AppContext
+from app.leases import service as leases
+from worker.service import Service
+
+log = logging.getLogger("recovery.worker")
+
+
+def lease_name(cluster: str) -> str:
+    """One lease per cluster: only its holder observes, decides and acts on that cluster."""
+    return f"worker:{cluster}"
+
+
+class WorkerRunner:
+    """Holds the lease and starts/stops lease-bound services as it is won or lost."""
+
+    def __init__(self, ctx: AppContext, services: list[Service], *, holder: str | None = None) -> None:
+        self.ctx = ctx
+        self.services = services
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.has_lease = False
+        self.epoch: int | None = None
+        self._stop = asyncio.Event()
+
+    @property
+    def lease(self) -> str:
+        return lease_name(self.ctx.settings.cluster)
+
+    async def _refresh_lease(self) -> None:
+        try:
+            state = await leases.try_acquire(
+                self.ctx.sessions, name=self.lease, holder=self.holder, seconds=self.ctx.settings.lease_seconds
+            )
+        except Exception:
+            log.exception("lease %s: could not reach the database; stopping lease-bound services", self.lease)
+            state = leases.LeaseState(False, None, None, None)
+        if state.held and not self.has_lease:
+            log.info("lease %s acquired by %s (epoch %s)", self.lease, self.holder, state.epoch)
+            for service in self.services:
+                if service.needs_lease:
+                    service.start()
+        elif not state.held and self.has_lease:
+            log.warning("lease %s lost to %s; stopping lease-bound services", self.lease, state.holder)
+            await asyncio.gather(*(s.stop() for s in self.services if s.needs_lease))
+        self.has_lease, self.epoch = state.held, state.epoch
+
+    async def run(self) -> None:
+        """Run until stop() is called; release the lease on the way out."""
+        for service in self.services:
+            if not service.needs_lease:
+                service.start()
+        try:
+            while not self._stop.is_set():
+                await self._refresh_lease()
+                try:
+                    await asyncio.wait_for(self._stop.wait(), timeout=max(0.2, self.ctx.settings.lease_seconds / 3))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            await asyncio.gather(*(s.stop() for s in self.services))
+            if self.has_lease:
+                try:
+                    await leases.release(self.ctx.sessions, name=self.lease, holder=self.holder)
+                except Exception:
+                    log.exception("could not release lease %s", self.lease)
+            self.has_lease = False
+
+    def stop(self) -> None:
+        """Ask run() to finish."""
+        self._stop.set()

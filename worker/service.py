@@ -1,0 +1,87 @@
+"""The Service base class every background loop shares: start/stop, enabled flag, backoff on errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import ClassVar
+
+log = logging.getLogger("recovery.worker")
+
+
+class Service:
+    """A loop that calls `tick()` every `interval` seconds until stopped; errors back off, never kill it."""
+
+    name: ClassVar[str] = "service"
+    # Services that change Slurm or write derived state run only while the worker holds the lease.
+    needs_lease: ClassVar[bool] = True
+
+    def __init__(self, *, interval: float = 1.0, enabled: bool = True, max_backoff: float = 30.0) -> None:
+        self.interval = interval
+        self.enabled = enabled
+        self.max_backoff = max_backoff
+        self.failures = 0
+        self.ticks = 0
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def tick(self) -> None:
+        """Do one round of work; subclasses override."""
+        raise NotImplementedError
+
+    async def on_stop(self) -> None:
+        """Release resources when the loop ends; subclasses may override."""
+
+    def wake(self) -> None:
+        """Run the next tick now instead of waiting for the interval."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the loop as a task (no-op when disabled or already running)."""
+        if self.enabled and self._task is None:
+            self._stop.clear()
+            self._task = asyncio.create_task(self._loop(), name=f"service:{self.name}")
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Ask the loop to finish its current tick and wait for it (cancel after `timeout`)."""
+        if self._task is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except asyncio.TimeoutError:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        finally:
+            self._task = None
+            await self.on_stop()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _delay(self) -> float:
+        if not self.failures:
+            return self.interval
+        backoff = min(self.max_backoff, self.interval * (2 ** min(self.failures, 10)))
+        return backoff * (0.75 + random.random() / 2)
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.tick()
+                self.failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.failures += 1
+                log.exception("%s: tick failed (%d in a row); backing off", self.name, self.failures)
+            self.ticks += 1
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._delay())
+            except asyncio.TimeoutError:
+                pass
