@@ -1,0 +1,294 @@
+"""Write side of workflows, jobs and attempts: every change is an audit event and a change-feed entry."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.audit import service as audit
+from app.db import utcnow
+from app.domain.identity import attempt_uuid
+from app.feed import service as feed
+from app.jobs.models import Attempt, Job, Policy, Workflow
+
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
+ENDED_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED", "UNKNOWN", "REQUEUED", "SPECIAL_EXIT", "REVOKED"}
+ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "STOPPED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"})
+ATTEMPT_FIELDS = (
+    "state", "state_reason", "exit_code", "exit_signal", "nodes", "stdout_path", "stderr_path",
+    "requeue_eligible", "held", "excluded_nodes", "start_time", "end_time", "ended_reason",
+)
+
+
+def derived_workflow_key(cluster: str, slurm_job_id: int) -> str:
+    """The workflow of a job whose policy names none (SPEC §2)."""
+    return f"job-{slurm_job_id}"
+
+
+async def ensure_workflow(session: AsyncSession, *, cluster: str, environment: str, workflow_key: str) -> Workflow:
+    """Find or create the workflow (cluster, key); new ones are announced on the change feed."""
+    found = await session.scalar(
+        select(Workflow).where(Workflow.cluster == cluster, Workflow.workflow_key == workflow_key)
+    )
+    if found is not None:
+        return found
+    workflow = Workflow(cluster=cluster, environment=environment, workflow_key=workflow_key)
+    session.add(workflow)
+    await session.flush()
+    await feed.append(session, topic="workflow", entity_id=workflow.id, cluster=cluster, workflow_id=workflow.id, payload={"workflowKey": workflow_key})
+    return workflow
+
+
+@dataclass
+class JobRegistration:
+    """What the observer knows about a job the first time it sees it."""
+
+    cluster: str
+    slurm_job_id: int
+    environment: str
+    enrolment: str
+    enrolment_reason: str | None
+    workflow_key: str | None = None
+    name: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    submit_time: dt.datetime | None = None
+    comment: str | None = None
+    requested_mode: str | None = None
+    effective_mode: str = "observe"
+    mode_reason: str | None = None
+    requeue_eligible: bool | None = None
+    state: str | None = None
+    restart_count: int = 0
+    incarnation: int = 0
+    policy_wrapper: str | None = None
+    policy_valid: bool = False
+    policy_effective: dict[str, Any] | None = None
+    policy_warnings: list[Any] = field(default_factory=list)
+    policy_errors: list[Any] = field(default_factory=list)
+
+
+async def register_job(session: AsyncSession, *, registration: JobRegistration, produced_at: dt.datetime | None = None) -> Job:
+    """Create a job record (enrolled or not, with the reason) and its parsed policy."""
+    r = registration
+    workflow: Workflow | None = None
+    if r.enrolment == "ENROLLED":
+        key = r.workflow_key or derived_workflow_key(r.cluster, r.slurm_job_id)
+        workflow = await ensure_workflow(session, cluster=r.cluster, environment=r.environment, workflow_key=key)
+    job = Job(
+        cluster=r.cluster,
+        slurm_job_id=r.slurm_job_id,
+        incarnation=r.incarnation,
+        workflow_id=workflow.id if workflow else None,
+        name=r.name,
+        user=r.user,
+        partition=r.partition,
+        submit_time=r.submit_time,
+        comment=r.comment,
+        enrolment=r.enrolment,
+        enrolment_reason=r.enrolment_reason,
+        requested_mode=r.requested_mode,
+        effective_mode=r.effective_mode,
+        mode_reason=r.mode_reason,
+        requeue_eligible=r.requeue_eligible,
+        state=r.state,
+        restart_count=r.restart_count,
+        last_seen_at=utcnow(),
+    )
+    session.add(job)
+    await session.flush()
+    session.add(
+        Policy(
+            job_id=job.id,
+            wrapper=r.policy_wrapper,
+            valid=r.policy_valid,
+            effective=r.policy_effective,
+            warnings=r.policy_warnings,
+            errors=r.policy_errors,
+        )
+    )
+    enrolled = r.enrolment == "ENROLLED"
+    await audit.record(
+        session,
+        component="job_manager",
+        event_type="job.registered" if enrolled else "policy.rejected",
+        level="INFO" if enrolled else "WARNING",
+        message=(
+            f"job {r.slurm_job_id} enrolled in workflow {workflow.workflow_key} ({r.effective_mode})"
+            if enrolled and workflow
+            else f"job {r.slurm_job_id} not enrolled: {r.enrolment_reason}"
+        ),
+        payload={
+            "enrolment": r.enrolment,
+            "reason": r.enrolment_reason,
+            "effectiveMode": r.effective_mode,
+            "modeReason": r.mode_reason,
+            "partition": r.partition,
+            "incarnation": r.incarnation,
+            "policyErrors": r.policy_errors,
+            "policyWarnings": r.policy_warnings,
+        },
+        cluster=r.cluster,
+        slurm_job_id=r.slurm_job_id,
+        workflow_id=job.workflow_id,
+        produced_at=produced_at,
+    )
+    await feed.append(session, topic="job", entity_id=job.id, cluster=r.cluster, workflow_id=job.workflow_id, slurm_job_id=r.slurm_job_id, payload={"enrolment": r.enrolment})
+    return job
+
+
+async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:
+    """Mark a job record as superseded (its Slurm job id was reused by a new submission)."""
+    job.retired_at = utcnow()
+    job.updated_at = utcnow()
+    await audit.record(
+        session,
+        component="job_manager",
+        event_type="job.id_reused",
+        level="WARNING",
+        message=f"Slurm job id {job.slurm_job_id} now belongs to a new submission: {reason}",
+        payload={"reason": reason, "incarnation": job.incarnation},
+        cluster=job.cluster,
+        slurm_job_id=job.slurm_job_id,
+        workflow_id=job.workflow_id,
+    )
+    await feed.append(session, topic="job", entity_id=job.id, cluster=job.cluster, workflow_id=job.workflow_id, slurm_job_id=job.slurm_job_id, payload={"retired": True})
+
+
+async def create_attempt(
+    session: AsyncSession,
+    *,
+    job: Job,
+    attempt_index: int,
+    state: str,
+    produced_at: dt.datetime | None = None,
+    **values: Any,
+) -> Attempt:
+    """Create the attempt record for a new execution (attempt index = Slurm's restart count)."""
+    unknown = set(values) - set(ATTEMPT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown attempt fields: {sorted(unknown)}")
+    attempt = Attempt(
+        uuid=attempt_uuid(job.cluster, job.slurm_job_id, attempt_index),
+        job_id=job.id,
+        workflow_id=job.workflow_id,
+        cluster=job.cluster,
+        slurm_job_id=job.slurm_job_id,
+        attempt_index=attempt_index,
+        state=state,
+        **values,
+    )
+    session.add(attempt)
+    await session.flush()
+    await _touch_workflow(session, attempt=attempt, job=job, new_attempt=True)
+    await audit.record(
+        session,
+        component="job_manager",
+        event_type="attempt.registered",
+        message=f"attempt {job.slurm_job_id}/{attempt_index} registered ({state})",
+        payload={"state": state, "nodes": attempt.nodes, "stdout": attempt.stdout_path, "stderr": attempt.stderr_path, "uuid": attempt.uuid},
+        cluster=job.cluster,
+        slurm_job_id=job.slurm_job_id,
+        attempt_index=attempt_index,
+        workflow_id=job.workflow_id,
+        produced_at=produced_at,
+    )
+    await _announce_attempt(session, attempt, {"state": state, "new": True})
+    return attempt
+
+
+async def update_attempt(
+    session: AsyncSession,
+    *,
+    attempt: Attempt,
+    job: Job | None = None,
+    produced_at: dt.datetime | None = None,
+    **values: Any,
+) -> list[str]:
+    """Apply observed values; a state change is an audit event. Returns the names of changed fields."""
+    unknown = set(values) - set(ATTEMPT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown attempt fields: {sorted(unknown)}")
+    changed = [name for name, value in values.items() if getattr(attempt, name) != value]
+    if not changed:
+        return []
+    previous_state = attempt.state
+    for name in changed:
+        setattr(attempt, name, values[name])
+    attempt.updated_at = utcnow()
+    if "state" in changed:
+        failed = attempt.state in FAILED_STATES
+        detail = ""
+        if attempt.exit_code is not None and attempt.state not in ACTIVE_STATES:
+            detail = f", exit code {attempt.exit_code}" + (f" signal {attempt.exit_signal}" if attempt.exit_signal else "")
+        await audit.record(
+            session,
+            component="job_manager",
+            event_type="attempt.state_changed",
+            level="WARNING" if failed else "INFO",
+            message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {previous_state} -> {attempt.state}{detail}"
+            + (f" ({attempt.state_reason})" if attempt.state_reason and attempt.state_reason != "None" else ""),
+            payload={"from": previous_state, "to": attempt.state, "exitCode": attempt.exit_code, "signal": attempt.exit_signal, "reason": attempt.state_reason, "nodes": attempt.nodes},
+            cluster=attempt.cluster,
+            slurm_job_id=attempt.slurm_job_id,
+            attempt_index=attempt.attempt_index,
+            workflow_id=attempt.workflow_id,
+            produced_at=produced_at,
+        )
+        if job is not None:
+            await _touch_workflow(session, attempt=attempt, job=job, new_attempt=False, became_failed=failed and previous_state not in FAILED_STATES)
+    await _announce_attempt(session, attempt, {"changed": changed, "state": attempt.state})
+    return changed
+
+
+async def _touch_workflow(session: AsyncSession, *, attempt: Attempt, job: Job, new_attempt: bool, became_failed: bool = False) -> None:
+    """Keep the workflow's denormalised summary (latest state, counts) in step with its attempts."""
+    job.state = attempt.state
+    job.updated_at = utcnow()
+    if job.workflow_id is None:
+        return
+    workflow = await session.get(Workflow, job.workflow_id)
+    if workflow is None:
+        return
+    workflow.latest_state = attempt.state
+    workflow.latest_job_name = job.name
+    workflow.updated_at = utcnow()
+    if new_attempt:
+        workflow.attempt_count += 1
+    if became_failed:
+        workflow.failed_attempt_count += 1
+
+
+async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: dict[str, Any]) -> None:
+    await feed.append(
+        session,
+        topic="attempt",
+        entity_id=attempt.id,
+        cluster=attempt.cluster,
+        workflow_id=attempt.workflow_id,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        payload=payload,
+    )
+
+
+async def current_jobs(session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None) -> dict[int, Job]:
+    """The live (not retired) job record per Slurm job id on a cluster."""
+    query = select(Job).where(Job.cluster == cluster, Job.retired_at.is_(None))
+    if slurm_job_ids is not None:
+        query = query.where(Job.slurm_job_id.in_(list(slurm_job_ids)))
+    return {job.slurm_job_id: job for job in (await session.scalars(query)).all()}
+
+
+async def attempts_of(session: AsyncSession, *, job_id: int) -> list[Attempt]:
+    """A job's attempts in order."""
+    return list((await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all())
+
+
+async def latest_attempt(session: AsyncSession, *, job_id: int) -> Attempt | None:
+    """The job's newest attempt."""
+    return await session.scalar(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index.desc()).limit(1))
