@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from app.context import AppContext
+from app.slurm.adapter import Scheduler
+from app.slurm.cli_scheduler import CliScheduler
+from worker.observer import Observer
 from worker.service import Service
 
 
-def build_services(ctx: AppContext) -> list[Service]:
+def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """Every background service of the worker, in start order."""
-    services: list[Service] = []
+    scheduler = scheduler or CliScheduler(ctx.settings)
+    observer = Observer(ctx, scheduler)
+    services: list[Service] = [observer]
     return services

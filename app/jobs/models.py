@@ -60,6 +60,8 @@ class Job(Base):
     effective_mode: Mapped[str] = mapped_column(String(16), default="observe")
     mode_reason: Mapped[str | None] = mapped_column(Text)
     requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
+    # The policy's log_file_paths_shared_across_attempts: events are then attributed by label/time.
+    shared_log_paths: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str | None] = mapped_column(String(32))
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     retired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

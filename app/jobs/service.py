@@ -70,6 +70,7 @@ class JobRegistration:
     policy_effective: dict[str, Any] | None = None
     policy_warnings: list[Any] = field(default_factory=list)
     policy_errors: list[Any] = field(default_factory=list)
+    shared_log_paths: bool = False
 
 
 async def register_job(session: AsyncSession, *, registration: JobRegistration, produced_at: dt.datetime | None = None) -> Job:
@@ -97,6 +98,7 @@ async def register_job(session: AsyncSession, *, registration: JobRegistration, 
         requeue_eligible=r.requeue_eligible,
         state=r.state,
         restart_count=r.restart_count,
+        shared_log_paths=r.shared_log_paths,
         last_seen_at=utcnow(),
     )
     session.add(job)
@@ -159,6 +161,12 @@ async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:
     await feed.append(session, topic="job", entity_id=job.id, cluster=job.cluster, workflow_id=job.workflow_id, slurm_job_id=job.slurm_job_id, payload={"retired": True})
 
 
+def incarnation_attempt_uuid(job: Job, attempt_index: int) -> str:
+    """SPEC §3's deterministic UUID; a reused job id (incarnation > 0) gets its own namespace."""
+    cluster = job.cluster if job.incarnation == 0 else f"{job.cluster}#{job.incarnation}"
+    return attempt_uuid(cluster, job.slurm_job_id, attempt_index)
+
+
 async def create_attempt(
     session: AsyncSession,
     *,
@@ -173,7 +181,7 @@ async def create_attempt(
     if unknown:
         raise TypeError(f"unknown attempt fields: {sorted(unknown)}")
     attempt = Attempt(
-        uuid=attempt_uuid(job.cluster, job.slurm_job_id, attempt_index),
+        uuid=incarnation_attempt_uuid(job, attempt_index),
         job_id=job.id,
         workflow_id=job.workflow_id,
         cluster=job.cluster,

@@ -98,6 +98,7 @@ def upgrade() -> None:
     sa.Column('effective_mode', sa.String(length=16), nullable=False),
     sa.Column('mode_reason', sa.Text(), nullable=True),
     sa.Column('requeue_eligible', sa.Boolean(), nullable=True),
+    sa.Column('shared_log_paths', sa.Boolean(), nullable=False),
     sa.Column('state', sa.String(length=32), nullable=True),
     sa.Column('restart_count', sa.Integer(), nullable=False),
     sa.Column('retired_at', app.db.UTCDateTime(timezone=True), nullable=True),

@@ -1,0 +1,339 @@
+"""Observer: one bulk `squeue --json` per tick turned into jobs and attempts (SPEC §3, §4.1)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.audit import service as audit
+from app.config import Settings
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
+from app.domain.mode import admission, resolve_mode
+from app.domain.policy import parse_comment
+from app.jobs import service as jobs
+from app.jobs.models import Attempt, Job
+from app.slurm.adapter import Scheduler
+from app.slurm.errors import SchedulerError
+from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
+from worker.service import Service
+
+log = logging.getLogger("recovery.observer")
+
+_CANDIDATE_MARKERS = ("aps", "heimdall")
+
+
+def _may_enrol(comment: str) -> bool:
+    """Cheap pre-check before JSON parsing: only comments mentioning APS/HEIMDALL can enrol."""
+    lowered = comment.lower()
+    return any(marker in lowered for marker in _CANDIDATE_MARKERS)
+
+
+def attempt_values(job: SlurmJob) -> dict[str, object]:
+    """The attempt fields Slurm reports for the job's current execution."""
+    return {
+        "state": job.state,
+        "state_reason": job.state_reason,
+        "exit_code": job.exit_code if job.end_time or job.state in jobs.ENDED_STATES else None,
+        "exit_signal": job.exit_signal or None,
+        "nodes": list(job.nodes),
+        "requeue_eligible": job.requeue,
+        "held": job.held,
+        "excluded_nodes": list(job.excluded_nodes),
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+    }
+
+
+@dataclass
+class _Missing:
+    """A tracked job that left squeue: when we first noticed, and whether accounting was asked."""
+
+    since: float
+    asked_accounting: bool = False
+
+
+@dataclass
+class ObserverState:
+    """In-memory cache that makes an unchanged snapshot cost only a comparison per job."""
+
+    seen: dict[int, SlurmJob] = field(default_factory=dict)
+    ignored: set[int] = field(default_factory=set)
+    missing: dict[int, _Missing] = field(default_factory=dict)
+    unreachable_since: float | None = None
+
+
+class Observer(Service):
+    """Registers enrolled jobs, creates attempts as restart counts move, records their state."""
+
+    name = "observer"
+
+    def __init__(self, ctx: AppContext, scheduler: Scheduler, *, on_change: Callable[[], None] | None = None) -> None:
+        super().__init__(interval=ctx.settings.poll_interval)
+        self.ctx = ctx
+        self.settings: Settings = ctx.settings
+        self.scheduler = scheduler
+        self.on_change = on_change
+        self.state = ObserverState()
+        self.last_tick_seconds = 0.0
+
+    async def tick(self) -> None:
+        try:
+            snapshot = await self.scheduler.list_jobs()
+        except SchedulerError as exc:
+            await self._scheduler_unreachable(exc)
+            raise
+        await self._scheduler_reachable()
+        started = time.perf_counter()
+        changed = await self.apply(snapshot)
+        self.last_tick_seconds = time.perf_counter() - started
+        if changed and self.on_change:
+            self.on_change()
+
+    async def apply(self, snapshot: Snapshot) -> int:
+        """Apply one snapshot; returns how many jobs needed database work."""
+        seen = self.state.seen
+        changed = [job for job in snapshot.jobs if job.job_id not in self.state.ignored and seen.get(job.job_id) != job]
+        for problem in snapshot.problems:
+            log.warning("squeue record skipped: %s", problem)
+        present = snapshot.by_id
+        gone = [job_id for job_id in seen if job_id not in present]
+        if not changed and not gone and not self.state.missing:
+            return 0
+        work = 0
+        if changed:
+            async with self.ctx.sessions() as session, session.begin():
+                records = await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed])
+                latest = await self._latest_attempts(session, [r.id for r in records.values()])
+                for job in changed:
+                    record = records.get(job.job_id)
+                    if record is None and not _may_enrol(job.comment or ""):
+                        self.state.ignored.add(job.job_id)
+                        continue
+                    work += 1
+                    await self._observe(session, job, record, latest.get(record.id) if record else None)
+            for job in changed:
+                if job.job_id not in self.state.ignored:
+                    seen[job.job_id] = job
+                self.state.missing.pop(job.job_id, None)
+        for job_id in gone:
+            self.state.missing.setdefault(job_id, _Missing(since=time.monotonic()))
+            seen.pop(job_id, None)
+        if self.state.missing:
+            work += await self._follow_missing()
+        return work
+
+    async def _latest_attempts(self, session: AsyncSession, job_ids: list[int]) -> dict[int, Attempt]:
+        if not job_ids:
+            return {}
+        rows = (await session.scalars(select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.attempt_index))).all()
+        return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
+
+    async def _observe(self, session: AsyncSession, job: SlurmJob, record: Job | None, latest: Attempt | None) -> None:
+        if record is not None:
+            reason = job_id_reuse_reason(
+                SubmissionFingerprint(record.submit_time, record.name, record.comment, record.restart_count),
+                SubmissionFingerprint(job.submit_time, job.name, job.comment, job.restart_count),
+            )
+            if reason:
+                await jobs.retire_job(session, job=record, reason=reason)
+                record = await self._register(session, job, incarnation=record.incarnation + 1)
+                latest = None
+        else:
+            record = await self._register(session, job, incarnation=await self._next_incarnation(session, job.job_id))
+        if record is None or record.enrolment != "ENROLLED":
+            return
+        if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
+            record.submit_time, record.restart_count = job.submit_time, job.restart_count
+            record.updated_at = utcnow()
+        if record.requeue_eligible != job.requeue:
+            record.requeue_eligible = job.requeue
+        await self._track_attempts(session, job, record, latest)
+
+    async def _next_incarnation(self, session: AsyncSession, slurm_job_id: int) -> int:
+        highest = await session.scalar(
+            select(Job.incarnation)
+            .where(Job.cluster == self.settings.cluster, Job.slurm_job_id == slurm_job_id)
+            .order_by(Job.incarnation.desc())
+            .limit(1)
+        )
+        return 0 if highest is None else highest + 1
+
+    async def _register(self, session: AsyncSession, job: SlurmJob, *, incarnation: int) -> Job | None:
+        result = parse_comment(job.comment)
+        managed = self.settings.partition_managed(job.partition)
+        decision = admission(result, environment=self.settings.environment, partition_managed=managed)
+        if not result.is_attempt:
+            self.state.ignored.add(job.job_id)
+            return None
+        policy = result.policy or {}
+        mode = resolve_mode(
+            requested=policy.get("mode") if result.valid else None,
+            acknowledged=self.settings.acknowledge_scheduler_actions,
+            partition_managed=managed,
+        )
+        registration = jobs.JobRegistration(
+            cluster=self.settings.cluster,
+            slurm_job_id=job.job_id,
+            environment=self.settings.environment,
+            enrolment=decision.status,
+            enrolment_reason=decision.reason,
+            workflow_key=policy.get("workflow_id"),
+            name=job.name,
+            user=job.user,
+            partition=job.partition,
+            submit_time=job.submit_time,
+            comment=job.comment,
+            requested_mode=policy.get("mode") if result.valid else None,
+            effective_mode=mode.mode,
+            mode_reason=mode.reason,
+            requeue_eligible=job.requeue,
+            state=job.state,
+            restart_count=job.restart_count,
+            incarnation=incarnation,
+            policy_wrapper=result.wrapper,
+            policy_valid=result.valid,
+            policy_effective=result.policy,
+            policy_warnings=[w.to_dict() for w in result.warnings],
+            policy_errors=[e.to_dict() for e in result.errors],
+            shared_log_paths=bool(policy.get("log_file_paths_shared_across_attempts")) if result.valid else False,
+        )
+        return await jobs.register_job(session, registration=registration)
+
+    async def _track_attempts(self, session: AsyncSession, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
+        index = job.restart_count
+        values = attempt_values(job)
+        if latest is not None and latest.attempt_index > index:
+            log.warning("job %s: restart count %s is below recorded attempt %s; ignoring", job.job_id, index, latest.attempt_index)
+            return
+        if latest is not None and latest.attempt_index == index:
+            values.update(self._paths_for(job, record, latest_index=index, previous=None))
+            await jobs.update_attempt(session, attempt=latest, job=record, **values)
+            return
+        if latest is not None:
+            await self._close_previous(session, latest, record)
+        previous = latest
+        paths = self._paths_for(job, record, latest_index=index, previous=previous)
+        await jobs.create_attempt(session, job=record, attempt_index=index, **values, **paths)  # type: ignore[arg-type]
+        if previous is not None and previous.attempt_index < index - 1:
+            await audit.record(
+                session,
+                component="job_manager",
+                event_type="attempt.gap",
+                level="WARNING",
+                message=f"job {job.job_id} restarted {index - previous.attempt_index} times between observations; attempts {previous.attempt_index + 1}..{index - 1} were not seen",
+                cluster=record.cluster,
+                slurm_job_id=job.job_id,
+                attempt_index=index,
+                workflow_id=record.workflow_id,
+            )
+
+    def _paths_for(self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None) -> dict[str, str | None]:
+        """Log paths for the attempt; a path the previous attempt used is stale unless paths are shared."""
+        paths = {"stdout_path": job.stdout, "stderr_path": job.stderr}
+        if previous is None or record.shared_log_paths:
+            return paths
+        stale = {previous.stdout_path, previous.stderr_path} - {None}
+        return {name: (None if value in stale else value) for name, value in paths.items()}
+
+    async def _close_previous(self, session: AsyncSession, attempt: Attempt, record: Job) -> None:
+        """The restart count moved: the previous attempt has ended (it keeps its own record)."""
+        if attempt.state in jobs.ENDED_STATES:
+            if attempt.end_time is None:
+                await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
+            return
+        await jobs.update_attempt(
+            session,
+            attempt=attempt,
+            job=record,
+            state="REQUEUED",
+            end_time=attempt.end_time or utcnow(),
+            ended_reason="requeued: Slurm's restart count moved on",
+        )
+
+    async def _follow_missing(self) -> int:
+        """Jobs that left squeue: ask accounting once, else UNKNOWN after the grace period (never FAILED)."""
+        now = time.monotonic()
+        grace = self.settings.unknown_grace_seconds
+        done: list[int] = []
+        work = 0
+        for job_id, missing in list(self.state.missing.items()):
+            async with self.ctx.sessions() as session, session.begin():
+                record = (await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[job_id])).get(job_id)
+                attempt = await jobs.latest_attempt(session, job_id=record.id) if record else None
+                if attempt is None or attempt.state in jobs.ENDED_STATES:
+                    done.append(job_id)
+                    continue
+                if not missing.asked_accounting:
+                    missing.asked_accounting = True
+                    history = await self._history(job_id)
+                    final = _final_record(history, attempt.attempt_index)
+                    if final is not None:
+                        await jobs.update_attempt(
+                            session, attempt=attempt, job=record, state=final.state, exit_code=final.exit_code,
+                            exit_signal=final.exit_signal, end_time=final.end or utcnow(),
+                            ended_reason=f"left squeue; final state from accounting ({final.source})",
+                        )
+                        work += 1
+                        done.append(job_id)
+                        continue
+                if now - missing.since >= grace:
+                    await jobs.update_attempt(
+                        session, attempt=attempt, job=record, state="UNKNOWN",
+                        ended_reason=f"not listed by squeue for {grace:.0f} s and unknown to accounting",
+                    )
+                    work += 1
+                    done.append(job_id)
+        for job_id in done:
+            self.state.missing.pop(job_id, None)
+        return work
+
+    async def _history(self, job_id: int) -> list[AccountingRecord] | None:
+        try:
+            return await self.scheduler.job_history(job_id)
+        except SchedulerError as exc:
+            log.warning("accounting lookup for job %s failed: %s", job_id, exc)
+            return None
+
+    async def _scheduler_unreachable(self, exc: SchedulerError) -> None:
+        if self.state.unreachable_since is not None:
+            return
+        self.state.unreachable_since = time.monotonic()
+        log.warning("Slurm is not answering (%s); nothing is marked failed, retrying with backoff", exc)
+        try:
+            async with self.ctx.sessions() as session, session.begin():
+                await audit.record(
+                    session, component="observer", event_type="scheduler.unreachable", level="WARNING",
+                    message=f"Slurm did not answer: {exc}"[:500], cluster=self.settings.cluster,
+                    payload={"error": type(exc).__name__},
+                )
+        except Exception:
+            log.exception("could not record that Slurm is unreachable")
+
+    async def _scheduler_reachable(self) -> None:
+        if self.state.unreachable_since is None:
+            return
+        outage = time.monotonic() - self.state.unreachable_since
+        self.state.unreachable_since = None
+        async with self.ctx.sessions() as session, session.begin():
+            await audit.record(
+                session, component="observer", event_type="scheduler.reachable",
+                message=f"Slurm answers again after {outage:.0f} s", cluster=self.settings.cluster,
+                payload={"outageSeconds": round(outage, 1)},
+            )
+
+
+def _final_record(history: list[AccountingRecord] | None, attempt_index: int) -> AccountingRecord | None:
+    """Accounting's record of this attempt if it has ended there (rows are in attempt order)."""
+    if not history:
+        return None
+    record = history[attempt_index] if attempt_index < len(history) else history[-1]
+    if record.state in jobs.ENDED_STATES:
+        return record
+    return None
