@@ -1,3 +1,3 @@
 """Test configuration shared by every test folder."""
 
-pytest_plugins = ["tests.plugins.database"]
+pytest_plugins = ["tests.plugins.database", "tests.plugins.slurm_lab", "tests.plugins.oidc_provider"]

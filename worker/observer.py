@@ -103,7 +103,9 @@ class Observer(Service):
         for problem in snapshot.problems:
             log.warning("squeue record skipped: %s", problem)
         present = snapshot.by_id
-        gone = [job_id for job_id in seen if job_id not in present]
+        # An answer carrying Slurm's own errors may be partial: absence from it proves nothing.
+        complete = not any(problem.startswith("slurm reported") for problem in snapshot.problems)
+        gone = [job_id for job_id in seen if job_id not in present] if complete else []
         if not changed and not gone and not self.state.missing:
             return 0
         work = 0

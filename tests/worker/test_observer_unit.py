@@ -194,3 +194,16 @@ async def test_transient_slurm_error_marks_nothing_failed(ctx, observer, schedul
     assert a20.state == "RUNNING"
     assert len(await _events(ctx, "scheduler.unreachable")) == 1
     assert len(await _events(ctx, "scheduler.reachable")) == 1
+
+
+async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+    scheduler.add(make_job(21, comment=_comment()))
+    scheduler.start(21)
+    await observer.tick()
+    from app.slurm.records import Snapshot
+
+    partial = Snapshot(jobs=(), taken_at=scheduler.jobs[21].submit_time, problems=("slurm reported: {'error': 'Unspecified error'}",))
+    await observer.apply(partial)
+    assert observer.state.missing == {}
+    [a21] = await _attempts(ctx, 21)
+    assert a21.state == "RUNNING"

@@ -1,0 +1,158 @@
+"""The observer against the real Slurm lab: registration, failures, requeues, enrolment verdicts, outages."""
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import time
+import uuid
+from typing import Awaitable, Callable
+
+import pytest
+from sqlalchemy import select
+
+from app.context import AppContext
+from app.jobs.models import Attempt, Job
+from app.slurm.cli_scheduler import CliScheduler
+from tests.plugins.slurm_lab import SlurmLab
+from worker.observer import Observer
+
+pytestmark = pytest.mark.slurm
+
+
+def policy_comment(workflow: str, environment: str = "test-env", **extra) -> str:  # type: ignore[no-untyped-def]
+    body = {"workflow_id": workflow, "environment": environment, "mode": "observe", "auto_resume_mode": "requeue", "max_requeue_times": 1, **extra}
+    return json.dumps({"APS": body}, separators=(",", ":"))
+
+
+def script(comment: str, body: str, *, requeue: bool = True) -> str:
+    return "\n".join([
+        "#!/bin/bash",
+        "#SBATCH --job-name=observer-test",
+        "#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
+        f"#SBATCH --comment='{comment}'",
+        "#SBATCH --output=out-%j.log",
+        "#SBATCH --error=err-%j.log",
+        body,
+        "",
+    ])
+
+
+async def tick_until(observer: Observer, condition: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        await observer.tick()
+        if await condition():
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.25)
+
+
+async def attempts(ctx: AppContext, job_id: int) -> list[Attempt]:
+    async with ctx.sessions() as session:
+        return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+
+
+async def job_record(ctx: AppContext, job_id: int) -> Job | None:
+    async with ctx.sessions() as session:
+        return await session.scalar(select(Job).where(Job.slurm_job_id == job_id, Job.retired_at.is_(None)))
+
+
+@pytest.fixture
+def observer(ctx: AppContext, slurm_lab: SlurmLab) -> Observer:
+    return Observer(ctx, CliScheduler(ctx.settings, env=slurm_lab.env()))
+
+
+async def test_enrolled_job_fails_and_is_requeued(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
+    workflow = f"wf-{uuid.uuid4().hex[:6]}"
+    job_id = slurm_lab.submit(script(policy_comment(workflow), "echo start; sleep 3; exit 1"))
+    started = time.monotonic()
+
+    async def running() -> bool:
+        found = await attempts(ctx, job_id)
+        return bool(found) and found[0].state == "RUNNING"
+
+    await tick_until(observer, running)
+    assert time.monotonic() - started < 10
+    [a0] = await attempts(ctx, job_id)
+    assert a0.attempt_index == 0 and a0.nodes and a0.stdout_path.endswith(f"out-{job_id}.log")
+    assert a0.requeue_eligible is True
+
+    async def failed() -> bool:
+        return (await attempts(ctx, job_id))[0].state == "FAILED"
+
+    await tick_until(observer, failed)
+    [a0] = await attempts(ctx, job_id)
+    assert a0.exit_code == 1 and a0.end_time is not None
+
+    subprocess.run(["scontrol", "requeue", str(job_id)], env=slurm_lab.env(), check=True, timeout=15)
+
+    async def second() -> bool:
+        return len(await attempts(ctx, job_id)) == 2
+
+    await tick_until(observer, second)
+    a0, a1 = await attempts(ctx, job_id)
+    assert (a0.state, a0.exit_code) == ("FAILED", 1)
+    assert a0.stdout_path.endswith(f"out-{job_id}.log")
+    assert a1.attempt_index == 1 and a1.stdout_path is None  # Slurm reports attempt 0's path again: stale
+    record = await job_record(ctx, job_id)
+    assert record.workflow_id is not None and record.restart_count == 1
+
+
+@pytest.mark.parametrize(
+    ("comment", "expected"),
+    [
+        ("plain comment for humans", None),
+        ('{"aps":{"workflow_id":"x","environment":"test-env"}}', "NOT_ENROLLED"),
+        ('{"APS":{"workflow_id":"x",', "NOT_ENROLLED"),
+        (policy_comment("elsewhere", environment="other-env"), "ENVIRONMENT_MISMATCH"),
+    ],
+)
+async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment, expected) -> None:  # type: ignore[no-untyped-def]
+    job_id = slurm_lab.submit(script(comment, "sleep 1"))
+    slurm_lab.wait_state(job_id, {"RUNNING", "COMPLETED"})
+    await observer.tick()
+    record = await job_record(ctx, job_id)
+    if expected is None:
+        assert record is None
+    else:
+        assert record is not None and record.enrolment == expected and record.enrolment_reason
+        assert await attempts(ctx, job_id) == []
+
+
+async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
+    job_id = slurm_lab.submit(script(policy_comment(f"wf-{uuid.uuid4().hex[:6]}"), "sleep 40"))
+
+    async def running() -> bool:
+        found = await attempts(ctx, job_id)
+        return bool(found) and found[0].state == "RUNNING"
+
+    await tick_until(observer, running)
+    fast = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=3), env=slurm_lab.env())
+    observer.scheduler = fast
+    pid = int((slurm_lab.lab_dir / "run" / "slurmctld.pid").read_text().strip())
+    subprocess.run(["kill", "-TERM", str(pid)], check=True)
+    try:
+        deadline = time.monotonic() + 15
+        failures = 0
+        while time.monotonic() < deadline:
+            try:
+                await observer.tick()
+            except Exception:
+                failures += 1
+            await asyncio.sleep(0.5)
+        assert failures > 0
+        [a0] = await attempts(ctx, job_id)
+        assert a0.state == "RUNNING"
+    finally:
+        from app.lab.cli import run as lab_run
+
+        assert lab_run("up", nodes=3, lab_dir=str(slurm_lab.lab_dir)) == 0
+    await observer.tick()
+    [a0] = await attempts(ctx, job_id)
+    assert a0.state == "RUNNING"
+    async with ctx.sessions() as session:
+        from app.audit.models import AuditEvent
+
+        types = (await session.scalars(select(AuditEvent.event_type).where(AuditEvent.component == "observer"))).all()
+    assert types.count("scheduler.unreachable") == 1 and types.count("scheduler.reachable") == 1
