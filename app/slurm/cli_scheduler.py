@@ -1,0 +1,169 @@
+"""The Slurm implementation of Scheduler: squeue/scontrol/scancel/sacct as asyncio subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+from datetime import datetime, timezone
+from typing import Mapping, Sequence
+
+from app.config import Settings
+from app.slurm.adapter import JobLookup
+from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
+from app.slurm.parse import ParseError, parse_sacct_pipe, parse_snapshot
+from app.slurm.records import AccountingRecord, CommandResult, Snapshot
+
+# sacct columns for attempt history; Comment last because it may contain the `|` separator
+SACCT_COLUMNS = "JobIDRaw,JobID,State,ExitCode,NodeList,Start,End,Reason,Submit,Comment"
+# jobcomp/filetxt (`sacct -c`) keeps no Reason or Comment
+JOBCOMP_COLUMNS = "JobIDRaw,JobID,State,ExitCode,NodeList,Start,End,Submit"
+_ACCOUNTING_DISABLED = ("accounting storage is disabled", "slurm not configured with slurmdbd")
+_JOBCOMP_DISABLED = ("job completion is disabled", "jobcomp/none", "no job completion")
+
+
+class CliScheduler:
+    """Runs Slurm's commands (argv lists, never a shell), each bounded by settings.slurm_command_timeout."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        bin_dir: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        settings = settings or Settings.from_env()
+        self.bin_dir = bin_dir if bin_dir is not None else settings.slurm_bin_dir
+        self.timeout = timeout if timeout is not None else settings.slurm_command_timeout
+        self.env = dict(env) if env is not None else None  # None: inherit os.environ at call time
+        self.last_result: CommandResult | None = None
+
+    # ------------------------------------------------------------ plumbing
+
+    def binary(self, tool: str) -> str:
+        """Absolute path of a Slurm tool: from slurm_bin_dir when set, else from PATH."""
+        if self.bin_dir:
+            return os.path.join(self.bin_dir, tool)
+        return shutil.which(tool) or tool
+
+    async def run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
+        """Run one command with a timeout; on failure raise the classified SchedulerError."""
+        argv = (self.binary(tool), *args)
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env,
+                start_new_session=True,  # its own process group, so a timeout kills its children too
+            )
+        except OSError as exc:
+            raise SchedulerError(f"cannot start {tool}: {exc}", command=argv, duration=time.monotonic() - started) from None
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except asyncio.TimeoutError:
+            _kill_group(proc)
+            await proc.communicate()
+            raise TransientSchedulerError(
+                f"timed out after {self.timeout:g}s", command=argv, returncode=proc.returncode,
+                duration=time.monotonic() - started,
+            ) from None
+        except BaseException:  # cancelled: do not leave the command running
+            _kill_group(proc)
+            await proc.communicate()
+            raise
+        result = CommandResult(
+            command=argv,
+            returncode=proc.returncode if proc.returncode is not None else -1,
+            stdout=stdout.decode("utf-8", "replace"),
+            stderr=stderr.decode("utf-8", "replace"),
+            duration=time.monotonic() - started,
+        )
+        self.last_result = result
+        if check and result.returncode != 0:
+            raise classify(argv, result.returncode, result.stderr or result.stdout, duration=result.duration)
+        return result
+
+    # ------------------------------------------------------------ Scheduler
+
+    async def list_jobs(self) -> Snapshot:
+        """All jobs in slurmctld's memory from one `squeue --json` (which ignores filters anyway)."""
+        taken_at = datetime.now(timezone.utc)
+        result = await self.run("squeue", "--json")
+        try:
+            return parse_snapshot(result.stdout, taken_at=taken_at, duration=result.duration)
+        except ParseError as exc:
+            raise TransientSchedulerError(
+                f"unreadable squeue --json output: {exc}", command=result.command,
+                returncode=result.returncode, stderr=result.stderr, duration=result.duration,
+            ) from None
+
+    async def requeue_hold(self, job_id: int) -> CommandResult:
+        return await self.run("scontrol", "requeuehold", str(int(job_id)))
+
+    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> CommandResult:
+        return await self.run("scontrol", "update", f"JobId={int(job_id)}", f"ExcNodeList={','.join(nodes)}")
+
+    async def release(self, job_id: int) -> CommandResult:
+        return await self.run("scontrol", "release", str(int(job_id)))
+
+    async def cancel(self, job_id: int) -> CommandResult:
+        # scancel exits 0 even for an unknown job; only --verbose says why, on stderr
+        result = await self.run("scancel", "--verbose", str(int(job_id)))
+        errors = [line for line in result.stderr.splitlines() if "error:" in line]
+        if errors and not any("already completing or completed" in line for line in errors):
+            raise classify(result.command, result.returncode, "\n".join(errors), duration=result.duration)
+        return result
+
+    async def job_history(self, job_id: int) -> list[AccountingRecord] | None:
+        job_id = int(job_id)
+        result = await self.run("sacct", "-D", "-X", "-P", "-j", str(job_id), "-o", SACCT_COLUMNS, check=False)
+        if result.returncode == 0 and not _mentions(result, _ACCOUNTING_DISABLED):
+            return _only(parse_sacct_pipe(result.stdout, source="sacct"), job_id)
+        if not _mentions(result, _ACCOUNTING_DISABLED):
+            raise classify(result.command, result.returncode, result.stderr or result.stdout, duration=result.duration)
+        # no slurmdbd: jobcomp/filetxt still has one line per attempt
+        result = await self.run("sacct", "-c", "-P", "-j", str(job_id), "-o", JOBCOMP_COLUMNS, check=False)
+        if _mentions(result, _JOBCOMP_DISABLED):
+            return None
+        if result.returncode != 0:
+            raise classify(result.command, result.returncode, result.stderr or result.stdout, duration=result.duration)
+        return _only(parse_sacct_pipe(result.stdout, source="jobcomp"), job_id)
+
+    async def lookup_job(self, job_id: int) -> JobLookup:
+        job_id = int(job_id)
+        job = None
+        try:
+            # 22.05 ignores -j and lists everything; newer versions filter; either way pick ours
+            result = await self.run("squeue", "--json", "-j", str(job_id))
+            job = parse_snapshot(result.stdout).get(job_id)
+        except JobNotFound:
+            job = None
+        except ParseError as exc:
+            raise TransientSchedulerError(f"unreadable squeue --json output: {exc}") from None
+        history = await self.job_history(job_id)
+        return JobLookup(job_id=job_id, job=job, history=tuple(history) if history is not None else None)
+
+
+def _mentions(result: CommandResult, needles: Sequence[str]) -> bool:
+    text = (result.stderr + result.stdout).lower()
+    return any(needle in text for needle in needles)
+
+
+def _only(records: list[AccountingRecord], job_id: int) -> list[AccountingRecord]:
+    return [record for record in records if record.job_id == job_id]
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,522 @@
+"""Pure parsers of Slurm's job JSON (squeue/slurmrestd, 22.05 to 25.x) and accounting output (sacct)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any
+
+from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
+
+UTC = timezone.utc
+
+# States in which the job's current attempt has ended, so end_time is real rather than a projection.
+ENDED_STATES = frozenset(
+    {
+        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+        "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+        "REVOKED", "COMPLETING",
+    }
+)
+# States in which a job waits to (re)start and can therefore be held.
+WAITING_STATES = frozenset({"PENDING", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+# Base states of the v0.0.40+ job_state list; anything else in the list is a flag.
+BASE_STATES = frozenset(
+    {
+        "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+        "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+    }
+)
+# Slurm's marker for "no array task" (NO_VAL - 1), which %a expands to for ordinary jobs.
+NO_ARRAY_TASK = "4294967294"
+
+_NONE_WORDS = frozenset({"", "None", "none", "(null)", "Unknown", "N/A"})
+
+
+class ParseError(ValueError):
+    """The input is not Slurm job JSON at all (not a single broken record)."""
+
+
+# ---------------------------------------------------------------- small field decoders
+
+
+def _number(value: Any) -> int | None:
+    """A count from a plain int (<= v0.0.38) or a {set, infinite, number} object (v0.0.39+)."""
+    if value is None or value is True or value is False:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        number = value.get("number")
+        return number if isinstance(number, int) else None
+    if isinstance(value, float):
+        return int(value)
+    return None
+
+
+def _time(value: Any) -> datetime | None:
+    """Epoch seconds (plain or a number object) as aware UTC; 0 or unset is None."""
+    seconds = _number(value)
+    if not seconds or seconds < 0:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str | None:
+    """A string field, with Slurm's placeholders for "nothing" mapped to None."""
+    if value is None or not isinstance(value, str) or value in _NONE_WORDS:
+        return None
+    return value
+
+
+def decode_wait_status(status: int) -> tuple[int, int]:
+    """(exit code, signal) from a raw wait status, as Slurm prints `ExitCode=code:signal` (256 -> (1, 0))."""
+    return (status >> 8) & 0xFF, status & 0x7F
+
+
+def _exit(value: Any) -> tuple[int | None, int | None]:
+    """Exit code and signal from any version's exit_code field."""
+    if isinstance(value, int) and not isinstance(value, bool):  # <= v0.0.38: raw wait status
+        return decode_wait_status(value)
+    if isinstance(value, dict):
+        if "status" not in value:  # v0.0.39 job info: a number object holding the raw wait status
+            raw = _number(value)
+            return decode_wait_status(raw) if raw is not None else (None, None)
+        code = _number(value.get("return_code"))
+        signal_obj = value.get("signal")
+        signal = _number(signal_obj.get("id")) if isinstance(signal_obj, dict) else None
+        if code is None and signal is None:
+            return None, None
+        return (code or 0), (signal or 0)
+    return None, None
+
+
+def _state(value: Any) -> tuple[str, tuple[str, ...]]:
+    """Primary state and flags from a string (<= v0.0.39) or a list (v0.0.40+)."""
+    if isinstance(value, str):
+        return value or "UNKNOWN", ()
+    if isinstance(value, list) and value:
+        base = None
+        flags = []
+        for item in value:
+            if base is None and item in BASE_STATES:
+                base = item
+            else:
+                flags.append(item)
+        if base is None:  # a list with flags only (e.g. just "REQUEUED"): report the first as state
+            return str(value[0]), tuple(flags[1:])
+        return base, tuple(flags)
+    return "UNKNOWN", ()
+
+
+# ---------------------------------------------------------------- host lists
+
+
+@lru_cache(maxsize=8192)
+def expand_hostlist(hostlist: str) -> tuple[str, ...]:
+    """Expand a Slurm hostlist: "node[1-3],gpu[01-02]-ib" -> node1, node2, node3, gpu01-ib, gpu02-ib."""
+    if not hostlist or hostlist in _NONE_WORDS:
+        return ()
+    if "[" not in hostlist:
+        return tuple(part for part in hostlist.split(",") if part)
+    hosts: list[str] = []
+    for item in _split_top_level(hostlist):
+        hosts.extend(_expand_item(item))
+    return tuple(hosts)
+
+
+def _split_top_level(hostlist: str) -> list[str]:
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(hostlist):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(hostlist[start:index])
+            start = index + 1
+    items.append(hostlist[start:])
+    return [item for item in items if item]
+
+
+def _expand_item(item: str) -> list[str]:
+    open_at = item.find("[")
+    close_at = item.find("]", open_at)
+    if open_at < 0 or close_at < 0:
+        return [item]
+    prefix, ranges, rest = item[:open_at], item[open_at + 1 : close_at], item[close_at + 1 :]
+    suffixes = _expand_item(rest) if "[" in rest else [rest]
+    hosts = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not high:
+            numbers = [low]
+        elif low.isdigit() and high.isdigit():
+            width = len(low)
+            numbers = [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+        else:
+            numbers = [part]
+        for number in numbers:
+            for suffix in suffixes:
+                hosts.append(f"{prefix}{number}{suffix}")
+    return hosts
+
+
+# ---------------------------------------------------------------- output file patterns
+
+_PATTERN = re.compile(r"%(\d*)([%AaJjNnstuxb])")
+
+
+def expand_filename(
+    pattern: str | None,
+    *,
+    job_id: int,
+    name: str = "",
+    user: str = "",
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+    first_node: str | None = None,
+    working_directory: str | None = None,
+) -> str | None:
+    """Expand Slurm's output filename pattern as slurmstepd does for the batch step.
+
+    %j job id, %J job id (batch step), %x name, %u user, %A array master id (job id for ordinary
+    jobs), %a array task id (4294967294 for ordinary jobs; literal on an array's pending record), %s "batch", %n and %t 0 (node and task
+    of the batch step), %% a literal %, an optional width zero-pads numbers (%3j -> 007). %N is the
+    short host name of the batch node: it is filled in only when `first_node` is given (on a real
+    cluster the node name is normally its host name; on the lab's emulated nodes slurmstepd uses the
+    machine's host name instead, so a %N path there does not match). %b stays literal (22.05 does so).
+    A relative path is taken from the working directory.
+    """
+    if not pattern:
+        return None
+    if "%" in pattern:
+        array_master = array_job_id if array_job_id else job_id
+        if not array_job_id:
+            array_task: str | None = NO_ARRAY_TASK
+        else:  # an array's pending meta record has no task id yet: keep %a for the collector
+            array_task = str(array_task_id) if array_task_id is not None else None
+
+        def substitute(match: re.Match[str]) -> str:
+            width, letter = match.group(1), match.group(2)
+            if letter == "%":
+                return "%"
+            if letter == "j" or letter == "J":
+                value = str(job_id)
+            elif letter == "x":
+                value = name
+            elif letter == "u":
+                value = user
+            elif letter == "A":
+                value = str(array_master)
+            elif letter == "a" and array_task is not None:
+                value = array_task
+            elif letter == "s":
+                value = "batch"
+            elif letter == "n" or letter == "t":
+                value = "0"
+            elif letter == "N" and first_node:
+                value = first_node.split(".", 1)[0]
+            else:
+                return match.group(0)
+            return value.zfill(int(width)) if width and value.isdigit() else value
+
+        pattern = _PATTERN.sub(substitute, pattern)
+    if not pattern.startswith("/") and working_directory:
+        pattern = working_directory.rstrip("/") + "/" + pattern
+    return pattern
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def _load(raw: bytes | str | dict) -> dict:
+    if isinstance(raw, dict):
+        return raw
+    # json.loads of a big answer creates millions of containers; the cyclic GC would rescan them
+    # repeatedly (6x slower on 10,000 jobs) although they hold no cycles, so pause it meanwhile
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"not JSON: {exc}") from None
+    finally:
+        if paused:
+            gc.enable()
+    if not isinstance(data, dict):
+        raise ParseError("top level is not a JSON object")
+    return data
+
+
+def parse_job(record: dict) -> SlurmJob:
+    """One job object of any version; raises (KeyError, TypeError, ValueError) only when it has no usable id."""
+    get = record.get
+    job_id = get("job_id")
+    if not isinstance(job_id, int) or isinstance(job_id, bool):
+        job_id = int(job_id)  # a numeric string is fine; anything else raises and the record is skipped
+    state, flags = _state(get("job_state"))
+    name = get("name") or ""
+    user = get("user_name") or ""
+    reason = _text(get("state_reason"))
+    description = _text(get("state_description"))
+    priority = _number(get("priority"))
+    exit_code, exit_signal = _exit(get("exit_code"))
+    batch_host = _text(get("batch_host"))
+    cwd = _text(get("current_working_directory"))
+    array_job_id = _number(get("array_job_id")) or None
+    array_task_id = _number(get("array_task_id"))
+    nodes_raw = get("nodes")
+    excluded_raw = get("excluded_nodes")
+    nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
+    excluded = expand_hostlist(excluded_raw) if isinstance(excluded_raw, str) else ()
+
+    waiting = state in WAITING_STATES
+    held = False
+    if waiting:
+        held = get("hold") is True or (priority == 0 and state == "PENDING") or (reason is not None and "held" in reason.lower())
+
+    stdout_raw = _text(get("standard_output"))
+    stderr_raw = _text(get("standard_error"))
+    first_node = batch_host or (nodes[0] if nodes else None)
+    stdout = _text(get("stdout_expanded")) or expand_filename(
+        stdout_raw, job_id=job_id, name=name, user=user, array_job_id=array_job_id,
+        array_task_id=array_task_id, first_node=first_node, working_directory=cwd,
+    )
+    if stderr_raw is None:  # no --error: stderr goes to the stdout file (25.x reports "")
+        stderr = _text(get("stderr_expanded")) or stdout
+    else:
+        stderr = _text(get("stderr_expanded")) or expand_filename(
+            stderr_raw, job_id=job_id, name=name, user=user, array_job_id=array_job_id,
+            array_task_id=array_task_id, first_node=first_node, working_directory=cwd,
+        )
+    restart = get("restart_cnt")
+    return SlurmJob(
+        job_id=job_id,
+        name=name,
+        user=user,
+        partition=get("partition") or "",
+        state=state,
+        state_flags=flags,
+        state_reason=reason,
+        state_description=description,
+        requeue=get("requeue") is True,
+        restart_count=_number(restart) or 0,
+        comment=get("comment") or "",
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        nodes=nodes,
+        excluded_nodes=excluded,
+        batch_host=batch_host,
+        stdout_raw=stdout_raw,
+        stderr_raw=stderr_raw,
+        stdout=stdout,
+        stderr=stderr,
+        submit_time=_time(get("submit_time")),
+        start_time=None if state == "PENDING" else _time(get("start_time")),
+        end_time=_time(get("end_time")) if state in ENDED_STATES or "COMPLETING" in flags else None,
+        held=held,
+        hold_reason=reason if held else None,
+        priority=priority,
+        working_directory=cwd,
+        array_job_id=array_job_id,
+        array_task_id=array_task_id if array_job_id else None,
+        array_task_string=_text(get("array_task_string")),
+        cluster=_text(get("cluster")),
+    )
+
+
+def _meta(data: dict) -> tuple[str | None, str | None]:
+    meta = data.get("meta")
+    if not isinstance(meta, dict):
+        return None, None
+    slurm = meta.get("slurm") or meta.get("Slurm") or {}
+    release = slurm.get("release") if isinstance(slurm, dict) else None
+    plugin = meta.get("plugin") or {}
+    plugins = meta.get("plugins") or {}
+    parser = (plugin.get("data_parser") if isinstance(plugin, dict) else None) or (
+        plugins.get("data_parser") if isinstance(plugins, dict) else None
+    )
+    if not parser and isinstance(plugin, dict):
+        parser = plugin.get("type") or None  # 21.08/22.05: "openapi/v0.0.38"
+    return release, parser
+
+
+def parse_snapshot(raw: bytes | str | dict, *, taken_at: datetime | None = None, duration: float = 0.0) -> Snapshot:
+    """All jobs of one `squeue --json` (or slurmrestd /jobs) answer; broken records become problems."""
+    data = _load(raw)
+    records = data.get("jobs")
+    if not isinstance(records, list):
+        raise ParseError("no `jobs` list in the answer")
+    jobs: list[SlurmJob] = []
+    problems: list[str] = []
+    for index, record in enumerate(records):
+        try:
+            jobs.append(parse_job(record))
+        except Exception as exc:  # one odd record must never cost the whole tick
+            ident = record.get("job_id") if isinstance(record, dict) else None
+            problems.append(f"job record #{index} (job_id={ident!r}) skipped: {type(exc).__name__}: {exc}")
+    for error in data.get("errors") or ():
+        problems.append(f"slurm reported: {error}")
+    release, parser = _meta(data)
+    return Snapshot(
+        jobs=tuple(jobs),
+        taken_at=taken_at or datetime.now(UTC),
+        duration=duration,
+        problems=tuple(problems),
+        slurm_release=release,
+        data_parser=parser,
+    )
+
+
+def parse_jobs(raw: bytes | str | dict) -> list[SlurmJob]:
+    """The parsable jobs of one squeue/slurmrestd answer (see parse_snapshot for the problems)."""
+    return list(parse_snapshot(raw).jobs)
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def _local_time(text: str) -> datetime | None:
+    """sacct's `2026-11-30T03:43:03` (the machine's local time) as aware UTC."""
+    if not text or text in _NONE_WORDS:
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _pipe_exit(text: str) -> tuple[int | None, int | None]:
+    code, _, signal = text.partition(":")
+    try:
+        return int(code), int(signal or 0)
+    except ValueError:
+        return None, None
+
+
+def parse_sacct_pipe(text: str, *, source: str = "sacct") -> list[AccountingRecord]:
+    """Attempts from `sacct -P` rows (header line first; Comment may contain `|`, so it must be last).
+
+    source="jobcomp" (`sacct -c`): a PENDING line is jobcomp's record of a requeue and becomes
+    REQUEUED, merged into the attempt with the same start when that attempt already has a line.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = lines[0].split("|")
+    width = len(header)
+    column = {name.lower(): index for index, name in enumerate(header)}
+    id_col = column.get("jobidraw", column.get("jobid"))
+    if id_col is None or "state" not in column:
+        raise ParseError(f"sacct header lacks JobID/State: {lines[0]!r}")
+
+    def cell(row: list[str], name: str) -> str:
+        index = column.get(name)
+        return row[index] if index is not None and index < len(row) else ""
+
+    records: list[AccountingRecord] = []
+    attempts: dict[int, int] = {}
+    last_start: dict[int, datetime | None] = {}
+    for line in lines[1:]:
+        row = line.split("|", width - 1)
+        ident = row[id_col].split(".", 1)[0].split("_", 1)[0]
+        if "." in row[id_col]:
+            continue  # a step row (.batch/.extern): not an attempt
+        try:
+            job_id = int(ident)
+        except ValueError:
+            continue
+        state = (cell(row, "state").split(" ", 1)[0] or "UNKNOWN").rstrip("+")
+        start = _local_time(cell(row, "start"))
+        if source == "jobcomp":
+            # jobcomp writes a second, PENDING line with the same start when an ended attempt is
+            # requeued (requeuehold on FAILED): that is the same attempt, not a new one
+            if state == "PENDING":
+                state = "REQUEUED"
+            if job_id in last_start and last_start[job_id] == start and start is not None:
+                continue
+            last_start[job_id] = start
+        attempt = attempts.get(job_id, 0)
+        attempts[job_id] = attempt + 1
+        code, signal = _pipe_exit(cell(row, "exitcode"))
+        records.append(
+            AccountingRecord(
+                job_id=job_id,
+                attempt=attempt,
+                state=state,
+                exit_code=code,
+                exit_signal=signal,
+                nodes=expand_hostlist(cell(row, "nodelist")),
+                start=start,
+                end=_local_time(cell(row, "end")),
+                submit=_local_time(cell(row, "submit")),
+                reason=_text(cell(row, "reason")),
+                comment=cell(row, "comment") or None,
+                source=source,
+            )
+        )
+    return records
+
+
+def parse_sacct_json(raw: bytes | str | dict) -> list[AccountingRecord]:
+    """Every attempt in a `sacct --json` / slurmdbd answer (dbv0.0.38 to v0.0.44).
+
+    On 22.05 (openapi/dbv0.0.38) exit codes are always reported as SUCCESS/0, so they become None.
+    """
+    data = _load(raw)
+    _, parser = _meta(data)
+    exit_codes_broken = bool(parser and "0.0.38" in parser)
+    records: list[AccountingRecord] = []
+    attempts: dict[int, int] = {}
+    for record in data.get("jobs") or ():
+        try:
+            job_id = int(record["job_id"])
+            state_obj = record.get("state") or {}
+            state, _ = _state(state_obj.get("current"))
+            times = record.get("time") or {}
+            if exit_codes_broken:
+                code, signal = None, None
+            else:
+                code, signal = _accounting_exit(record.get("exit_code"))
+            comment = record.get("comment")
+            comment = comment.get("job") if isinstance(comment, dict) else comment
+        except Exception:
+            continue
+        attempt = attempts.get(job_id, 0)
+        attempts[job_id] = attempt + 1
+        records.append(
+            AccountingRecord(
+                job_id=job_id,
+                attempt=attempt,
+                state=state,
+                exit_code=code,
+                exit_signal=signal,
+                nodes=expand_hostlist(record.get("nodes") or ""),
+                start=_time(times.get("start")),
+                end=_time(times.get("end")),
+                submit=_time(times.get("submission")),
+                reason=_text(state_obj.get("reason")),
+                comment=comment or None,
+                source="sacct-json",
+            )
+        )
+    return records
+
+
+def _accounting_exit(value: Any) -> tuple[int | None, int | None]:
+    if isinstance(value, dict) and not isinstance(value.get("return_code"), dict) and "status" in value:
+        code = value.get("return_code")  # v0.0.39: {"status": "SUCCESS", "return_code": 0}
+        signal = value.get("signal")
+        signal_id = signal.get("signal_id") if isinstance(signal, dict) else None
+        return (code if isinstance(code, int) else None), (signal_id if isinstance(signal_id, int) else 0)
+    return _exit(value)

@@ -1,0 +1,343 @@
+"""The Slurm parsers read every JSON version we know (21.08 to 25.11) into the same SlurmJob."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from app.slurm.parse import (
+    ParseError,
+    decode_wait_status,
+    expand_filename,
+    expand_hostlist,
+    parse_jobs,
+    parse_sacct_json,
+    parse_sacct_pipe,
+    parse_snapshot,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
+REFERENCE = Path("/work/shared/reference/slurm-json")
+KNOWN_STATES = {
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "COMPLETING", "CONFIGURING", "REQUEUED",
+    "SPECIAL_EXIT", "REQUEUE_HOLD", "RESIZING", "REVOKED", "SIGNALING", "STAGE_OUT", "STOPPED",
+}
+
+
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def by_id(name: str) -> dict:
+    return {job.job_id: job for job in parse_jobs(load(name))}
+
+
+def utc(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+# ---------------------------------------------------------------- every captured file
+
+
+def _reference_files(*prefixes: str) -> list[Path]:
+    if not REFERENCE.is_dir():
+        return []
+    return sorted(p for p in REFERENCE.glob("*.json") if p.name.startswith(prefixes))
+
+
+JOB_FILES = _reference_files("squeue-", "slurmrestd-jobs-", "slurmrestd-job-", "scontrol-")
+ACCOUNTING_FILES = _reference_files("sacct-", "slurmdbd-job-")
+NO_REFERENCE = "the shared reference captures (/work/shared/reference/slurm-json) are not on this machine"
+
+
+@pytest.mark.skipif(not JOB_FILES, reason=NO_REFERENCE)
+@pytest.mark.parametrize("path", JOB_FILES, ids=lambda p: p.name)
+def test_every_reference_job_listing_parses(path: Path) -> None:
+    raw = path.read_bytes()
+    records = json.loads(raw)["jobs"]
+    snapshot = parse_snapshot(raw)
+    assert snapshot.problems == ()
+    assert [job.job_id for job in snapshot.jobs] == [record["job_id"] for record in records]
+    for job, record in zip(snapshot.jobs, records):
+        assert job.state in KNOWN_STATES, job.state
+        assert job.restart_count == record["restart_cnt"]
+        assert job.comment == record["comment"]
+        assert job.submit_time is not None and job.submit_time.year >= 2020
+        if job.state == "PENDING":
+            assert job.start_time is None and job.end_time is None and job.nodes == ()
+        if job.state in {"COMPLETED", "FAILED", "TIMEOUT"}:
+            assert job.end_time is not None and job.exit_code is not None
+        if record["nodes"]:
+            assert job.nodes and all("[" not in node for node in job.nodes)
+    assert snapshot.slurm_release and snapshot.data_parser
+
+
+@pytest.mark.skipif(not ACCOUNTING_FILES, reason=NO_REFERENCE)
+@pytest.mark.parametrize("path", ACCOUNTING_FILES, ids=lambda p: p.name)
+def test_every_reference_accounting_file_parses(path: Path) -> None:
+    raw = path.read_text()
+    records = json.loads(raw)["jobs"]
+    parsed = parse_sacct_json(raw)
+    assert [r.job_id for r in parsed] == [record["job_id"] for record in records]
+    for record in parsed:
+        assert record.state in KNOWN_STATES
+        if record.state == "FAILED":
+            assert record.exit_code == 1
+
+
+# ---------------------------------------------------------------- 22.05 (openapi/v0.0.38), captured on the lab
+
+
+def test_2205_held_job_after_requeuehold() -> None:
+    job = by_id("squeue-v0.0.38-lab.json")[1]
+    assert (job.state, job.state_flags) == ("PENDING", ())
+    assert job.held and job.hold_reason == "JobHeldUser" and job.priority == 0
+    assert job.restart_count == 1 and job.requeue
+    assert job.excluded_nodes == ("node1", "node3")
+    assert job.exit_code == 1  # Slurm keeps the last attempt's exit code until release
+    assert job.start_time is None and job.end_time is None  # 22.05 reports estimates here
+    assert json.loads(job.comment)["APS"]["workflow_id"] == "w1"
+
+
+def test_2205_exit_codes_are_raw_wait_status() -> None:
+    jobs = by_id("squeue-v0.0.38-lab.json")
+    raw = {record["job_id"]: record["exit_code"] for record in load("squeue-v0.0.38-lab.json")["jobs"]}
+    assert raw[1] == 256 and (jobs[1].exit_code, jobs[1].exit_signal) == (1, 0)
+    assert raw[2] == 9 and (jobs[2].state, jobs[2].exit_code, jobs[2].exit_signal) == ("FAILED", 0, 9)
+
+
+def test_2205_running_and_array_jobs() -> None:
+    jobs = by_id("squeue-v0.0.38-lab.json")
+    running = jobs[3]
+    assert running.state == "RUNNING" and running.nodes == ("node2",) and running.batch_host == "node2"
+    assert running.start_time == utc(1796010145) and running.end_time is None
+    assert not running.held and jobs[4].requeue is False
+    task = jobs[7]
+    assert (task.array_job_id, task.array_task_id) == (5, 1)
+    assert task.stdout == "/tmp/recovery-lab/capture/arr-5_1.out"
+    assert task.end_time == utc(1796010145)
+    assert jobs[6].held and jobs[6].restart_count == 0  # sbatch --hold
+    assert jobs[3].array_job_id is None and jobs[3].array_task_id is None
+
+
+def test_2205_output_paths_keep_pattern_and_expand() -> None:
+    job = by_id("squeue-v0.0.38-lab.json")[3]
+    assert job.stdout_raw == "/tmp/recovery-lab/capture/out-%x-%j-%N.log"
+    assert job.stdout == "/tmp/recovery-lab/capture/out-apsjob-3-node2.log"
+    assert job.stderr == "/tmp/recovery-lab/capture/err-apsjob-3.log"
+    pending = by_id("squeue-v0.0.38-lab.json")[6]
+    assert pending.stdout == "/tmp/recovery-lab/capture/out-apsjob-6-%N.log"  # no node yet: %N stays
+
+
+# ---------------------------------------------------------------- 21.08 / 23.02 / 24.x / 25.x
+
+
+def test_v0037_plain_values() -> None:
+    jobs = parse_jobs(load("squeue-v0.0.37.json"))
+    assert [job.state for job in jobs] == ["RUNNING", "PENDING"]
+    assert jobs[0].nodes == ("cs75",) and jobs[0].exit_code == 0 and jobs[0].priority == 1013
+    assert jobs[1].state_reason == "Dependency" and jobs[1].start_time is None
+
+
+def test_v0039_held_requeued_jobs_and_number_objects() -> None:
+    jobs = by_id("squeue-v0.0.39.json")
+    held = jobs[52175550]
+    assert held.held and held.hold_reason == "JobHeldUser" and held.restart_count == 1
+    assert held.state_description == "launch failed requeued held"
+    assert held.array_job_id == 52173767 and held.array_task_id == 1470
+    failed = jobs[52175999]
+    assert (failed.state, failed.exit_code, failed.exit_signal) == ("FAILED", 1, 0)  # number 256
+    assert failed.nodes == ("gpu01", "gpu02", "gpu03", "gpu04")
+    assert failed.stdout == "/work/logs/train-52175999.out"
+    assert failed.stderr == "/work/logs/train-52175999.err"
+    assert not failed.held
+
+
+def test_v0041_list_states_and_arrays() -> None:
+    jobs = parse_jobs(load("squeue-v0.0.41.json"))
+    running, array = jobs
+    assert running.state == "RUNNING" and running.state_flags == ()
+    assert running.start_time == utc(1760161508) and running.end_time is None
+    assert array.state == "PENDING" and array.array_task_string == "0-99%10"
+    assert array.array_job_id == array.job_id and array.array_task_id is None
+    assert array.stdout == array.stdout_raw  # 24.05 already sends the expanded path
+
+
+def test_v0042_list_states_flags_exit_objects() -> None:
+    jobs = by_id("squeue-v0.0.42.json")
+    states = {job.state for job in jobs.values()}
+    assert {"FAILED", "TIMEOUT", "CANCELLED", "RUNNING", "PENDING"} <= states
+    failed = next(job for job in jobs.values() if job.state == "FAILED" and job.job_id < 7000)
+    assert (failed.exit_code, failed.exit_signal) == (1, 0) and failed.state_reason == "NonZeroExitCode"
+    timeout = next(job for job in jobs.values() if job.state == "TIMEOUT")
+    assert timeout.exit_signal == 15 and timeout.end_time is not None
+    held = jobs[7001]
+    assert held.state == "PENDING" and held.state_flags == ("REQUEUED",)
+    assert held.held and held.restart_count == 2
+    assert held.excluded_nodes == ("cn1", "cn2", "gpu3")
+    assert held.submit_time is not None and held.start_time is None
+    assert json.loads(held.comment) == {"APS": {"workflow_id": "w1"}}
+    killed = jobs[7002]
+    assert (killed.exit_code, killed.exit_signal) == (0, 9)
+
+
+def test_v0044_expanded_paths_preferred() -> None:
+    jobs = parse_jobs(load("squeue-v0.0.44.json"))
+    for job in jobs:
+        assert job.stdout_raw == "slurm-%j.out"
+        assert job.stdout == f"/home/{job.user}/slurm-{job.job_id}.out"
+        assert job.stderr == job.stdout  # no --error: stderr shares the stdout file
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(0, (0, 0)), (256, (1, 0)), (9, (0, 9)), (15, (0, 15)), (2 << 8, (2, 0)), (137 << 8, (137, 0)), (0x8B, (0, 11))],
+)
+def test_decode_wait_status(status: int, expected: tuple[int, int]) -> None:
+    assert decode_wait_status(status) == expected
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "expected"),
+    [
+        ("node[1-3]", ("node1", "node2", "node3")),
+        ("node1,node3", ("node1", "node3")),
+        ("gpu[01-04]", ("gpu01", "gpu02", "gpu03", "gpu04")),
+        ("cn[001-002,010]", ("cn001", "cn002", "cn010")),
+        ("dave[4,31,40-42]", ("dave4", "dave31", "dave40", "dave41", "dave42")),
+        ("a[8-10],b3", ("a8", "a9", "a10", "b3")),
+        ("gpu[1-2]-ib", ("gpu1-ib", "gpu2-ib")),
+        ("rack[1-2]-n[1-2]", ("rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2")),
+        ("", ()),
+        ("(null)", ()),
+    ],
+)
+def test_expand_hostlist(hostlist: str, expected: tuple[str, ...]) -> None:
+    assert expand_hostlist(hostlist) == expected
+
+
+def test_expand_filename_patterns() -> None:
+    common = dict(job_id=10, name="pat", user="root")
+    # the exact name 22.05 wrote for this pattern on the lab (a non-array job; %b stays literal)
+    assert (
+        expand_filename("/d/pat-%A-%a-%3j-%u-%x-%%-%n-%t-%s-%b.out", **common)
+        == "/d/pat-10-4294967294-010-root-pat-%-0-0-batch-%b.out"
+    )
+    assert expand_filename("/d/arr-%A_%a.out", job_id=7, array_job_id=5, array_task_id=1) == "/d/arr-5_1.out"
+    pending_array = expand_filename("/d/arr-%A_%a.out", job_id=5, array_job_id=5, array_task_id=None)
+    assert pending_array == "/d/arr-5_%a.out"  # the array's pending record: tasks not split yet
+    assert expand_filename("/d/%N.log", **common) == "/d/%N.log"
+    assert expand_filename("/d/%N.log", **common, first_node="gpu01.cluster") == "/d/gpu01.log"
+    assert expand_filename("slurm-%j.out", **common, working_directory="/home/u/") == "/home/u/slurm-10.out"
+    assert expand_filename("/dev/null", **common) == "/dev/null"
+    assert expand_filename(None, **common) is None
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_records_are_skipped_and_reported() -> None:
+    good = load("squeue-v0.0.38-lab.json")["jobs"][0]
+    raw = {
+        "jobs": [
+            good,
+            {"job_id": "not-a-number", "job_state": "RUNNING"},
+            "a string",
+            None,
+            {"name": "no id"},
+            {"job_id": 42},  # nothing else: still a job, with defaults
+            {"job_id": 43, "job_state": 7, "nodes": 5, "priority": "x", "exit_code": "?", "submit_time": "soon",
+             "hold": "yes", "restart_cnt": None, "excluded_nodes": None, "standard_output": 3},
+        ],
+        "errors": [],
+    }
+    snapshot = parse_snapshot(json.dumps(raw))
+    assert [job.job_id for job in snapshot.jobs] == [good["job_id"], 42, 43]
+    assert len(snapshot.problems) == 4
+    assert "#1" in snapshot.problems[0] and "not-a-number" in snapshot.problems[0]
+    odd = snapshot.get(43)
+    assert odd is not None and odd.state == "UNKNOWN" and odd.nodes == () and odd.exit_code is None
+    assert snapshot.get(42).restart_count == 0
+
+
+def test_slurm_errors_are_problems() -> None:
+    snapshot = parse_snapshot({"jobs": [], "errors": [{"error": "boom", "error_number": 1}]})
+    assert snapshot.jobs == () and "boom" in snapshot.problems[0]
+
+
+@pytest.mark.parametrize("raw", [b"not json", "[]", b"\xff\xfe", "{}"])
+def test_not_a_job_listing_raises_parse_error(raw: bytes | str) -> None:
+    with pytest.raises(ParseError):
+        parse_snapshot(raw)
+
+
+def test_ten_thousand_jobs_parse_quickly() -> None:
+    template = load("squeue-v0.0.42.json")
+    jobs = template["jobs"]
+    template["jobs"] = [dict(jobs[i % len(jobs)], job_id=1_000_000 + i, nodes=f"gpu[{i % 90:02d}-{i % 90 + 3:02d}]") for i in range(10_000)]
+    raw = json.dumps(template).encode()
+    started = time.perf_counter()
+    snapshot = parse_snapshot(raw)
+    elapsed = time.perf_counter() - started
+    assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()
+    assert snapshot.get(1_000_005).nodes[0] == "gpu05"
+    assert elapsed < 5.0, f"10,000 jobs took {elapsed:.2f}s"
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def test_sacct_pipe_from_slurmdbd_counts_attempts_and_keeps_pipes_in_comments() -> None:
+    records = parse_sacct_pipe((FIXTURES / "sacct-P-slurmdbd-lab.txt").read_text())
+    job8 = [r for r in records if r.job_id == 8]
+    assert [(r.attempt, r.state, r.exit_code, r.nodes) for r in job8] == [
+        (0, "REQUEUED", 1, ("node1",)),
+        (1, "FAILED", 1, ("node2",)),
+    ]
+    assert json.loads(job8[0].comment) == {"APS": {"workflow_id": "w 2", "note": "a|b"}}
+    assert job8[1].reason == "BeginTime" and job8[0].reason is None
+    assert job8[0].start is not None and job8[0].start.tzinfo is not None
+    job9 = next(r for r in records if r.job_id == 9)
+    assert (job9.state, job9.exit_code, job9.exit_signal) == ("FAILED", 0, 9)
+
+
+def test_sacct_pipe_from_jobcomp_merges_requeue_lines() -> None:
+    records = parse_sacct_pipe((FIXTURES / "sacct-c-jobcomp-lab.txt").read_text(), source="jobcomp")
+    job8 = [r for r in records if r.job_id == 8]
+    assert [(r.attempt, r.state, r.nodes) for r in job8] == [(0, "FAILED", ("node1",)), (1, "FAILED", ("node2",))]
+    assert all(r.source == "jobcomp" for r in records)
+
+
+def test_sacct_pipe_edge_cases() -> None:
+    text = "JobID|State|ExitCode|NodeList|Start|End\n5_1|CANCELLED by 0|0:15|None assigned|Unknown|Unknown\n5_1.batch|CANCELLED|0:15|n1|Unknown|Unknown\n"
+    [record] = parse_sacct_pipe(text)
+    assert (record.job_id, record.state, record.exit_signal, record.start) == (5, "CANCELLED", 15, None)
+    assert parse_sacct_pipe("") == []
+    with pytest.raises(ParseError):
+        parse_sacct_pipe("Foo|Bar\n1|2\n")
+
+
+def test_sacct_json_2205_exit_codes_are_not_trusted() -> None:
+    records = parse_sacct_json(load("sacct-dbv0.0.38-lab.json"))
+    assert [(r.attempt, r.state, r.nodes) for r in records] == [(0, "REQUEUED", ("node1",)), (1, "FAILED", ("node2",))]
+    assert all(r.exit_code is None for r in records)  # 22.05 says SUCCESS/0 even for `exit 1`
+    assert records[1].reason == "BeginTime"
+    assert "a|b" in records[0].comment
+
+
+def test_sacct_json_newer_versions() -> None:
+    records = parse_sacct_json(load("sacct-v0.0.42.json"))
+    by_state = {r.state: r for r in records}
+    assert by_state["FAILED"].exit_code not in (None, 0)
+    assert by_state["OUT_OF_MEMORY"].exit_signal == 125
+    assert by_state["COMPLETED"].exit_code == 0
+    [old] = parse_sacct_json(load("sacct-v0.0.39.json"))
+    assert (old.state, old.exit_code, old.job_id) == ("COMPLETED", 0, 12079670)
