@@ -1,0 +1,190 @@
+"""`recovery check-log FILE`: show a job author what the detectors would make of a log file."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from app.config import Settings
+from app.domain.logline import decode_line, parse_timestamp
+from app.domain.progress import HangThresholds, SilenceScan
+from app.domain.signature_config import SignatureConfigError, parse_signature_config
+from app.domain.signature_defaults import default_ruleset
+from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
+from app.logs.reader import LINE_CAP, FilePosition, LogTailer
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+_SHOWN = 50
+
+
+@dataclass
+class _Report:
+    crashes: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_marker: dict[str, Any] | None = None
+    throughput: dict[str, list[float]] = field(default_factory=dict)
+
+
+def load_ruleset(settings: Settings) -> RuleSet:
+    """Defaults, or the operator's signatures file applied on top of them."""
+    if not settings.signatures_file:
+        return default_ruleset()
+    return parse_signature_config(Path(settings.signatures_file).read_text(encoding="utf-8"))
+
+
+def _collect(path: str, ruleset: RuleSet) -> _Report:
+    report = _Report()
+    tailer = LogTailer(ruleset, all_progress=True, all_throughput=True, max_bytes=16 * 1024 * 1024, traceback_wait=0.0)
+    position = FilePosition(path=path)
+    try:
+        while True:
+            result = tailer.read(position)
+            position = result.position
+            for event in result.events:
+                where = {"line": event.line_number, "text": event.text[:300]}
+                if isinstance(event.signal, CrashSignature):
+                    s = event.signal
+                    report.crashes.append({**where, "category": s.category, "rule": s.rule, "nodes": list(s.nodes), "rank": s.rank, "xid": s.xid, "detail": s.detail})
+                elif isinstance(event.signal, CheckpointEvent):
+                    c = event.signal
+                    report.checkpoints.append({**where, "kind": c.kind, "framework": c.framework, "iteration": c.iteration, "path": c.path})
+            for event in result.progress:
+                marker = event.signal
+                assert isinstance(marker, ProgressMarker)
+                if report.first_marker is None:
+                    report.first_marker = {"line": event.line_number, "phase": marker.phase, "rule": marker.rule, "text": event.text[:300]}
+                entry = report.progress.setdefault(marker.phase, {"count": 0, "first_line": event.line_number, "last_line": event.line_number, "rules": []})
+                entry["count"] += 1
+                entry["last_line"] = event.line_number
+                if marker.rule not in entry["rules"]:
+                    entry["rules"].append(marker.rule)
+            for event in result.throughput:
+                assert isinstance(event.signal, ThroughputSample)
+                for metric, value in event.signal.values.items():
+                    report.throughput.setdefault(metric, []).append(value)
+            if not result.more:
+                break
+    finally:
+        tailer.close()
+    return report
+
+
+def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> SilenceScan:
+    """Replay source timestamps line by line: where would the no-output detector have fired?"""
+    from app.domain.signatures import Classifier
+
+    classifier = Classifier(ruleset)
+    scan = SilenceScan(thresholds)
+    now = datetime.now(timezone.utc)
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            text = decode_line(raw[:LINE_CAP].rstrip(b"\n"))
+            marker = classifier.progress(text.split("\r")[-1]) if text else None
+            scan.feed(line_number=number, at=parse_timestamp(text, now=now, default_tz=timezone.utc), marker=marker, offset=offset)
+            offset += len(raw)
+    return scan
+
+
+def build_report(path: str, ruleset: RuleSet, thresholds: HangThresholds = HangThresholds()) -> dict[str, Any]:
+    """Everything check-log prints, as one JSON-ready dict."""
+    report = _collect(path, ruleset)
+    silence = _silence(path, ruleset, thresholds)
+    throughput = {
+        metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
+        for metric, values in sorted(report.throughput.items())
+    }
+    return {
+        "file": path,
+        "crash_signatures": report.crashes,
+        "checkpoints": report.checkpoints,
+        "progress": report.progress,
+        "hang_detector": {
+            "armed": report.first_marker is not None,
+            "first_marker": report.first_marker,
+            "thresholds_seconds": {"pretraining": thresholds.pretraining, "trainingloop": thresholds.trainingloop},
+            "largest_silent_gap_seconds": silence.largest_gap if silence.state.armed else None,
+            "largest_silent_gap_line": silence.largest_gap_line,
+            "largest_silent_gap_phase": silence.largest_gap_phase,
+            "would_raise_no_progress_at_line": silence.first_alarm_line,
+            "no_progress_gap_seconds": silence.first_alarm_gap,
+            "no_progress_phase": silence.first_alarm_phase,
+        },
+        "throughput": throughput,
+    }
+
+
+def _print_human(data: dict[str, Any], out: TextIO) -> None:
+    w = out.write
+    w(f"{data['file']}\n\n")
+    crashes = data["crash_signatures"]
+    w(f"Crash signatures: {len(crashes)}\n")
+    for c in crashes[:_SHOWN]:
+        extra = "".join(f" {k}={c[k]}" for k in ("nodes", "rank", "xid") if c[k] not in (None, []))
+        w(f"  line {c['line']}: {c['category']} ({c['rule']}){extra}\n    {c['text']}\n")
+        if c["detail"] and c["detail"] != c["text"].strip():
+            w(f"    -> {c['detail']}\n")
+    if len(crashes) > _SHOWN:
+        w(f"  ... {len(crashes) - _SHOWN} more\n")
+    ckpts = data["checkpoints"]
+    w(f"\nCheckpoint events: {len(ckpts)}\n")
+    for c in ckpts[:_SHOWN]:
+        w(f"  line {c['line']}: {c['kind']} [{c['framework']}] iteration={c['iteration']} path={c['path']}\n")
+    if len(ckpts) > _SHOWN:
+        w(f"  ... {len(ckpts) - _SHOWN} more\n")
+    w("\nProgress markers:\n")
+    if not data["progress"]:
+        w("  none\n")
+    for phase, entry in data["progress"].items():
+        w(f"  {phase}: {entry['count']} lines (first line {entry['first_line']}, last line {entry['last_line']}; rules {', '.join(entry['rules'])})\n")
+    hang = data["hang_detector"]
+    thresholds = hang["thresholds_seconds"]
+    w("\nHang detector (no output):\n")
+    if not hang["armed"]:
+        w("  would NOT arm: no configured progress marker in this log (a generic 'training started' line does not count)\n")
+    else:
+        first = hang["first_marker"]
+        w(f"  arms at line {first['line']} in phase {first['phase']} ({first['rule']}): {first['text']}\n")
+        w(f"  thresholds: pretraining {thresholds['pretraining']:g} s, trainingloop {thresholds['trainingloop']:g} s\n")
+        gap = hang["largest_silent_gap_seconds"]
+        if gap:
+            w(f"  largest silent gap after arming: {gap:g} s before line {hang['largest_silent_gap_line']} ({hang['largest_silent_gap_phase']})\n")
+        else:
+            w("  no timestamped gap after arming\n")
+        if hang["would_raise_no_progress_at_line"] is not None:
+            w(f"  this log would have raised NO_PROGRESS at line {hang['would_raise_no_progress_at_line']} "
+              f"({hang['no_progress_gap_seconds']:g} s silent in {hang['no_progress_phase']})\n")
+        else:
+            w("  no silence long enough to raise NO_PROGRESS\n")
+    w("\nThroughput:\n")
+    if not data["throughput"]:
+        w("  none\n")
+    for metric, s in data["throughput"].items():
+        w(f"  {metric}: {s['count']} samples, min {s['min']:g}, median {s['median']:g}, max {s['max']:g}\n")
+
+
+def run(path: str, *, as_json: bool, settings: Settings, out: TextIO = sys.stdout, thresholds: HangThresholds = HangThresholds()) -> int:
+    """Entry point for `recovery check-log`; 0 when the file was analysed, 2 on usage errors."""
+    file = Path(path)
+    if not file.is_file():
+        print(f"check-log: no such file: {path}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        ruleset = load_ruleset(settings)
+    except (OSError, SignatureConfigError) as exc:
+        print(f"check-log: signatures file {settings.signatures_file}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data = build_report(str(file), ruleset, thresholds)
+    if as_json:
+        json.dump(data, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        _print_human(data, out)
+    return EXIT_OK

@@ -1,0 +1,334 @@
+"""Classify one log line: crash signature, checkpoint event, progress marker or throughput figures.
+
+Pure code: rules in, results out. The chunk prefilter (app/domain/chunkscan.py) decides which
+lines are worth classifying; this module decides precisely what a line means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+RuleKind = Literal["crash", "checkpoint", "progress", "throughput", "benign"]
+RULE_KINDS: tuple[str, ...] = ("crash", "checkpoint", "progress", "throughput", "benign")
+
+# Crash categories of SPEC §5 (operators may add their own upper-case names).
+SEGFAULT = "SEGFAULT"
+CUDA_ERROR = "CUDA_ERROR"
+CUDA_OOM = "CUDA_OOM"
+HOST_OOM = "HOST_OOM"
+NCCL_ERROR = "NCCL_ERROR"
+NCCL_TIMEOUT = "NCCL_TIMEOUT"
+XID = "XID"
+NODE_FAIL = "NODE_FAIL"
+TIME_LIMIT = "TIME_LIMIT"
+NAN_LOSS = "NAN_LOSS"
+PYTHON_TRACEBACK = "PYTHON_TRACEBACK"
+CHECKPOINT_WRITE_FAILURE = "CHECKPOINT_WRITE_FAILURE"
+CRASH_CATEGORIES: tuple[str, ...] = (
+    SEGFAULT, CUDA_ERROR, CUDA_OOM, HOST_OOM, NCCL_ERROR, NCCL_TIMEOUT, XID, NODE_FAIL,
+    TIME_LIMIT, NAN_LOSS, PYTHON_TRACEBACK, CHECKPOINT_WRITE_FAILURE,
+)
+
+PRETRAINING = "pretraining"
+TRAININGLOOP = "trainingloop"
+PHASES: tuple[str, ...] = (PRETRAINING, TRAININGLOOP)
+CHECKPOINT_KINDS: tuple[str, ...] = ("saved", "loaded")
+THROUGHPUT_METRICS: tuple[str, ...] = (
+    "tflops", "tflops_per_gpu", "samples_per_s", "tokens_per_s", "iter_ms", "it_per_s", "mfu_pct",
+)
+
+TRACEBACK_START = "Traceback (most recent call last):"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named signature: literal anchors for the prefilter plus a precise regex.
+
+    `label` means: crash -> category; checkpoint -> kind (saved/loaded); progress -> phase;
+    throughput -> metric name (the regex's `value` group, times `scale`); benign -> unused.
+    """
+
+    name: str
+    kind: str
+    anchors: tuple[str, ...]
+    pattern: str
+    label: str = ""
+    framework: str = ""
+    exclude: str = ""
+    scale: float = 1.0
+    example: str = ""
+    source: str = "default"
+
+    def compiled(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+    def compiled_exclude(self) -> re.Pattern[str] | None:
+        return _compile(self.exclude) if self.exclude else None
+
+
+_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    compiled = _CACHE.get(pattern)
+    if compiled is None:
+        compiled = _CACHE[pattern] = re.compile(pattern)
+    return compiled
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The effective, ordered rules (earlier rules win within a kind)."""
+
+    rules: tuple[Rule, ...]
+
+    def of_kind(self, kind: str) -> tuple[Rule, ...]:
+        return tuple(rule for rule in self.rules if rule.kind == kind)
+
+    def anchors_of(self, *kinds: str) -> tuple[str, ...]:
+        """Distinct anchors of the given kinds, in rule order."""
+        seen: dict[str, None] = {}
+        for rule in self.rules:
+            if rule.kind in kinds:
+                for anchor in rule.anchors:
+                    seen.setdefault(anchor, None)
+        return tuple(seen)
+
+    def by_name(self, name: str) -> Rule | None:
+        return next((rule for rule in self.rules if rule.name == name), None)
+
+
+@dataclass(frozen=True)
+class CrashSignature:
+    """A line that says the run died or is dying."""
+
+    category: str
+    rule: str
+    nodes: tuple[str, ...] = ()
+    rank: int | None = None
+    xid: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    """A checkpoint saved/loaded line: evidence of an event, not proof the checkpoint loads."""
+
+    kind: str
+    framework: str
+    rule: str
+    iteration: int | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ProgressMarker:
+    """A configured progress marker: arms the hang detector in its phase."""
+
+    phase: str
+    rule: str
+    framework: str = ""
+    iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class ThroughputSample:
+    """Throughput figures found on one line, by metric name."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    rules: tuple[str, ...] = ()
+
+
+Signal = CrashSignature | CheckpointEvent | ProgressMarker | ThroughputSample
+
+_RANK = re.compile(r"(?:\[\s*[Rr]ank\s*[:=]?\s*(\d+)\s*\]|\b[Rr]ank\s*[:=]?\s*(\d+)\b)")
+_NCCL_HOST = re.compile(r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
+_HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
+_BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
+_KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
+_ITERATION_IN_PATH = re.compile(
+    r"(?:iter_|global_step|checkpoint-|step[=_-]?|iteration[=_-]?)(\d+)(?!.*(?:iter_|global_step|checkpoint-|step[=_-]?)\d)"
+)
+_RANK_PREFIX = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
+
+
+def _rank_of(line: str) -> int | None:
+    match = _RANK.search(line)
+    if not match:
+        return None
+    return int(match.group(1) or match.group(2))
+
+
+def _int_or_none(value: str | None) -> int | None:
+    if value is None:
+        return None
+    digits = value.replace(",", "").strip()
+    return int(digits) if digits.isdigit() else None
+
+
+def _group(match: re.Match[str], name: str) -> str | None:
+    """A named group, or its numbered twins (`node2`, ...) that alternations need in Python regex."""
+    groups = match.groupdict()
+    for key in (name, name + "2", name + "3"):
+        if groups.get(key):
+            return groups[key]
+    return None
+
+
+def _nodes_of(line: str, match: re.Match[str], category: str) -> tuple[str, ...]:
+    """Nodes the line implicates: the regex's `node` group, else category-specific places."""
+    explicit = _group(match, "node")
+    if explicit:
+        return (explicit,)
+    if category == XID:
+        host = _KERNEL_HOST.search(line[: match.start() + 1] if match.start() else line)
+        return (host.group("node"),) if host else ()
+    if category in (NCCL_ERROR, NCCL_TIMEOUT):
+        found: dict[str, None] = {}
+        for regex in (_NCCL_HOST, _BRACKET_HOST, _HOST_PORT):
+            for m in regex.finditer(line):
+                found.setdefault(m.group("node"), None)
+            if found:
+                break
+        return tuple(found)
+    return ()
+
+
+class Classifier:
+    """Precise classification of single lines against one RuleSet."""
+
+    def __init__(self, ruleset: RuleSet):
+        self.ruleset = ruleset
+        self._by_kind = {kind: [(rule, rule.compiled(), rule.compiled_exclude()) for rule in ruleset.of_kind(kind)] for kind in RULE_KINDS}
+        self._narrowed: dict[tuple[str, frozenset[str]], list] = {}
+
+    def _rules(self, kind: str, anchors: frozenset[str] | None) -> list:
+        """The rules of a kind worth trying, given the anchors the prefilter saw (cached per anchor set)."""
+        if anchors is None:
+            return self._by_kind[kind]
+        key = (kind, anchors)
+        rules = self._narrowed.get(key)
+        if rules is None:
+            if len(self._narrowed) > 4096:
+                self._narrowed.clear()
+            rules = self._narrowed[key] = [entry for entry in self._by_kind[kind] if not anchors.isdisjoint(entry[0].anchors)]
+        return rules
+
+    def is_benign(self, line: str) -> bool:
+        """True when a global benign rule matches (applies to crash classification only)."""
+        for rule, regex, _ in self._by_kind["benign"]:
+            if _anchored(rule, line) and regex.search(line):
+                return True
+        return False
+
+    def crash(self, line: str, anchors: frozenset[str] | None = None) -> CrashSignature | None:
+        """The first crash rule the line matches, unless a benign rule or the rule's exclude matches.
+
+        `anchors` (from the prefilter) are the anchors known to occur in the line; when given,
+        only rules keyed on them are tried.
+        """
+        for rule, regex, exclude in self._rules("crash", anchors):
+            if anchors is None and not _anchored(rule, line):
+                continue
+            match = regex.search(line)
+            if match is None or (exclude is not None and exclude.search(line)):
+                continue
+            if self.is_benign(line):
+                return None
+            rank = _int_or_none(_group(match, "rank"))
+            return CrashSignature(
+                category=rule.label,
+                rule=rule.name,
+                nodes=_nodes_of(line, match, rule.label),
+                rank=rank if rank is not None else _rank_of(line),
+                xid=_int_or_none(_group(match, "xid")),
+                detail=line.strip()[:500],
+            )
+        return None
+
+    def checkpoint(self, line: str, anchors: frozenset[str] | None = None) -> CheckpointEvent | None:
+        for rule, regex, exclude in self._rules("checkpoint", anchors):
+            if anchors is None and not _anchored(rule, line):
+                continue
+            match = regex.search(line)
+            if match is None or (exclude is not None and exclude.search(line)):
+                continue
+            path = _group(match, "path")
+            if path:
+                path = path.strip().strip("'\"").rstrip(".,;:)")
+            iteration = _int_or_none(_group(match, "iteration"))
+            if iteration is None:
+                hint = path or _group(match, "tag") or ""
+                found = _ITERATION_IN_PATH.search(hint)
+                iteration = int(found.group(1)) if found else None
+            return CheckpointEvent(kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None)
+        return None
+
+    def progress(self, line: str) -> ProgressMarker | None:
+        for rule, regex, exclude in self._by_kind["progress"]:
+            if not _anchored(rule, line):
+                continue
+            match = regex.search(line)
+            if match is None or (exclude is not None and exclude.search(line)):
+                continue
+            return ProgressMarker(phase=rule.label, rule=rule.name, framework=rule.framework, iteration=_int_or_none(_group(match, "iteration")))
+        return None
+
+    def throughput(self, line: str) -> ThroughputSample | None:
+        values: dict[str, float] = {}
+        names: list[str] = []
+        for rule, regex, exclude in self._by_kind["throughput"]:
+            if rule.label in values or not _anchored(rule, line):
+                continue
+            match = regex.search(line)
+            if match is None or (exclude is not None and exclude.search(line)):
+                continue
+            try:
+                values[rule.label] = float(match.group("value").replace(",", "")) * rule.scale
+            except (ValueError, IndexError):
+                continue
+            names.append(rule.name)
+        return ThroughputSample(values=values, rules=tuple(names)) if values else None
+
+    def classify(self, line: str) -> Signal | None:
+        """Crash first, then checkpoint, progress, throughput: the one thing this line means most."""
+        return self.crash(line) or self.checkpoint(line) or self.progress(line) or self.throughput(line)
+
+    def traceback_category(self, exception_line: str) -> CrashSignature:
+        """Decide a fatal traceback's category from its final exception line."""
+        inner = self.crash(exception_line)
+        if inner is not None and inner.category != PYTHON_TRACEBACK:
+            return CrashSignature(category=inner.category, rule="python_traceback:" + inner.rule, nodes=inner.nodes, rank=inner.rank, xid=inner.xid, detail=exception_line.strip()[:500])
+        return CrashSignature(category=PYTHON_TRACEBACK, rule="python_traceback", rank=_rank_of(exception_line), detail=exception_line.strip()[:500])
+
+
+def _anchored(rule: Rule, line: str) -> bool:
+    return any(anchor in line for anchor in rule.anchors)
+
+
+def strip_rank_prefix(line: str) -> tuple[str, str]:
+    """Split a torchrun/srun label ("[rank3]: ", "Rank0: ", "3: ") from the rest of the line."""
+    match = _RANK_PREFIX.match(line)
+    if not match:
+        return "", line
+    return match.group(0).strip(), line[match.end():]
+
+
+def exception_line_index(lines: Iterable[str], *, prefix: str, limit: int = 400) -> int | None:
+    """Index of the final exception line of a traceback whose body is `lines` (after its start line).
+
+    Lines from other ranks (a different label prefix) are skipped, so interleaved tracebacks of
+    several ranks each find their own exception. Returns None when it has not been written yet.
+    """
+    for index, raw in enumerate(lines):
+        if index >= limit:
+            return None
+        label, body = strip_rank_prefix(raw.rstrip("\r\n"))
+        if label != prefix:
+            continue
+        if not body.strip() or body[:1] in (" ", "\t", "^", "~") or body.startswith(TRACEBACK_START):
+            continue
+        return index  # the first non-indented line ends the traceback: "XxxError: ...", or e.g. "Killed"
+    return None

@@ -1,0 +1,64 @@
+"""`recovery check-log`: what a job author learns about a log file."""
+
+import io
+import json
+from pathlib import Path
+
+from app.authoring.log_check import EXIT_OK, EXIT_USAGE, run
+from app.config import Settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def check(path, tmp_path, as_json=True, **overrides):
+    out = io.StringIO()
+    code = run(str(path), as_json=as_json, settings=Settings.build(data_dir=str(tmp_path), **overrides), out=out)
+    return code, out.getvalue()
+
+
+def test_megatron_log_report(tmp_path):
+    code, text = check(FIXTURES / "megatron_crash.log", tmp_path)
+    data = json.loads(text)
+    assert code == EXIT_OK
+    crashes = [(c["category"], c["nodes"], c["xid"]) for c in data["crash_signatures"]]
+    assert crashes == [("CUDA_OOM", [], None), ("XID", ["node002"], 79), ("NODE_FAIL", ["node002"], None)]
+    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [("loaded", 1000), ("loaded", 1000), ("saved", 1010)]
+    hang = data["hang_detector"]
+    assert hang["armed"] and hang["first_marker"]["phase"] == "pretraining" and hang["first_marker"]["line"] == 8
+    assert hang["thresholds_seconds"] == {"pretraining": 960, "trainingloop": 840}
+    assert hang["would_raise_no_progress_at_line"] == 21 and hang["no_progress_phase"] == "trainingloop"
+    assert data["progress"]["trainingloop"]["count"] == 20
+    assert data["throughput"]["tflops_per_gpu"]["min"] == 400 and data["throughput"]["tflops_per_gpu"]["max"] == 404
+
+
+def test_hf_log_report_human(tmp_path):
+    code, text = check(FIXTURES / "hf_crash.log", tmp_path, as_json=False)
+    assert code == EXIT_OK
+    assert "CUDA_ERROR" in text and "arms at line 1 in phase pretraining" in text
+    assert "no silence long enough" in text and "samples_per_s: 1 samples" in text
+
+
+def test_generic_training_started_does_not_arm(tmp_path):
+    log = tmp_path / "plain.log"
+    log.write_text("training started\n2026-01-01 00:00:00 hello\n2026-01-01 05:00:00 still here\n")
+    code, text = check(log, tmp_path, as_json=False)
+    assert code == EXIT_OK and "would NOT arm" in text
+
+
+def test_signatures_file_is_used(tmp_path):
+    config = tmp_path / "signatures.toml"
+    config.write_text('[[progress]]\nname = "hb"\nphase = "trainingloop"\nanchors = ["HEARTBEAT"]\npattern = "HEARTBEAT"\n')
+    log = tmp_path / "custom.log"
+    log.write_text("2026-01-01 00:00:00 HEARTBEAT\n2026-01-01 00:20:00 HEARTBEAT\n")
+    code, text = check(log, tmp_path, signatures_file=str(config))
+    hang = json.loads(text)["hang_detector"]
+    assert code == EXIT_OK and hang["armed"] and hang["would_raise_no_progress_at_line"] == 2
+
+
+def test_usage_errors(tmp_path):
+    assert check(tmp_path / "missing.log", tmp_path)[0] == EXIT_USAGE
+    log = tmp_path / "x.log"
+    log.write_text("x\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[crash]\n")
+    assert check(log, tmp_path, signatures_file=str(bad))[0] == EXIT_USAGE

@@ -1,0 +1,243 @@
+"""The file tailer on real temp files: offsets, truncation, rotation, deletion, long and partial lines."""
+
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from app.domain import chunkscan
+from app.domain.signatures import CheckpointEvent, CrashSignature
+from app.logs.reader import FilePosition, LogTailer
+
+ITER = " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time per iteration (ms): 1000.{i} | lm loss: 2.0E+00 |\n"
+ENGINES = ["python"] + (["hyperscan"] if chunkscan.HYPERSCAN_AVAILABLE else [])
+
+
+@pytest.fixture(params=ENGINES)
+def tailer(request):
+    with LogTailer(engine=request.param, tz=timezone.utc, traceback_wait=0.0) as t:
+        yield t
+
+
+def append(path, text):
+    with open(path, "ab") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+
+
+def read_all(tailer, position):
+    events, progress = [], None
+    while True:
+        result = tailer.read(position)
+        events += result.events
+        progress = result.latest_progress or progress
+        position = result.position
+        if not result.more:
+            return result, events, progress, position
+
+
+def test_reads_new_lines_from_the_saved_offset(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "hello\ntraining ...\n" + ITER.format(s=1, i=1))
+    r1 = tailer.read(FilePosition(path=str(log)))
+    assert r1.exists and r1.events == () and r1.position.line_number == 3
+    assert r1.latest_progress.signal.phase == "trainingloop" and r1.latest_progress.line_number == 3
+    assert r1.latest_throughput.signal.values["iter_ms"] == pytest.approx(1000.1)
+    assert r1.last_source_time == datetime(2026, 11, 30, 2, 0, 1, tzinfo=timezone.utc)
+    append(log, "Rank0: (1) segmentation fault: artificial segfault\n")
+    r2 = tailer.read(r1.position)
+    assert [(e.line_number, e.signal.category) for e in r2.events] == [(4, "SEGFAULT")]
+    assert r2.events[0].offset == r1.position.offset
+    assert r2.latest_progress is None and r2.lines_read == 1
+    assert tailer.read(r2.position).bytes_read == 0
+
+
+def test_crash_and_checkpoint_events_carry_their_facts(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "2026-11-30 02:00:00,000 slurm_job_attempt=1 successfully saved checkpoint from iteration 500 to /ckpt\n"
+                "x\nNov 30 02:00:02 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    result = tailer.read(FilePosition(path=str(log)))
+    ckpt, xid = result.events
+    assert isinstance(ckpt.signal, CheckpointEvent) and ckpt.signal.iteration == 500 and ckpt.attempt == 1
+    assert ckpt.source_time == datetime(2026, 11, 30, 2, 0, 0, tzinfo=timezone.utc)
+    assert isinstance(xid.signal, CrashSignature) and xid.signal.nodes == ("node12",) and xid.line_number == 3
+    assert xid.source_time.month == 11 and xid.source_time.day == 30
+
+
+def test_partial_last_line_waits_for_its_newline(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "ok\nSegmentation fa")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    assert r1.events == () and r1.position.offset == 3
+    append(log, "ult\n")
+    r2 = tailer.read(r1.position)
+    assert [e.signal.category for e in r2.events] == ["SEGFAULT"] and r2.events[0].line_number == 2
+
+
+def test_progress_bar_without_newline_still_counts(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "Epoch 0:   0%|          | 0/100 [00:00<?, ?it/s]\rEpoch 0:  10%|#         | 10/100 [00:05<00:45, 2.0it/s]")
+    result = tailer.read(FilePosition(path=str(log)))
+    assert result.latest_progress.signal.phase == "trainingloop" and result.latest_progress.signal.iteration == 10
+    assert result.position.offset == 0  # not consumed: the line has not ended
+
+
+def test_restart_gives_the_same_event_identity(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "a\nCUDA error: an illegal memory access was encountered\n")
+    first = LogTailer().read(FilePosition(path=str(log))).events
+    again = LogTailer().read(FilePosition(path=str(log))).events
+    assert [e.event_id for e in first] == [e.event_id for e in again] and len(first) == 1
+
+
+def test_truncation_restarts_at_zero(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "line one\nline two\nline three\n")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    with open(log, "wb") as f:
+        f.write(b"Segmentation fault\n")
+    r2 = tailer.read(r1.position)
+    assert "truncated" in r2.notes and r2.events[0].line_number == 1 and r2.events[0].offset == 0
+
+
+def test_replaced_head_is_noticed_even_when_longer(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "attempt 0 header\n")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    with open(log, "r+b") as f:  # same inode, same size or more, different head (copytruncate + regrowth)
+        f.write(b"attempt 1 header\nSegmentation fault\n")
+    r2 = tailer.read(r1.position)
+    assert "truncated" in r2.notes and [e.line_number for e in r2.events] == [2]
+
+
+def test_rotation_finishes_the_old_file_then_reads_the_new(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "first\n")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    append(log, "Segmentation fault in old file\n")
+    os.rename(log, tmp_path / "train.log.1")
+    append(log, "CUDA error: misaligned address in new file\n")
+    r2 = tailer.read(r1.position)
+    assert "rotated" in r2.notes and [e.signal.category for e in r2.events] == ["SEGFAULT"] and r2.more
+    r3 = tailer.read(r2.position)
+    assert [e.signal.category for e in r3.events] == ["CUDA_ERROR"] and r3.events[0].line_number == 1
+
+
+def test_rotation_after_restart_finds_the_renamed_file(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "first\n")
+    r1 = LogTailer().read(FilePosition(path=str(log)))
+    append(log, "Segmentation fault\n")
+    os.rename(log, tmp_path / "train.log.1")
+    append(log, "new\n")
+    r2 = LogTailer().read(r1.position)  # a fresh tailer: no kept fd, finds the inode by name
+    assert [e.signal.category for e in r2.events] == ["SEGFAULT"]
+
+
+def test_deleted_file_is_finished_through_the_open_fd(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "first\n")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    append(log, "Segmentation fault\n")
+    os.unlink(log)
+    r2 = tailer.read(r1.position)
+    assert "deleted" in r2.notes and [e.signal.category for e in r2.events] == ["SEGFAULT"]
+    r3 = tailer.read(r2.position)
+    assert not r3.exists and "missing" in r3.notes
+
+
+def test_late_file(tmp_path, tailer):
+    log = tmp_path / "later.log"
+    r1 = tailer.read(FilePosition(path=str(log)))
+    assert not r1.exists and r1.position.offset == 0
+    append(log, "Segmentation fault\n")
+    assert [e.line_number for e in tailer.read(r1.position).events] == [1]
+
+
+def test_very_long_line_is_capped_and_the_rest_skipped(tmp_path):
+    log = tmp_path / "train.log"
+    huge = b"Segmentation fault " + b"x" * (3 * 1024 * 1024)
+    append(log, b"before\n" + huge + b"\nCUDA error: after\n")
+    with LogTailer(chunk_size=256 * 1024, line_cap=64 * 1024) as tailer:
+        result, events, _, position = read_all(tailer, FilePosition(path=str(log)))
+    assert [(e.signal.category, e.line_number, e.was_truncated) for e in events] == [("SEGFAULT", 2, True), ("CUDA_ERROR", 3, False)]
+    assert all(len(e.text) <= 64 * 1024 for e in events)
+    assert position.line_number == 3 and not position.skipping
+
+
+def test_long_line_without_newline_yet_is_bounded(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, b"y" * (300 * 1024))
+    with LogTailer(chunk_size=128 * 1024, line_cap=64 * 1024) as tailer:
+        r1 = tailer.read(FilePosition(path=str(log)))
+        assert r1.position.skipping and r1.position.offset == 300 * 1024
+        append(log, b"yyy\nSegmentation fault\n")
+        r2 = tailer.read(r1.position)
+    assert [(e.line_number, e.signal.category) for e in r2.events] == [(2, "SEGFAULT")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_traceback_is_decided_by_its_exception_line(tmp_path, engine):
+    tailer = LogTailer(engine=engine, traceback_wait=30.0)
+    log = tmp_path / "train.log"
+    append(log, "[rank1]:Traceback (most recent call last):\n[rank1]:  File \"t.py\", line 1, in <module>\n")
+    r1 = tailer.read(FilePosition(path=str(log)))
+    assert r1.events == () and r1.position.offset == 0  # waits: the exception line may still come
+    append(log, "[rank1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    r2 = tailer.read(r1.position)
+    assert [(e.signal.category, e.line_number) for e in r2.events] == [("CUDA_OOM", 1)]
+    assert "OutOfMemoryError" in r2.events[0].signal.detail
+    tailer.close()
+
+
+def test_unfinished_traceback_of_an_idle_file_is_reported_as_is(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "Traceback (most recent call last):\n  File \"t.py\", line 1\n")
+    result = tailer.read(FilePosition(path=str(log)))  # traceback_wait=0: no more waiting
+    assert [e.signal.category for e in result.events] == ["PYTHON_TRACEBACK"]
+
+
+def test_max_bytes_splits_the_work(tmp_path):
+    log = tmp_path / "train.log"
+    append(log, "".join(ITER.format(s=i % 60, i=i) for i in range(3000)) + "Segmentation fault\n")
+    with LogTailer(chunk_size=128 * 1024, max_bytes=128 * 1024) as tailer:
+        result, events, progress, position = read_all(tailer, FilePosition(path=str(log)))
+    assert [e.line_number for e in events] == [3001] and position.line_number == 3001
+    assert progress.signal.iteration == 2999
+
+
+def test_last_output_at_prefers_recent_evidence(tmp_path, tailer):
+    log = tmp_path / "train.log"
+    append(log, "2020-01-01 00:00:00 old line\n")
+    result = tailer.read(FilePosition(path=str(log)))
+    assert result.last_output_at >= datetime.now(timezone.utc) - timedelta(minutes=5)  # mtime beats an old source time
+
+
+def test_fallback_engine_matches_hyperscan(tmp_path):
+    if not chunkscan.HYPERSCAN_AVAILABLE:
+        pytest.skip("hyperscan wheel not installed: nothing to compare the fallback with")
+    log = tmp_path / "mixed.log"
+    append(log, "".join(ITER.format(s=i % 60, i=i) for i in range(200)) + "NCCL INFO x\nSegmentation fault\nSaving model checkpoint to /o/checkpoint-5\n")
+    with LogTailer(engine="python") as slow, LogTailer(engine="hyperscan") as fast:
+        a, b = slow.read(FilePosition(path=str(log))), fast.read(FilePosition(path=str(log)))
+    assert slow.engine == "python" and fast.engine == "hyperscan"
+    assert [(e.event_id, e.signal) for e in a.events] == [(e.event_id, e.signal) for e in b.events]
+    assert a.latest_progress.event_id == b.latest_progress.event_id
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=st.lists(st.one_of(
+    st.binary(max_size=300),
+    st.sampled_from([b"\r", b"\x00", b"\n", b"\xff\xfe", b"Segmentation fault\n", b"Traceback (most recent call last):\n", b"Epoch 0:  5%|", b" iteration 1/ 2 |"]),
+    st.builds(lambda n: b"z" * n, st.integers(0, 200_000)),
+), max_size=12))
+def test_no_byte_sequence_breaks_the_reader(tmp_path_factory, chunks):
+    log = tmp_path_factory.mktemp("prop") / "any.log"
+    position = FilePosition(path=str(log))
+    with LogTailer(chunk_size=128 * 1024, line_cap=64 * 1024, traceback_wait=0.0) as tailer:
+        for chunk in chunks:
+            append(log, chunk)
+            _, events, _, position = read_all(tailer, position)
+            for event in events:
+                assert len(event.text) <= 64 * 1024 and event.line_number >= 1
+        assert position.offset <= (log.stat().st_size if log.exists() else 0)
