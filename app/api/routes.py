@@ -1,12 +1,21 @@
-"""Routes of the API: /graphql and /v1."""
+"""Routes of the API: /graphql (HTTP and WebSocket) and the /v1 REST compatibility endpoints."""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
+from app.api.auth import api_authenticator
+from app.api.graphql_app import RecoveryGraphQL
+from app.api.rest import rest_routes
 from app.context import AppContext
 
 
 def api_routes(ctx: AppContext) -> list[BaseRoute]:
-    """The API's routes (GraphQL over HTTP and WebSocket, REST compatibility)."""
-    return []
+    """The API's routes (GraphQL over HTTP and WebSocket, REST compatibility), all behind bearer authentication."""
+    authenticator = api_authenticator(ctx.settings)
+    graphql_app = RecoveryGraphQL(ctx, authenticator)
+    return [
+        Route("/graphql", graphql_app, methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", graphql_app),
+        Mount("/v1", routes=rest_routes(ctx, authenticator)),
+    ]

@@ -1,0 +1,120 @@
+"""Operator review of Advice (approve, veto, re-run reconciliation): each is an audit event naming the user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.advice.models import Advice
+from app.audit import service as audit
+from app.db import utcnow
+from app.domain.reconcile import Disposition, DispositionReason
+from app.feed import service as feed
+
+VETOED = "VETOED"
+APPROVED = "APPROVED"
+MAX_REASON = 1000
+# Abandonments that a later look at Slurm may undo: the job was not visible (a purged or restarted
+# controller) or acting was not authorized (the operator may since have acknowledged actions).
+# Expired, superseded or Slurm-exhausted Advice stays abandoned; a veto is never undone by a re-run.
+TRANSIENT_ABANDON_REASONS = frozenset({DispositionReason.JOB_NOT_FOUND.value, DispositionReason.NOT_AUTHORIZED.value})
+
+
+class ReviewError(ValueError):
+    """The Advice does not exist or cannot take this review action."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+async def _load(session: AsyncSession, advice_id: int) -> Advice:
+    advice = await session.get(Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql")
+    if advice is None:
+        raise ReviewError(f"no Advice with id {advice_id}", not_found=True)
+    return advice
+
+
+async def _announce(session: AsyncSession, advice: Advice, *, event_type: str, message: str, user: str, payload: dict[str, Any]) -> None:
+    await audit.record(
+        session,
+        component="api",
+        event_type=event_type,
+        message=message,
+        payload={"adviceId": advice.id, "generation": advice.generation, "user": user, **payload},
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+        actor=user,
+    )
+    await feed.append(
+        session,
+        topic="advice",
+        entity_id=advice.id,
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+        payload={"review": advice.review, "active": advice.active, "disposition": advice.disposition, "by": user},
+    )
+
+
+async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) -> Advice:
+    """Record the operator's approval of an active Advice."""
+    advice = await _load(session, advice_id)
+    if advice.review == VETOED:
+        raise ReviewError(f"Advice {advice_id} was vetoed by {advice.reviewed_by}; it cannot be approved")
+    if not advice.active:
+        raise ReviewError(f"Advice {advice_id} is no longer active ({advice.disposition} {advice.disposition_reason or ''}); nothing to approve".rstrip())
+    advice.review, advice.reviewed_by, advice.updated_at = APPROVED, user, utcnow()
+    await _announce(session, advice, event_type="advice.approved", message=f"{user} approved Advice {advice.id} ({advice.operation} {advice.slurm_job_id}/{advice.attempt_index})", user=user, payload={})
+    return advice
+
+
+async def veto_advice(session: AsyncSession, *, advice_id: int, user: str, reason: str) -> Advice:
+    """Stop an Advice for good: inactive, ABANDONED with reason VETOED, the operator's reason kept."""
+    reason = reason.strip()[:MAX_REASON]
+    if not reason:
+        raise ReviewError("a veto needs a reason")
+    advice = await _load(session, advice_id)
+    if advice.review == VETOED:
+        raise ReviewError(f"Advice {advice_id} was already vetoed by {advice.reviewed_by}")
+    advice.review, advice.reviewed_by = VETOED, user
+    advice.active = False
+    advice.disposition = Disposition.ABANDONED.value
+    advice.disposition_reason = VETOED
+    advice.disposition_message = f"vetoed by {user}: {reason}"
+    advice.next_reconcile_at = None
+    advice.updated_at = utcnow()
+    await _announce(session, advice, event_type="advice.vetoed", message=f"{user} vetoed Advice {advice.id}: {reason}", user=user, payload={"reason": reason})
+    return advice
+
+
+async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: str) -> Advice:
+    """Ask the controller to reconcile now; Advice abandoned for a transient reason becomes active PENDING again."""
+    advice = await _load(session, advice_id)
+    if advice.review == VETOED:
+        raise ReviewError(f"Advice {advice_id} was vetoed by {advice.reviewed_by}; re-running it is refused")
+    reactivated = False
+    if not advice.active:
+        if advice.disposition == Disposition.ABANDONED.value and advice.disposition_reason in TRANSIENT_ABANDON_REASONS:
+            advice.active = True
+            advice.disposition = Disposition.PENDING.value
+            previous = advice.disposition_reason
+            advice.disposition_reason = None
+            advice.disposition_message = f"reconciliation re-run by {user} (was ABANDONED {previous})"
+            reactivated = True
+        else:
+            raise ReviewError(
+                f"Advice {advice_id} is {advice.disposition} ({advice.disposition_reason or 'no reason'}), which a re-run cannot change; "
+                f"only Advice abandoned for {', '.join(sorted(TRANSIENT_ABANDON_REASONS))} can be reactivated"
+            )
+    advice.next_reconcile_at = utcnow()
+    advice.reconcile_failures = 0
+    advice.updated_at = utcnow()
+    await _announce(
+        session, advice, event_type="advice.reconcile_requested",
+        message=f"{user} asked to re-run reconciliation of Advice {advice.id}" + (" (reactivated)" if reactivated else ""),
+        user=user, payload={"reactivated": reactivated},
+    )
+    return advice

@@ -1,0 +1,89 @@
+"""Relay connections built from app.pagination keyset pages, with capped page sizes."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+import strawberry
+
+from app.api.errors import bad_input
+from app.domain.cursor import CursorError, encode_cursor
+from app.pagination import Page, PageArgumentError, PageRequest
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Page sizes: (default, cap). The REST endpoints use the same caps.
+TOP_LEVEL = (50, 250)
+AUDIT = (50, 100)
+NESTED = (20, 100)
+
+
+@strawberry.type(description="Where a page sits in its list (Relay).")
+class PageInfo:
+    has_next_page: bool
+    has_previous_page: bool
+    start_cursor: str | None
+    end_cursor: str | None
+
+
+@strawberry.type(description="One row of a page with its opaque cursor.")
+class Edge(Generic[T]):
+    cursor: str
+    node: T
+
+
+@strawberry.type(description="A page of a list: pass pageInfo.endCursor as `after` for the next one.")
+class Connection(Generic[T]):
+    edges: list[Edge[T]]
+    nodes: list[T]
+    page_info: PageInfo
+    total_count: int | None = strawberry.field(
+        default=None, description="Rows in the whole list; null where counting is not cheap (e.g. audit events)."
+    )
+
+
+def page_request(
+    *, first: int | None, after: str | None, last: int | None, before: str | None, sizes: tuple[int, int]
+) -> PageRequest:
+    """Validated, capped Relay arguments; the error names the cap."""
+    try:
+        return PageRequest.build(first=first, after=after, last=last, before=before, default_size=sizes[0], max_size=sizes[1])
+    except PageArgumentError as exc:
+        raise bad_input(str(exc)) from None
+
+
+def to_connection(page: Page[R], wrap: Callable[[R], T], *, total_count: int | None = None) -> Connection[T]:
+    """The Relay connection of a keyset page, each row wrapped as its GraphQL type."""
+    nodes = [wrap(row) for row in page.items]
+    return Connection(
+        edges=[Edge(cursor=cursor, node=node) for cursor, node in zip(page.cursors, nodes)],
+        nodes=nodes,
+        page_info=PageInfo(
+            has_next_page=page.has_next_page,
+            has_previous_page=page.has_previous_page,
+            start_cursor=page.start_cursor,
+            end_cursor=page.end_cursor,
+        ),
+        total_count=total_count,
+    )
+
+
+def first_page(rows: Sequence[R], *, size: int, kind: str, key_of: Callable[[R], Sequence[Any]]) -> Page[R]:
+    """A first page from rows loaded in a batch (size + 1 of them), with the cursors paginate() would issue."""
+    items = list(rows[:size])
+    return Page(
+        items=items,
+        cursors=[encode_cursor(kind, list(key_of(row))) for row in items],
+        has_next_page=len(rows) > size,
+        has_previous_page=False,
+    )
+
+
+def is_plain_first_page(request: PageRequest) -> bool:
+    """True when the request is a first page (no cursors, counting forward): such pages can be batched."""
+    return request.first is not None and not request.after and not request.before
+
+
+def cursor_problem(exc: CursorError) -> Exception:
+    return bad_input(f"{exc} (cursors come from pageInfo/edges of the same list)")

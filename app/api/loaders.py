@@ -1,0 +1,81 @@
+"""Per-request DataLoaders: every field that fans out over a page loads through one batched statement."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Awaitable, Callable, Hashable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from strawberry.dataloader import DataLoader
+
+from app.advice import queries as advice_queries
+from app.audit.models import AuditEvent
+from app.jobs import queries as job_queries
+
+ByIds = Callable[..., Awaitable[dict[Any, Any]]]
+
+
+class Loaders:
+    """The DataLoaders of one request (or, without caching, of one subscription connection)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, cache: bool = True) -> None:
+        self._sessions = sessions
+
+        def keyed(fn: ByIds, arg: str = "ids", default: Any = None) -> DataLoader[Any, Any]:
+            async def load(keys: Sequence[Any]) -> list[Any]:
+                async with sessions() as session:
+                    found = await fn(session, **{arg: list(keys)})
+                return [found.get(key, default() if callable(default) else default) for key in keys]
+
+            return DataLoader(load_fn=load, cache=cache)
+
+        def limited(fn: ByIds, arg: str) -> DataLoader[tuple[int, int], list[Any]]:
+            # Keys are (parent id, limit); one statement per distinct limit (normally one).
+            async def load(keys: Sequence[tuple[int, int]]) -> list[list[Any]]:
+                by_limit: dict[int, list[int]] = defaultdict(list)
+                for parent, limit in keys:
+                    by_limit[limit].append(parent)
+                results: dict[tuple[int, int], list[Any]] = {}
+                async with sessions() as session:
+                    for limit, parents in by_limit.items():
+                        found = await fn(session, **{arg: parents, "limit": limit})
+                        results.update({(parent, limit): found.get(parent, []) for parent in parents})
+                return [results[key] for key in keys]
+
+            return DataLoader(load_fn=load, cache=cache)
+
+        self.workflow = keyed(job_queries.workflows_by_ids)
+        self.job = keyed(job_queries.jobs_by_ids)
+        self.attempt = keyed(job_queries.attempts_by_ids)
+        self.policy = keyed(job_queries.policies_by_job_ids, "job_ids")
+        self.attempt_count = keyed(job_queries.count_attempts_of_jobs, "job_ids", 0)
+        self.checkpoint = keyed(job_queries.checkpoints_by_ids)
+        self.anomaly = keyed(job_queries.anomalies_by_ids)
+        self.advice = keyed(advice_queries.advice_by_ids)
+        self.advice_of_attempt = keyed(advice_queries.advice_of_attempts, "attempt_ids")
+        self.milestones = keyed(advice_queries.milestones_of_advice, "advice_ids", list)
+        self.audit_event = keyed(_audit_events_by_ids)
+        self.first_attempts = limited(job_queries.first_attempts_of_jobs, "job_ids")
+        self.latest_checkpoints = limited(job_queries.latest_checkpoints_of_attempts, "attempt_ids")
+        self.latest_anomalies = limited(job_queries.latest_anomalies_of_attempts, "attempt_ids")
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        return self._sessions
+
+    def by_type(self, type_name: str) -> DataLoader[Hashable, Any] | None:
+        """The by-id loader of a Node type (for `node(id:)`)."""
+        return {
+            "Workflow": self.workflow, "Job": self.job, "Attempt": self.attempt, "Checkpoint": self.checkpoint,
+            "Anomaly": self.anomaly, "Advice": self.advice, "AuditEvent": self.audit_event,
+        }.get(type_name)
+
+
+async def _audit_events_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Any]:
+    # The audit service has no batch lookup; this is the one the Node loader needs.
+    if not ids:
+        return {}
+    rows = (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(list(set(ids)))))).all()
+    return {row.id: row for row in rows}
+

@@ -1,0 +1,49 @@
+"""The Mutation root: operator review of Advice (approve, veto, re-run reconciliation)."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+import strawberry
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.advice import review
+from app.advice.models import Advice as AdviceRow
+from app.api.errors import bad_input, not_found
+from app.api.ids import GlobalIdError, expect_global_id
+from app.api.types import Advice
+
+Info = strawberry.Info
+
+
+async def _review(info: Info, id: strawberry.ID, action: Callable[[AsyncSession, int, str], Awaitable[AdviceRow]]) -> Advice:
+    # The role check comes first: a refused caller changes nothing and records nothing.
+    principal = info.context.operator()
+    try:
+        advice_id = expect_global_id(str(id), "Advice")
+    except GlobalIdError as exc:
+        raise bad_input(str(exc)) from None
+    try:
+        async with info.context.loaders.sessions() as session, session.begin():
+            row = await action(session, advice_id, principal.name)
+    except review.ReviewError as exc:
+        raise (not_found(str(exc)) if exc.not_found else bad_input(str(exc))) from None
+    return Advice(row=row)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Approve an active Advice (operator role). Recorded as audit event advice.approved.")
+    async def approve_advice(self, info: Info, id: strawberry.ID) -> Advice:
+        return await _review(info, id, lambda s, pk, user: review.approve_advice(s, advice_id=pk, user=user))
+
+    @strawberry.mutation(description="Veto an Advice for good: inactive, ABANDONED/VETOED (operator role). Audit event advice.vetoed.")
+    async def veto_advice(self, info: Info, id: strawberry.ID, reason: str) -> Advice:
+        return await _review(info, id, lambda s, pk, user: review.veto_advice(s, advice_id=pk, user=user, reason=reason))
+
+    @strawberry.mutation(
+        description="Reconcile now; Advice ABANDONED for a transient reason becomes active PENDING again (operator role). "
+        "Audit event advice.reconcile_requested."
+    )
+    async def rerun_reconciliation(self, info: Info, id: strawberry.ID) -> Advice:
+        return await _review(info, id, lambda s, pk, user: review.rerun_reconciliation(s, advice_id=pk, user=user))

@@ -1,0 +1,216 @@
+"""The Query root: lists as keyset connections, lookups by id, key, job id and attempt reference."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import Enum
+
+import strawberry
+
+from app.advice import queries as advice_queries
+from app.api.connections import AUDIT, TOP_LEVEL, Connection, cursor_problem, page_request, to_connection
+from app.api.errors import bad_input
+from app.api.ids import GlobalIdError, expect_global_id, from_global_id
+from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
+from app.audit import service as audit_service
+from app.domain.cursor import CursorError
+from app.jobs import queries as job_queries
+
+Info = strawberry.Info
+
+
+@strawberry.enum(description="Sort direction of audit events by produced time.")
+class SortOrder(Enum):
+    ASC = "ASC"
+    DESC = "DESC"
+
+
+@strawberry.input(description="Workflow list filters; all optional, combined with AND.")
+class WorkflowFilter:
+    cluster: str | None = None
+    environment: str | None = None
+    state: str | None = strawberry.field(default=None, description="State of the newest attempt, e.g. FAILED.")
+    search: str | None = strawberry.field(default=None, description="Substring of the workflow key or latest job name.")
+    failed_only: bool = strawberry.field(default=False, description="Only workflows with at least one failed attempt.")
+
+
+@strawberry.input(description="Attempt list filters; all optional, combined with AND.")
+class AttemptFilter:
+    cluster: str | None = None
+    workflow_id: strawberry.ID | None = None
+    job_id: int | None = strawberry.field(default=None, description="Slurm job id.")
+    state: str | None = None
+    failed_only: bool = False
+
+
+@strawberry.input(description="SPEC §7 audit filters; attemptIndex needs jobId (0 is a valid index).")
+class AuditEventFilter:
+    job_id: int | None = None
+    attempt_index: int | None = None
+    component: str | None = None
+    event_type: str | None = strawberry.field(default=None, description="Exact event type.")
+    level: str | None = strawberry.field(default=None, description="DEBUG, INFO, WARNING or ERROR.")
+    produced_after: dt.datetime | None = strawberry.field(default=None, description="Inclusive lower bound of produced time.")
+    produced_before: dt.datetime | None = strawberry.field(default=None, description="Exclusive upper bound of produced time.")
+    cluster: str | None = None
+
+
+def audit_filter(flt: AuditEventFilter | None) -> audit_service.AuditFilter:
+    """The service filter of the GraphQL input (bad combinations are the client's error)."""
+    flt = flt or AuditEventFilter()
+    for name in ("produced_after", "produced_before"):
+        value = getattr(flt, name)
+        if value is not None and value.tzinfo is None:
+            raise bad_input(f"{name} needs a timezone (e.g. 2025-01-01T00:00:00Z)")
+    try:
+        return audit_service.AuditFilter(
+            slurm_job_id=flt.job_id, attempt_index=flt.attempt_index, component=flt.component or None,
+            event_type=flt.event_type or None, level=flt.level or None, produced_after=flt.produced_after,
+            produced_before=flt.produced_before, cluster=flt.cluster or None,
+        )
+    except audit_service.AuditFilterError as exc:
+        raise bad_input(str(exc)) from None
+
+
+def _workflow_pk(value: strawberry.ID | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return expect_global_id(str(value), "Workflow")
+    except GlobalIdError as exc:
+        raise bad_input(str(exc)) from None
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="Any object by its global id (Relay).")
+    async def node(self, info: Info, id: strawberry.ID) -> Node | None:
+        info.context.viewer()
+        try:
+            type_name, pk = from_global_id(str(id))
+        except GlobalIdError as exc:
+            raise bad_input(str(exc)) from None
+        loader = info.context.loaders.by_type(type_name)
+        if loader is None:
+            raise bad_input(f"unknown object type {type_name!r} in id")
+        row = await loader.load(pk)
+        return NODE_TYPES[type_name](row=row) if row is not None else None
+
+    @strawberry.field(description="Workflows, most recently updated first.")
+    async def workflows(
+        self, info: Info, filter: WorkflowFilter | None = None,
+        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+    ) -> Connection[Workflow]:
+        info.context.viewer()
+        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
+        flt = filter or WorkflowFilter()
+        service_filter = job_queries.WorkflowFilter(
+            cluster=flt.cluster, environment=flt.environment, state=flt.state, search=flt.search, failed_only=flt.failed_only
+        )
+        async with info.context.loaders.sessions() as session:
+            try:
+                page = await job_queries.list_workflows(session, filter=service_filter, page=request)
+            except CursorError as exc:
+                raise cursor_problem(exc) from None
+        return to_connection(page, lambda row: Workflow(row=row))
+
+    @strawberry.field(description="One workflow by global id, or by key (and cluster when keys repeat across clusters).")
+    async def workflow(
+        self, info: Info, id: strawberry.ID | None = None, key: str | None = None, cluster: str | None = None
+    ) -> Workflow | None:
+        info.context.viewer()
+        if (id is None) == (key is None):
+            raise bad_input("pass exactly one of id or key")
+        if id is not None:
+            row = await info.context.loaders.workflow.load(_workflow_pk(id))
+        else:
+            async with info.context.loaders.sessions() as session:
+                row = await job_queries.find_workflow(session, key=str(key), cluster=cluster)
+        return Workflow(row=row) if row else None
+
+    @strawberry.field(description="The current record of a Slurm job id (a live incarnation before retired ones).")
+    async def job(self, info: Info, job_id: int, cluster: str | None = None) -> Job | None:
+        info.context.viewer()
+        async with info.context.loaders.sessions() as session:
+            row = await job_queries.find_job(session, slurm_job_id=job_id, cluster=cluster)
+        return Job(row=row) if row else None
+
+    @strawberry.field(description='One attempt by (jobId, attemptIndex) or by ref: "12345-0" or its UUID (heimdallJobId).')
+    async def attempt(
+        self, info: Info, job_id: int | None = None, attempt_index: int | None = None, ref: str | None = None, cluster: str | None = None
+    ) -> Attempt | None:
+        info.context.viewer()
+        async with info.context.loaders.sessions() as session:
+            if ref is not None:
+                if job_id is not None or attempt_index is not None:
+                    raise bad_input("pass either ref or jobId and attemptIndex, not both")
+                try:
+                    row = await job_queries.find_attempt_by_ref(session, ref=ref, cluster=cluster)
+                except ValueError as exc:
+                    raise bad_input(str(exc)) from None
+            elif job_id is not None and attempt_index is not None:
+                row = await job_queries.find_attempt(session, slurm_job_id=job_id, attempt_index=attempt_index, cluster=cluster)
+            else:
+                raise bad_input("pass ref, or both jobId and attemptIndex")
+        return Attempt(row=row) if row else None
+
+    @strawberry.field(description="Attempts across jobs, most recently updated first.")
+    async def attempts(
+        self, info: Info, filter: AttemptFilter | None = None,
+        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+    ) -> Connection[Attempt]:
+        info.context.viewer()
+        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
+        flt = filter or AttemptFilter()
+        service_filter = job_queries.AttemptFilter(
+            cluster=flt.cluster, workflow_id=_workflow_pk(flt.workflow_id), slurm_job_id=flt.job_id,
+            state=flt.state, failed_only=flt.failed_only,
+        )
+        async with info.context.loaders.sessions() as session:
+            try:
+                page = await job_queries.list_attempts(session, filter=service_filter, page=request)
+            except CursorError as exc:
+                raise cursor_problem(exc) from None
+        return to_connection(page, lambda row: Attempt(row=row))
+
+    @strawberry.field(description="Advice, newest first; onlyActive keeps what may still need reconciliation.")
+    async def advice(
+        self, info: Info, only_active: bool = False, job_id: int | None = None, cluster: str | None = None,
+        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+    ) -> Connection[Advice]:
+        info.context.viewer()
+        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
+        flt = advice_queries.AdviceFilter(only_active=only_active, slurm_job_id=job_id, cluster=cluster)
+        async with info.context.loaders.sessions() as session:
+            try:
+                page = await advice_queries.list_advice(session, filter=flt, page=request)
+            except CursorError as exc:
+                raise cursor_problem(exc) from None
+        return to_connection(page, lambda row: Advice(row=row))
+
+    @strawberry.field(description="Audit events with SPEC §7 filters, by produced time (DESC: newest first). No totalCount.")
+    async def audit_events(
+        self, info: Info, filter: AuditEventFilter | None = None, order: SortOrder = SortOrder.DESC,
+        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+    ) -> Connection[AuditEvent]:
+        info.context.viewer()
+        request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
+        service_filter = audit_filter(filter)
+        async with info.context.loaders.sessions() as session:
+            try:
+                page = await audit_service.query(session, filter=service_filter, page=request, descending=order is SortOrder.DESC)
+            except CursorError as exc:
+                raise cursor_problem(exc) from None
+        return to_connection(page, lambda row: AuditEvent(row=row))
+
+    @strawberry.field(description="Who the API thinks you are.")
+    def viewer(self, info: Info) -> "Viewer":
+        principal = info.context.viewer()
+        return Viewer(subject=principal.subject, name=principal.name, roles=sorted(principal.roles))
+
+
+@strawberry.type(description="The authenticated caller.")
+class Viewer:
+    subject: str
+    name: str
+    roles: list[str]

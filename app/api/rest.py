@@ -1,0 +1,301 @@
+"""REST compatibility endpoints (/v1): jobs by scheduler id, Advice, workflows, audit events; JSON, paged by nextPageToken."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, Awaitable, Callable, Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.advice import queries as advice_queries
+from app.advice.models import Advice, SchedulerAction
+from app.audit import service as audit_service
+from app.audit.models import AuditEvent
+from app.auth import AuthError, Authenticator, authenticate_request
+from app.context import AppContext
+from app.domain.cursor import CursorError
+from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
+from app.jobs import queries as job_queries
+from app.jobs.models import Attempt, Job, Workflow
+from app.pagination import PageRequest
+
+# (default, max) page sizes, as the Gateway reference has them.
+JOBS_LIMITS = (100, 250)
+ADVICE_LIMITS = (100, 250)
+AUDIT_LIMITS = (100, 100)
+_MICROS = re.compile(r"-?[0-9]{1,18}")
+
+
+class BadRequest(Exception):
+    """A query parameter or page token that cannot be used (answered 400)."""
+
+
+def error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The error shape of every /v1 endpoint: {"error": {"code", "message"}}."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _auth_error(exc: AuthError) -> JSONResponse:
+    code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}.get(exc.status, "UNAVAILABLE")
+    headers = {"WWW-Authenticate": exc.www_authenticate} if exc.status in (401, 403) else None
+    return error(exc.status, code, exc.message, headers)
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _limit(request: Request, limits: tuple[int, int]) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None or raw == "":
+        return limits[0]
+    if not raw.isascii() or not raw.isdigit():
+        raise BadRequest(f"limit must be a positive integer, got {raw[:20]!r}")
+    value = int(raw)
+    if not 1 <= value <= limits[1]:
+        raise BadRequest(f"limit must be between 1 and {limits[1]} (got {value})")
+    return value
+
+
+def _page(request: Request, limits: tuple[int, int]) -> PageRequest:
+    token = request.query_params.get("page") or request.query_params.get("pageToken") or None
+    return PageRequest(first=_limit(request, limits), after=token)
+
+
+def _bool(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return False
+    value = raw.strip().lower()
+    if value in {"true", "1", "yes"}:
+        return True
+    if value in {"false", "0", "no"}:
+        return False
+    raise BadRequest(f"{name} must be true or false, got {raw[:20]!r}")
+
+
+def _int(request: Request, name: str, *, minimum: int = 0, maximum: int = 2**31 - 1) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or not minimum <= int(raw) <= maximum:
+        raise BadRequest(f"{name} must be an integer in {minimum}..{maximum}, got {raw[:20]!r}")
+    return int(raw)
+
+
+def _time(request: Request, name: str) -> dt.datetime | None:
+    """Unix microseconds or an ISO 8601 time with a zone."""
+    raw = (request.query_params.get(name) or "").strip()
+    if not raw:
+        return None
+    if _MICROS.fullmatch(raw):
+        try:
+            return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(raw))
+        except OverflowError:
+            raise BadRequest(f"{name} is out of range") from None
+    try:
+        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"{name} must be Unix microseconds or an ISO 8601 time, got {raw[:40]!r}") from None
+    if value.tzinfo is None:
+        raise BadRequest(f"{name} needs a time zone (e.g. 2025-01-01T00:00:00Z) or Unix microseconds")
+    return value
+
+
+def _text(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value if value else None
+
+
+def _micros(value: dt.datetime | None) -> int | None:
+    if value is None:
+        return None
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -> dict[str, Any]:
+    """An attempt as the REST API shows it (the user guide's field names)."""
+    return {
+        "jobId": attempt.slurm_job_id,
+        "attemptIndex": attempt.attempt_index,
+        "heimdallJobId": attempt.uuid,
+        "attemptRef": format_attempt_ref(attempt.slurm_job_id, attempt.attempt_index),
+        "cluster": attempt.cluster,
+        "workflowId": workflow.workflow_key if workflow else None,
+        "jobName": job.name if job else None,
+        "state": attempt.state,
+        "stateReason": attempt.state_reason,
+        "exitCode": attempt.exit_code,
+        "exitSignal": attempt.exit_signal,
+        "nodes": list(attempt.nodes or []),
+        "excludedNodes": list(attempt.excluded_nodes or []),
+        "stdoutPath": attempt.stdout_path,
+        "stderrPath": attempt.stderr_path,
+        "requeueEligible": attempt.requeue_eligible if attempt.requeue_eligible is not None else (job.requeue_eligible if job else None),
+        "held": attempt.held,
+        "effectiveMode": job.effective_mode if job else None,
+        "modeReason": job.mode_reason if job else None,
+        "startTime": _iso(attempt.start_time),
+        "endTime": _iso(attempt.end_time),
+        "endedReason": attempt.ended_reason,
+        "createdAt": _iso(attempt.created_at),
+        "updatedAt": _iso(attempt.updated_at),
+    }
+
+
+def milestone_json(action: SchedulerAction) -> dict[str, Any]:
+    return {
+        "generation": action.generation, "step": action.step, "status": action.status,
+        "idempotencyKey": action.idempotency_key, "actor": action.actor, "command": action.command,
+        "detail": action.detail, "startedAt": _iso(action.started_at), "finishedAt": _iso(action.finished_at),
+        "durationMs": action.duration_ms,
+    }
+
+
+def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[str, Any]:
+    """An Advice as the REST API shows it: identity, desired state, and the controller's reconciliation status."""
+    return {
+        "id": advice.id,
+        "jobId": advice.slurm_job_id,
+        "attemptIndex": advice.attempt_index,
+        "heimdallJobId": attempt_uuid(advice.cluster, advice.slurm_job_id, advice.attempt_index),
+        "cluster": advice.cluster,
+        "operation": advice.operation,
+        "exclusions": list(advice.exclusions or []),
+        "reason": advice.reason,
+        "rule": advice.rule,
+        "generation": advice.generation,
+        "mode": advice.mode,
+        "modeReason": advice.mode_reason,
+        "expiresAt": _iso(advice.expires_at),
+        "active": advice.active,
+        "review": advice.review,
+        "reviewedBy": advice.reviewed_by,
+        "reconciliationStatus": {
+            "disposition": advice.disposition,
+            "reason": advice.disposition_reason,
+            "message": advice.disposition_message,
+            "observedGeneration": advice.observed_generation,
+            "milestones": [milestone_json(m) for m in milestones],
+        },
+        "createdAt": _iso(advice.created_at),
+        "updatedAt": _iso(advice.updated_at),
+    }
+
+
+def workflow_json(workflow: Workflow) -> dict[str, Any]:
+    return {
+        "id": workflow.id, "workflowId": workflow.workflow_key, "cluster": workflow.cluster,
+        "environment": workflow.environment, "latestState": workflow.latest_state,
+        "latestJobName": workflow.latest_job_name, "attemptCount": workflow.attempt_count,
+        "failedAttemptCount": workflow.failed_attempt_count, "createdAt": _iso(workflow.created_at),
+        "updatedAt": _iso(workflow.updated_at),
+    }
+
+
+def audit_json(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "id": event.id, "component": event.component, "eventType": event.event_type, "level": event.level,
+        "message": event.message, "payload": event.payload or {}, "cluster": event.cluster,
+        "jobId": event.slurm_job_id, "attemptIndex": event.attempt_index, "actor": event.actor,
+        "producedAt": _iso(event.produced_at), "producedAtMicros": _micros(event.produced_at),
+        "recordedAt": _iso(event.recorded_at),
+    }
+
+
+Handler = Callable[[Request, AppContext], Awaitable[Response]]
+
+
+def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute]:
+    """The /v1 routes (mounted by app.api.routes)."""
+
+    def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            try:
+                await authenticate_request(request, authenticator)
+            except AuthError as exc:
+                return _auth_error(exc)
+            try:
+                return await handler(request, ctx)
+            except BadRequest as exc:
+                return error(400, "INVALID_ARGUMENT", str(exc))
+            except CursorError:
+                return error(400, "INVALID_ARGUMENT", "invalid page token: pass back the nextPageToken of the same listing")
+            except audit_service.AuditFilterError as exc:
+                return error(400, "INVALID_ARGUMENT", str(exc))
+
+        serve.__name__ = handler.__name__
+        serve.__doc__ = handler.__doc__
+        return serve
+
+    return [
+        Route("/jobs/by-scheduler-id/{job_id}", endpoint(jobs_by_scheduler_id), methods=["GET"]),
+        Route("/advice", endpoint(list_advice), methods=["GET"]),
+        Route("/workflows", endpoint(list_workflows), methods=["GET"]),
+        Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
+    ]
+
+
+def _next_token(page: Any) -> str | None:
+    return page.end_cursor if page.has_next_page else None
+
+
+async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
+    """The attempts recorded under a Slurm job id: {"attempts": [...], "nextPageToken"}."""
+    raw = request.path_params["job_id"]
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_SLURM_JOB_ID:
+        raise BadRequest(f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}), got {raw[:20]!r}")
+    page_request = _page(request, JOBS_LIMITS)
+    async with ctx.sessions() as session:
+        page = await job_queries.list_attempts_by_slurm_id(session, slurm_job_id=int(raw), cluster=_text(request, "cluster"), page=page_request)
+        if not page.items and not page_request.after:
+            return error(404, "NOT_FOUND", f"no attempts recorded for job {int(raw)}")
+        jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
+        workflows = await job_queries.workflows_by_ids(session, ids=[a.workflow_id for a in page.items if a.workflow_id])
+    attempts = [attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None) for a in page.items]
+    return JSONResponse({"attempts": attempts, "nextPageToken": _next_token(page)})
+
+
+async def list_advice(request: Request, ctx: AppContext) -> Response:
+    """Advice, newest first: {"advice": [...], "nextPageToken"}; onlyActive=true keeps what may still need reconciliation."""
+    flt = advice_queries.AdviceFilter(only_active=_bool(request, "onlyActive"), cluster=_text(request, "cluster"))
+    page_request = _page(request, ADVICE_LIMITS)
+    async with ctx.sessions() as session:
+        page = await advice_queries.list_advice(session, filter=flt, page=page_request)
+        milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in page.items])
+    return JSONResponse({"advice": [advice_json(a, milestones.get(a.id, [])) for a in page.items], "nextPageToken": _next_token(page)})
+
+
+async def list_workflows(request: Request, ctx: AppContext) -> Response:
+    """Workflows, most recently updated first: {"workflows": [...], "nextPageToken"}."""
+    flt = job_queries.WorkflowFilter(
+        cluster=_text(request, "cluster"), environment=_text(request, "environment"), state=_text(request, "state"),
+        search=_text(request, "search"), failed_only=_bool(request, "failedOnly"),
+    )
+    async with ctx.sessions() as session:
+        page = await job_queries.list_workflows(session, filter=flt, page=_page(request, JOBS_LIMITS))
+    return JSONResponse({"workflows": [workflow_json(w) for w in page.items], "nextPageToken": _next_token(page)})
+
+
+async def list_audit_events(request: Request, ctx: AppContext) -> Response:
+    """Audit events with the SPEC §7 filters: {"events": [...], "nextPageToken"}; order=asc|desc by produced time."""
+    order = (request.query_params.get("order") or "desc").strip().lower()
+    if order not in {"asc", "desc"}:
+        raise BadRequest(f"order must be asc or desc, got {order[:10]!r}")
+    flt = audit_service.AuditFilter(
+        slurm_job_id=_int(request, "jobId", minimum=1, maximum=MAX_SLURM_JOB_ID),
+        attempt_index=_int(request, "attemptIndex"),
+        component=_text(request, "component"),
+        event_type=_text(request, "eventType"),
+        level=_text(request, "level"),
+        produced_after=_time(request, "producedAfter"),
+        produced_before=_time(request, "producedBefore"),
+        cluster=_text(request, "cluster"),
+    )
+    async with ctx.sessions() as session:
+        page = await audit_service.query(session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc")
+    return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})

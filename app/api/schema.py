@@ -1,0 +1,43 @@
+"""The GraphQL schema; `python -m app.api.schema` prints it (committed as graphql/schema.graphql)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+
+from app.api.errors import is_expected
+from app.api.limits import limit_extensions
+from app.api.mutation import Mutation
+from app.api.query import Query
+from app.api.subscription import Subscription
+
+log = logging.getLogger("recovery.api")
+
+
+class RecoverySchema(strawberry.Schema):
+    """Logs only unexpected errors: bad input, auth and limit errors are answers, not failures."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        unexpected = [error for error in errors if not is_expected(error)]
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+def build_schema() -> RecoverySchema:
+    """The schema with its limits."""
+    return RecoverySchema(query=Query, mutation=Mutation, subscription=Subscription, extensions=limit_extensions())
+
+
+schema = build_schema()
+
+
+def printed_schema() -> str:
+    """The SDL as committed in graphql/schema.graphql."""
+    return schema.as_str().rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(printed_schema(), end="")
