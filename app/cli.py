@@ -186,6 +186,12 @@ def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
     return run(args.file, as_json=args.json, settings=settings)
 
 
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from app.demo import run_demo
+
+    return asyncio.run(run_demo(settings, timeout=args.timeout, keep_serving=not args.exit))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="recovery", description="Keeps GPU training runs on Slurm alive.")
@@ -216,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     cl = command("check-log", _cmd_check_log, "which lines would the detectors see in this log file?")
     cl.add_argument("file", help="path to a training log")
     cl.add_argument("--json", action="store_true", help="machine-readable output")
+    demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
+    demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
+    demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")
     return parser
 
 

@@ -1,0 +1,266 @@
+"""`recovery demo`: a real local Slurm, the service, and two example jobs that fail and are recovered."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TextIO
+
+from sqlalchemy import select
+
+from app.audit.models import AuditEvent
+from app.config import Settings
+from app.context import AppContext
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCENARIOS = ("crash", "hang")
+
+
+def demo_settings(base: Settings, *, data_dir: str, bind: str) -> Settings:
+    """Settings for the demo: lab cluster, act allowed on the lab partition, short hang query delay."""
+    overrides: dict[str, Any] = dict(
+        data_dir=data_dir,
+        database_url=f"sqlite+aiosqlite:///{Path(data_dir) / 'recovery.db'}",
+        environment="lab",
+        cluster="lab",
+        managed_partitions=("debug",),
+        acknowledge_scheduler_actions=True,
+        poll_interval=0.5,
+        hang_query_delay=5.0,
+        bind=bind,
+    )
+    if not base.oidc_issuer:
+        overrides["dev_no_auth"] = True
+    return dataclasses.replace(base, **overrides)
+
+
+@dataclass
+class Submitted:
+    """One example job the demo submitted and follows."""
+
+    scenario: str
+    job_id: int
+    log: Path
+    done: bool = False
+    outcome: str = ""
+
+
+@dataclass
+class Narrator:
+    """Turns audit events into the lines a person watching the demo wants to read."""
+
+    out: TextIO
+    started: float = field(default_factory=time.monotonic)
+    job_ids: set[int] = field(default_factory=set)
+
+    def line(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {text}", file=self.out, flush=True)
+
+    def event(self, event: AuditEvent) -> None:
+        if event.slurm_job_id is not None and event.slurm_job_id not in self.job_ids:
+            return
+        where = f"job {event.slurm_job_id}" + (f"/{event.attempt_index}" if event.attempt_index is not None else "")
+        marks = {
+            "job.registered": "enrolled",
+            "policy.rejected": "NOT enrolled",
+            "attempt.registered": "new attempt",
+            "attempt.state_changed": "state",
+            "anomaly.detected": "DETECTED",
+            "checkpoint.saved": "checkpoint",
+            "checkpoint.loaded": "checkpoint",
+            "advice.created": "ADVICE",
+            "advice.updated": "ADVICE",
+            "reconciliation.converged": "VERIFIED",
+            "reconciliation.abandoned": "ABANDONED",
+        }
+        label = marks.get(event.event_type)
+        if label is None and event.event_type.startswith("scheduler."):
+            label = "SLURM"
+        if label is None and event.level in ("WARNING", "ERROR"):
+            label = event.level
+        if label is None:
+            return
+        self.line(f"{where:<14} {label:<12} {event.message}")
+
+
+def _lab_up(out: TextIO) -> dict[str, str]:
+    from app.lab.cli import run as lab_run
+
+    buffer = io.StringIO()
+    rc = lab_run("up", nodes=3, dbd=False, lab_dir=None, out=buffer)
+    if rc != 0:
+        raise RuntimeError(f"`recovery lab up` failed (exit {rc}); see the messages above")
+    exports = dict(re.findall(r"^export (\w+)=(\S+)$", buffer.getvalue(), re.M))
+    os.environ.update(exports)
+    return exports
+
+
+def _prepare_run_dir(lab_dir: str) -> Path:
+    run_dir = Path(lab_dir) / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("train.py", "crash.sbatch", "hang.sbatch"):
+        shutil.copy(EXAMPLES / name, run_dir / name)
+    return run_dir
+
+
+def submit_example(run_dir: Path, scenario: str) -> Submitted:
+    """sbatch one example script from the run directory; returns its Slurm job id."""
+    result = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={run_dir}", str(run_dir / f"{scenario}.sbatch")],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"sbatch {scenario}.sbatch failed: {result.stderr.strip()}")
+    job_id = int(result.stdout.strip().split(";")[0])
+    return Submitted(scenario, job_id, run_dir / f"example-{scenario}-{job_id}.log")
+
+
+async def follow(
+    ctx: AppContext,
+    narrator: Narrator,
+    jobs: list[Submitted],
+    *,
+    timeout: float,
+    is_done: Callable[[AppContext, Submitted], Awaitable[str | None]],
+) -> bool:
+    """Print audit events of the demo's jobs as they happen until every job is done (or timeout)."""
+    from app.feed import service as feed
+
+    position = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with ctx.sessions() as session:
+            entries = await feed.read_since(session, after_id=position, topics=["audit"], limit=500)
+            ids = [e.entity_id for e in entries if e.entity_id is not None]
+            events = (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(ids)).order_by(AuditEvent.id))).all() if ids else []
+        for event in events:
+            narrator.event(event)
+        if entries:
+            position = entries[-1].id
+        for job in jobs:
+            if not job.done:
+                outcome = await is_done(ctx, job)
+                if outcome:
+                    job.done, job.outcome = True, outcome
+                    narrator.line(f"job {job.job_id:<10} DONE         {job.scenario} example: {outcome}")
+        if all(job.done for job in jobs):
+            return True
+        await asyncio.sleep(0.3)
+    return False
+
+
+async def recovered_and_completed(ctx: AppContext, job: Submitted) -> str | None:
+    """'recovered' once a later attempt of the job completed; None while it is still in progress."""
+    from app.jobs.models import Attempt
+
+    async with ctx.sessions() as session:
+        attempts = (await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job.job_id, Attempt.cluster == ctx.settings.cluster).order_by(Attempt.attempt_index))).all()
+    if not attempts:
+        return None
+    last = attempts[-1]
+    if last.state == "COMPLETED":
+        return f"attempt {last.attempt_index} COMPLETED after {len(attempts) - 1} automatic retr{'y' if len(attempts) == 2 else 'ies'}"
+    if last.state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "UNKNOWN") and last.attempt_index >= 1:
+        return f"attempt {last.attempt_index} ended {last.state}"
+    return None
+
+
+def print_inspection_help(out: TextIO, settings: Settings, jobs: list[Submitted]) -> None:
+    """The dashboard URL, how to log in, and the curl and GraphQL commands for the demo's jobs."""
+    base = f"http://{settings.bind}{settings.url_prefix}"
+    first = jobs[0].job_id if jobs else 1
+    login = (
+        "authentication is OFF for this local demo (RECOVERY_DEV_NO_AUTH; loopback only)"
+        if settings.dev_no_auth
+        else f"log in through {settings.oidc_issuer}"
+    )
+    print(
+        f"""
+Dashboard:  {base}/dashboard/workflow      ({login})
+Audit:      {base}/dashboard/audit?job={first}
+Timeline:   {base}/dashboard/jobs/{first}/attempts/0/timeline
+
+Inspect the attempts from a shell (the user guide's commands, as written):
+  export RECOVERY_HTTP_URL={base}
+  export RECOVERY_ACCESS_TOKEN=dev   # any value in dev mode; a real token from your identity provider otherwise
+  JOB_ID={first}
+  curl --fail-with-body \\
+    --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
+    "$RECOVERY_HTTP_URL/v1/jobs/by-scheduler-id/$JOB_ID"
+  curl --fail-with-body --get "$RECOVERY_HTTP_URL/v1/advice" \\
+    --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
+    --data-urlencode 'limit=100'
+
+GraphQL:
+  curl -s "$RECOVERY_HTTP_URL/graphql" -H 'content-type: application/json' \\
+    -H "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
+    -d '{{"query":"{{ job(jobId: {first}) {{ attempts {{ attemptIndex state exitCode nodes advice {{ operation generation disposition reason }} }} }} }}"}}'
+""",
+        file=out,
+        flush=True,
+    )
+
+
+async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float = 300.0, keep_serving: bool = True) -> int:
+    """Start lab + service, submit the examples, narrate what happens, then keep serving."""
+    import uvicorn
+
+    from app.main import create_app
+    from app.migrate import upgrade
+    from worker.registry import build_services
+    from worker.runner import WorkerRunner
+
+    narrator = Narrator(out)
+    narrator.line("starting the local Slurm lab (3 emulated nodes; installs Debian's slurm packages if missing) …")
+    exports = _lab_up(out)
+    lab_dir = exports.get("SLURM_LAB_DIR") or os.environ.get("RECOVERY_LAB_DIR") or "/tmp/recovery-lab"
+    settings = demo_settings(base, data_dir=str(Path(lab_dir) / "demo-data"), bind=base.bind)
+    narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
+    ctx = AppContext.open(settings)
+    await upgrade(ctx.engine)
+    narrator.line(f"database ready: {settings.database_url}")
+    runner = WorkerRunner(ctx, build_services(ctx))
+    app = create_app(settings, ctx=ctx, background=runner.run)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            await serving
+            return 1
+        await asyncio.sleep(0.05)
+    narrator.line(f"service listening on http://{settings.bind}{settings.url_prefix}/ (API, dashboard and worker in one process)")
+
+    run_dir = _prepare_run_dir(lab_dir)
+    jobs = [submit_example(run_dir, scenario) for scenario in SCENARIOS]
+    narrator.job_ids.update(job.job_id for job in jobs)
+    for job in jobs:
+        narrator.line(f"submitted examples/{job.scenario}.sbatch as job {job.job_id} (log: {job.log})")
+    narrator.line("watching: the crash example fails at step 25 after saving checkpoints; the hang example goes silent at step 22")
+    finished = await follow(ctx, narrator, jobs, timeout=timeout, is_done=recovered_and_completed)
+    if finished:
+        narrator.line("both examples were recovered automatically and completed from their checkpoints")
+    else:
+        narrator.line(f"not finished after {timeout:.0f} s; see the dashboard and the troubleshooting section of README")
+    print_inspection_help(out, settings, jobs)
+    try:
+        if keep_serving:
+            print("Serving until you press Ctrl-C.", file=out, flush=True)
+            await serving
+        else:
+            server.should_exit = True
+            await serving
+    finally:
+        with contextlib.suppress(Exception):
+            await ctx.close()
+    return 0 if finished else 1
