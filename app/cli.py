@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import logging
 import signal
 import sys
@@ -25,24 +24,13 @@ def _configure_logging(verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_auth_configuration(settings: Settings) -> None:
     """Refuse to serve without auth unless dev mode is explicit and bound to loopback."""
-    if settings.dev_no_auth:
-        if not _is_loopback(settings.bind_host):
-            raise SettingsError(
-                f"RECOVERY_DEV_NO_AUTH is only allowed on a loopback address; RECOVERY_BIND is {settings.bind}"
-            )
-        log.warning("!!! DEVELOPMENT MODE: authentication is OFF (RECOVERY_DEV_NO_AUTH=true) on %s !!!", settings.bind)
-    elif not settings.oidc_issuer:
+    from app.auth import check_dev_mode
+
+    if check_dev_mode(settings):  # raises unless bound to loopback; warns loudly when on
+        return
+    if not settings.oidc_issuer:
         raise SettingsError(
             "no authentication configured: set RECOVERY_OIDC_ISSUER (and RECOVERY_OIDC_AUDIENCE), "
             "or for local development only RECOVERY_DEV_NO_AUTH=true with a loopback RECOVERY_BIND"

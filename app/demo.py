@@ -221,11 +221,14 @@ async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float =
     from worker.registry import build_services
     from worker.runner import WorkerRunner
 
+    from app.cli import check_auth_configuration
+
     narrator = Narrator(out)
     narrator.line("starting the local Slurm lab (3 emulated nodes; installs Debian's slurm packages if missing) …")
     exports = _lab_up(out)
     lab_dir = exports.get("SLURM_LAB_DIR") or os.environ.get("RECOVERY_LAB_DIR") or "/tmp/recovery-lab"
     settings = demo_settings(base, data_dir=str(Path(lab_dir) / "demo-data"), bind=base.bind)
+    check_auth_configuration(settings)
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
     ctx = AppContext.open(settings)
     await upgrade(ctx.engine)

@@ -98,4 +98,4 @@ def test_up_serves_healthz(tmp_path: Path) -> None:
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells it was signalled.
     assert proc.returncode in (0, -15), output
     assert "Application shutdown complete" in output
-    assert "DEVELOPMENT MODE" in output
+    assert "AUTHENTICATION IS DISABLED" in output
