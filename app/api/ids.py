@@ -35,5 +35,5 @@ def expect_global_id(global_id: str, type_name: str) -> int:
     """The database id of a global id that must name a `type_name`."""
     found, pk = from_global_id(global_id)
     if found != type_name:
-        raise GlobalIdError(f"id {global_id[:40]!r} names a {found}, not a {type_name}")
+        raise GlobalIdError(f"id {global_id[:40]!r} is an id of {found}, expected an id of {type_name}")
     return pk
