@@ -1,0 +1,387 @@
+"""Write side of Advice and its scheduler actions (milestones); every change is an audit event and a feed entry."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.advice.models import Advice, SchedulerAction
+from app.audit import service as audit
+from app.audit.models import AuditEvent
+from app.db import utcnow
+from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
+from app.domain.mode import ModeDecision
+from app.domain.reconcile import Disposition, Milestone, Step, StepKind
+from app.feed import service as feed
+from app.jobs.models import Attempt
+
+VETOED = "VETOED"  # app.advice.review's review value: the controller must never act on it
+CREATED, UPDATED, UNCHANGED, NOT_NEEDED, KEPT_VETOED = "created", "updated", "unchanged", "not_needed", "kept_vetoed"
+# Milestone statuses the planner reads; FAILED and SHADOW rows are history only.
+STARTED, SUCCEEDED, FAILED, SHADOW = "STARTED", "SUCCEEDED", "FAILED", "SHADOW"
+
+
+@dataclass(frozen=True)
+class AdviceOutcome:
+    """What recording a decision did: created, updated (new generation), unchanged, not_needed or kept_vetoed."""
+
+    change: str
+    advice: Advice | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.change in {CREATED, UPDATED}
+
+
+def decision_of(advice: Advice) -> Decision:
+    """The stored Advice as the domain's Decision, so later signals merge into it."""
+    return Decision(
+        operation=Operation(advice.operation),
+        reason=advice.reason,
+        rule=advice.rule or "",
+        exclusions=tuple(advice.exclusions or ()),
+        expires_at=advice.expires_at,
+    )
+
+
+def is_active(advice: Advice) -> bool:
+    """Active = may still need reconciliation (the controller's and the watchdog's shared notion)."""
+    return bool(advice.active) and advice.review != VETOED
+
+
+async def _announce(session: AsyncSession, advice: Advice, payload: dict[str, Any]) -> None:
+    await feed.append(
+        session,
+        topic="advice",
+        entity_id=advice.id,
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+        payload={"generation": advice.generation, "operation": advice.operation, "active": advice.active, "disposition": advice.disposition, **payload},
+    )
+
+
+def _refs(existing: dict[str, Any] | None, new: Iterable[str]) -> dict[str, Any]:
+    refs = list((existing or {}).get("refs", []))
+    for ref in new:
+        if ref not in refs:
+            refs.append(ref)
+    return {**(existing or {}), "refs": refs}
+
+
+async def advice_for_attempt(session: AsyncSession, *, attempt_id: int) -> Advice | None:
+    """The one Advice of an attempt, if any."""
+    return await session.scalar(select(Advice).where(Advice.attempt_id == attempt_id))
+
+
+async def record_decision(
+    session: AsyncSession,
+    *,
+    attempt: Attempt,
+    decision: Decision,
+    mode: ModeDecision,
+    signal: str,
+    evidence_refs: Sequence[str] = (),
+    partition_nodes: Iterable[str] | None = None,
+    now: dt.datetime | None = None,
+) -> AdviceOutcome:
+    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
+    now = now or utcnow()
+    existing = await advice_for_attempt(session, attempt_id=attempt.id)
+    if existing is None:
+        if decision.operation is Operation.NONE:
+            created = await record_not_needed(session, attempt=attempt, decision=decision, signal=signal)
+            return AdviceOutcome(NOT_NEEDED if created else UNCHANGED)
+        values = advice_record(decision, mode=mode.mode, mode_reason=mode.reason, evidence_refs=evidence_refs)
+        advice = Advice(
+            attempt_id=attempt.id, job_id=attempt.job_id, cluster=attempt.cluster, slurm_job_id=attempt.slurm_job_id,
+            attempt_index=attempt.attempt_index, generation=1, active=True, disposition=Disposition.PENDING.value,
+            next_reconcile_at=now, reconcile_failures=0, created_at=now, updated_at=now, **values,
+        )
+        session.add(advice)
+        await session.flush()
+        await _audit_change(session, advice, "advice.created", signal=signal)
+        await _announce(session, advice, {"change": CREATED})
+        return AdviceOutcome(CREATED, advice)
+
+    if existing.review == VETOED:
+        return AdviceOutcome(KEPT_VETOED, existing)
+    old = decision_of(existing)
+    merged = merge_signals(old, decision, partition_nodes=partition_nodes)
+    if merged is old or not advice_changed(old, merged):
+        if evidence_refs:
+            refs = _refs(existing.evidence, evidence_refs)
+            if refs != existing.evidence:
+                existing.evidence = refs
+        return AdviceOutcome(UNCHANGED, existing)
+    values = advice_record(merged, mode=mode.mode, mode_reason=mode.reason, evidence_refs=())
+    previous = {"operation": existing.operation, "exclusions": list(existing.exclusions or ()), "generation": existing.generation}
+    for name in ("operation", "exclusions", "reason", "rule", "expires_at", "mode", "mode_reason"):
+        setattr(existing, name, values[name])
+    existing.evidence = _refs(existing.evidence, evidence_refs)
+    existing.generation = existing.generation + 1
+    existing.active = True
+    existing.disposition = Disposition.PENDING.value
+    existing.disposition_reason = None
+    existing.disposition_message = None
+    existing.next_reconcile_at = now
+    existing.reconcile_failures = 0
+    existing.updated_at = now
+    await _audit_change(session, existing, "advice.updated", signal=signal, previous=previous)
+    await _announce(session, existing, {"change": UPDATED})
+    return AdviceOutcome(UPDATED, existing)
+
+
+async def _audit_change(session: AsyncSession, advice: Advice, event_type: str, *, signal: str, previous: dict[str, Any] | None = None) -> None:
+    verb = "created" if event_type == "advice.created" else f"updated to generation {advice.generation}"
+    excluded = f" excluding {', '.join(advice.exclusions)}" if advice.exclusions else ""
+    await audit.record(
+        session,
+        component="advisor",
+        event_type=event_type,
+        level="WARNING" if advice.operation == Operation.TERMINATE.value else "INFO",
+        message=f"Advice {advice.id} {verb}: {advice.operation}{excluded} ({advice.mode}); {advice.reason}",
+        payload={
+            "adviceId": advice.id, "generation": advice.generation, "operation": advice.operation,
+            "exclusions": list(advice.exclusions or ()), "rule": advice.rule, "reason": advice.reason,
+            "mode": advice.mode, "modeReason": advice.mode_reason, "signal": signal,
+            "expiresAt": advice.expires_at.isoformat() if advice.expires_at else None,
+            **({"previous": previous} if previous else {}),
+        },
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+    )
+
+
+async def not_needed_recorded(session: AsyncSession, *, attempt: Attempt) -> bool:
+    """True when this attempt already has its `advice.not_needed` event (it is written once per attempt)."""
+    rows = (
+        await session.scalars(
+            select(AuditEvent.payload).where(
+                AuditEvent.slurm_job_id == attempt.slurm_job_id,
+                AuditEvent.attempt_index == attempt.attempt_index,
+                AuditEvent.event_type == "advice.not_needed",
+                AuditEvent.cluster == attempt.cluster,
+            )
+        )
+    ).all()
+    return any((payload or {}).get("attemptId") == attempt.id for payload in rows)
+
+
+async def record_not_needed(session: AsyncSession, *, attempt: Attempt, decision: Decision, signal: str) -> bool:
+    """Write why no Advice was needed for this attempt, once per attempt; False when it was already written."""
+    if await not_needed_recorded(session, attempt=attempt):
+        return False
+    await audit.record(
+        session,
+        component="advisor",
+        event_type="advice.not_needed",
+        message=f"no Advice for attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {decision.reason}",
+        payload={"attemptId": attempt.id, "rule": decision.rule, "reason": decision.reason, "signal": signal},
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+    )
+    return True
+
+
+# ---------------------------------------------------------------- milestones (scheduler actions)
+
+
+async def actions_of(session: AsyncSession, *, advice_ids: Sequence[int]) -> dict[int, list[SchedulerAction]]:
+    """Each Advice's scheduler actions in recorded order, in one statement."""
+    result: dict[int, list[SchedulerAction]] = {advice_id: [] for advice_id in advice_ids}
+    if not advice_ids:
+        return result
+    rows = (await session.scalars(select(SchedulerAction).where(SchedulerAction.advice_id.in_(list(set(advice_ids)))).order_by(SchedulerAction.id))).all()
+    for row in rows:
+        result[row.advice_id].append(row)
+    return result
+
+
+def as_milestones(actions: Sequence[SchedulerAction]) -> list[Milestone]:
+    """The planner's view of stored actions: STARTED/SUCCEEDED rows of every actor (a watchdog release counts)."""
+    out = []
+    for action in actions:
+        if action.status not in {STARTED, SUCCEEDED}:
+            continue
+        try:
+            step = StepKind(action.step)
+        except ValueError:
+            continue
+        out.append(Milestone(generation=action.generation, step=step, status=action.status, at=action.finished_at or action.started_at))
+    return out
+
+
+async def begin_action(
+    session: AsyncSession, *, advice: Advice, step: StepKind, key: str, command: str, actor: str = "controller", now: dt.datetime | None = None
+) -> SchedulerAction:
+    """Write the STARTED intent before a command is sent (a retry of the same key reuses its row)."""
+    now = now or utcnow()
+    action = await session.scalar(select(SchedulerAction).where(SchedulerAction.idempotency_key == key))
+    if action is None:
+        action = SchedulerAction(advice_id=advice.id, generation=advice.generation, step=step.value, idempotency_key=key, actor=actor)
+        session.add(action)
+    elif action.status == SUCCEEDED:
+        raise ValueError(f"action {key} already succeeded; it is never sent twice")
+    action.status, action.command, action.started_at, action.finished_at, action.duration_ms = STARTED, command, now, None, None
+    await session.flush()
+    return action
+
+
+async def finish_action(
+    session: AsyncSession,
+    *,
+    action: SchedulerAction,
+    advice: Advice,
+    succeeded: bool,
+    duration_ms: float,
+    detail: str,
+    component: str = "controller",
+    event_type: str | None = None,
+    now: dt.datetime | None = None,
+) -> None:
+    """Record the command's outcome with its duration, as a milestone update and an audit event."""
+    now = now or utcnow()
+    action.status = SUCCEEDED if succeeded else FAILED
+    action.finished_at = now
+    action.duration_ms = round(duration_ms, 3)
+    action.detail = detail[:4000]
+    await audit.record(
+        session,
+        component=component,
+        event_type=event_type or f"scheduler.{action.step}",
+        level="INFO" if succeeded else "WARNING",
+        message=f"{action.command} {'succeeded' if succeeded else 'failed'} in {duration_ms:.0f} ms (Advice {advice.id} generation {action.generation}): {detail}",
+        payload={
+            "adviceId": advice.id, "generation": action.generation, "step": action.step, "status": action.status,
+            "idempotencyKey": action.idempotency_key, "command": action.command, "durationMs": action.duration_ms, "detail": detail[:1000],
+        },
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+    )
+
+
+async def confirm_action(session: AsyncSession, *, action: SchedulerAction, evidence: str, now: dt.datetime | None = None) -> None:
+    """An intent left STARTED by an interrupted controller whose effect a fresh observation shows: mark it SUCCEEDED."""
+    action.status = SUCCEEDED
+    action.finished_at = now or utcnow()
+    action.detail = f"the process stopped before recording the result; {evidence}"[:4000]
+    await audit.record(
+        session,
+        component="controller",
+        event_type="scheduler.confirmed",
+        message=f"{action.step} of Advice {action.advice_id} generation {action.generation} had taken effect before an interruption: {evidence}",
+        payload={"adviceId": action.advice_id, "generation": action.generation, "step": action.step, "idempotencyKey": action.idempotency_key},
+    )
+
+
+def shadow_key(advice: Advice, step: StepKind) -> str:
+    """Idempotency key of a shadow action: once per Advice generation and step."""
+    return f"shadow:{advice.id}:{advice.generation}:{step.value}"
+
+
+async def record_shadow(session: AsyncSession, *, advice: Advice, steps: Sequence[Step], now: dt.datetime | None = None) -> int:
+    """Record the commands observe mode would have sent (SHADOW rows, once per generation); returns rows added."""
+    now = now or utcnow()
+    keys = [shadow_key(advice, step.kind) for step in steps if step.is_action]
+    if not keys:
+        return 0
+    existing = set((await session.scalars(select(SchedulerAction.idempotency_key).where(SchedulerAction.idempotency_key.in_(keys)))).all())
+    added = []
+    for step in steps:
+        if not step.is_action or shadow_key(advice, step.kind) in existing:
+            continue
+        session.add(
+            SchedulerAction(
+                advice_id=advice.id, generation=advice.generation, step=step.kind.value, idempotency_key=shadow_key(advice, step.kind),
+                status=SHADOW, actor="controller", command=command_text(step, advice.slurm_job_id), detail=step.message,
+                started_at=now, finished_at=now, duration_ms=0.0,
+            )
+        )
+        added.append(step)
+    if added:
+        await session.flush()
+        await audit.record(
+            session,
+            component="controller",
+            event_type="reconciliation.shadow",
+            message=f"observe mode: Advice {advice.id} generation {advice.generation} would run " + ", then ".join(command_text(s, advice.slurm_job_id) for s in added),
+            payload={"adviceId": advice.id, "generation": advice.generation, "steps": [s.kind.value for s in added], "messages": [s.message for s in added]},
+            cluster=advice.cluster,
+            slurm_job_id=advice.slurm_job_id,
+            attempt_index=advice.attempt_index,
+        )
+    return len(added)
+
+
+def command_text(step: Step, job_id: int) -> str:
+    """The Slurm command line a step stands for (shown in milestones and audit events)."""
+    if step.kind is StepKind.REQUEUE_HOLD:
+        return f"scontrol requeuehold {job_id}"
+    if step.kind is StepKind.SET_EXCLUSIONS:
+        return f"scontrol update JobId={job_id} ExcNodeList={','.join(step.exclusions)}"
+    if step.kind is StepKind.RELEASE:
+        return f"scontrol release {job_id}"
+    if step.kind is StepKind.CANCEL:
+        return f"scancel {job_id}"
+    return step.kind.value
+
+
+# ---------------------------------------------------------------- reconciliation status
+
+
+async def set_status(
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    disposition: Disposition,
+    reason: str | None,
+    message: str,
+    next_reconcile_at: dt.datetime | None,
+    observed: bool = True,
+    now: dt.datetime | None = None,
+) -> bool:
+    """Store the controller's reconciliation status; CONVERGED/ABANDONED end the Advice. Returns True when it changed."""
+    now = now or utcnow()
+    terminal = disposition is not Disposition.PENDING
+    changed = (advice.disposition, advice.disposition_reason, advice.disposition_message) != (disposition.value, reason, message)
+    advice.disposition, advice.disposition_reason, advice.disposition_message = disposition.value, reason, message[:4000]
+    if observed:
+        advice.observed_generation = advice.generation
+    advice.next_reconcile_at = None if terminal else next_reconcile_at
+    if terminal:
+        advice.active = False
+        advice.reconcile_failures = 0
+    if changed:
+        advice.updated_at = now
+        if terminal:
+            seconds = (now - advice.created_at).total_seconds() if advice.created_at else None
+            await audit.record(
+                session,
+                component="controller",
+                event_type="reconciliation.converged" if disposition is Disposition.CONVERGED else "reconciliation.abandoned",
+                level="INFO" if disposition is Disposition.CONVERGED else "WARNING",
+                message=f"Advice {advice.id} generation {advice.generation} {disposition.value} ({reason}): {message}",
+                payload={"adviceId": advice.id, "generation": advice.generation, "disposition": disposition.value, "reason": reason, "message": message, "secondsSinceCreated": round(seconds, 3) if seconds is not None else None},
+                cluster=advice.cluster,
+                slurm_job_id=advice.slurm_job_id,
+                attempt_index=advice.attempt_index,
+            )
+        await _announce(session, advice, {"change": "reconciliation", "reason": reason})
+    return changed
+
+
+async def record_reconcile_failure(session: AsyncSession, *, advice: Advice, error: str, retry_at: dt.datetime, now: dt.datetime | None = None) -> None:
+    """A transient Slurm failure: keep the Advice, count the failure and look again at `retry_at`."""
+    now = now or utcnow()
+    advice.reconcile_failures = (advice.reconcile_failures or 0) + 1
+    advice.next_reconcile_at = retry_at
+    advice.disposition_message = f"Slurm did not answer ({advice.reconcile_failures} in a row); retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[:4000]
+    advice.updated_at = now
