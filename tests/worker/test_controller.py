@@ -1,0 +1,188 @@
+"""The controller on both databases against a Slurm-like fake: steps, milestones, observe mode, backoff, not-found."""
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import update
+
+from app.advice.models import Advice, SchedulerAction
+from app.context import AppContext
+from app.slurm.errors import TransientSchedulerError
+from tests.advice.factories import SlurmLikeFake, acting, actions, add_anomaly, advice_of, events, submit
+from worker.advisor import Advisor
+from worker.controller import Controller
+from worker.observer import Observer
+
+
+@pytest.fixture
+def fake() -> SlurmLikeFake:
+    return SlurmLikeFake()
+
+
+@pytest.fixture
+def act_ctx(ctx: AppContext) -> AppContext:
+    return acting(ctx, acknowledge_scheduler_actions=True)
+
+
+async def failed_job(ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy) -> Advice:  # type: ignore[no-untyped-def]
+    """A job whose attempt 0 crashed on `node` and failed, decided by the real advisor."""
+    observer, advisor = Observer(ctx, fake), Advisor(ctx)
+    await advisor.tick()
+    await submit(observer, fake, job_id, **policy)
+    if node:
+        await add_anomaly(ctx, job_id, node=node, category="xid")
+    fake.finish(job_id, "FAILED", exit_code=1)
+    await observer.tick()
+    await advisor.tick()
+    [advice] = await advice_of(ctx, job_id)
+    return advice
+
+
+async def make_due(ctx: AppContext) -> None:
+    async with ctx.sessions() as session, session.begin():
+        await session.execute(update(Advice).values(next_reconcile_at=None))
+
+
+async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    advice = await failed_job(act_ctx, fake, 31)
+    controller = Controller(act_ctx, fake)
+    fake.calls.clear()
+    await controller.tick()
+    commands = [call[0] for call in fake.calls if call[0] != "list_jobs"]
+    assert commands == ["requeue_hold", "set_excluded_nodes", "release"]
+    # one bulk observation per pass, each step planned from a fresh one
+    assert fake.count("list_jobs") == controller.passes == 4
+    job = fake.jobs[31]
+    assert (job.restart_count, job.held, job.excluded_nodes) == (1, False, ("node1",))
+    [advice] = await advice_of(act_ctx, 31)
+    assert (advice.disposition, advice.disposition_reason, advice.observed_generation, advice.active) == ("CONVERGED", "DESIRED_STATE_OBSERVED", 1, False)
+    rows = await actions(act_ctx, advice.id)
+    assert [(r.step, r.status, r.idempotency_key) for r in rows] == [
+        ("requeue_hold", "SUCCEEDED", f"{advice.id}:1:requeue_hold"),
+        ("update_exclusions", "SUCCEEDED", f"{advice.id}:1:update_exclusions"),
+        ("release", "SUCCEEDED", f"{advice.id}:1:release"),
+    ]
+    assert all(r.duration_ms is not None and r.finished_at >= r.started_at for r in rows)
+    for event_type in ("scheduler.requeue_hold", "scheduler.update_exclusions", "scheduler.release", "reconciliation.converged"):
+        [event] = await events(act_ctx, event_type)
+    assert "durationMs" in (await events(act_ctx, "scheduler.release"))[0].payload
+    fake.calls.clear()
+    await controller.tick()
+    assert fake.calls == []  # converged Advice is not active: no Slurm call at all
+
+
+async def test_observe_mode_records_shadow_actions_once_and_touches_nothing(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    advice = await failed_job(ctx, fake, 32)
+    assert advice.mode == "observe"
+    controller = Controller(ctx, fake)
+    fake.calls.clear()
+    await controller.tick()
+    await make_due(ctx)
+    await controller.tick()
+    assert {call[0] for call in fake.calls} == {"list_jobs"}
+    rows = await actions(ctx, advice.id)
+    assert [(r.step, r.status) for r in rows] == [("requeue_hold", "SHADOW"), ("update_exclusions", "SHADOW"), ("release", "SHADOW")]
+    [advice] = await advice_of(ctx, 32)
+    assert (advice.disposition, advice.disposition_reason, advice.active) == ("PENDING", "NOT_AUTHORIZED", True)
+    assert "would run: scontrol requeuehold 32" in advice.disposition_message
+    assert len(await events(ctx, "reconciliation.shadow")) == 1
+    assert fake.jobs[32].restart_count == 0
+
+
+async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    advice = await failed_job(act_ctx, fake, 33, node=None)
+    controller = Controller(act_ctx, fake)
+    fake.fail_next("requeue_hold", TransientSchedulerError("socket timed out", command=("scontrol",), returncode=1))
+    await controller.tick()
+    [advice] = await advice_of(act_ctx, 33)
+    assert advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.timezone.utc)
+    [row] = await actions(act_ctx, advice.id)
+    assert (row.step, row.status) == ("requeue_hold", "FAILED")
+    await controller.tick()
+    assert fake.count("requeue_hold") == 1  # still backing off
+    await make_due(act_ctx)
+    await controller.tick()
+    [advice] = await advice_of(act_ctx, 33)
+    assert advice.disposition == "CONVERGED" and advice.reconcile_failures == 0
+    rows = await actions(act_ctx, advice.id)
+    assert [(r.step, r.status) for r in rows] == [("requeue_hold", "SUCCEEDED"), ("release", "SUCCEEDED")]
+    assert fake.jobs[33].restart_count == 1
+
+
+async def test_could_not_observe_is_never_gone(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    await failed_job(act_ctx, fake, 34)
+    controller = Controller(act_ctx, fake)
+    fake.fail_next("list_jobs", TransientSchedulerError("unable to contact slurm controller"))
+    await controller.tick()
+    [advice] = await advice_of(act_ctx, 34)
+    assert advice.active and advice.disposition == "PENDING" and advice.reconcile_failures == 1
+    fake.remove(34)  # slurmctld forgot it; the lookup fails too
+    fake.fail_next("lookup_job", TransientSchedulerError("socket timed out"))
+    await make_due(act_ctx)
+    await controller.tick()
+    [advice] = await advice_of(act_ctx, 34)
+    assert advice.active and advice.reconcile_failures == 2
+    await make_due(act_ctx)
+    await controller.tick()  # now the lookup answers: accounting has it, slurmctld does not
+    [advice] = await advice_of(act_ctx, 34)
+    assert (advice.disposition, advice.disposition_reason) == ("ABANDONED", "JOB_NOT_FOUND")
+    assert "accounting has" in advice.disposition_message
+    assert fake.count("requeue_hold") == 0
+
+
+async def test_terminate_cancels_a_running_attempt_and_leaves_an_ended_one(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    observer, advisor = Observer(act_ctx, fake), Advisor(act_ctx)
+    await advisor.tick()
+    await submit(observer, fake, 35, requeue=False)
+    await add_anomaly(act_ctx, 35, kind="NO_PROGRESS", category="no_output")
+    await advisor.tick()
+    [advice] = await advice_of(act_ctx, 35)
+    assert (advice.operation, advice.rule) == ("TERMINATE", "requeue_not_possible")
+    await Controller(act_ctx, fake).tick()
+    assert fake.jobs[35].state == "CANCELLED"
+    [advice] = await advice_of(act_ctx, 35)
+    assert (advice.disposition, advice.disposition_reason) == ("CONVERGED", "DESIRED_STATE_OBSERVED")
+    assert len(await events(act_ctx, "scheduler.cancel")) == 1
+
+
+async def test_vetoed_or_fenced_advice_is_never_acted_on(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    advice = await failed_job(act_ctx, fake, 36)
+    controller = Controller(act_ctx, fake)
+
+    async def lost() -> bool:
+        return False
+
+    controller.fence = lost
+    await controller.tick()
+    assert fake.count("requeue_hold") == 0 and await actions(act_ctx, advice.id) == []
+    controller.fence = None
+    async with act_ctx.sessions() as session, session.begin():
+        await session.execute(update(Advice).values(review="VETOED", active=False, disposition="ABANDONED", disposition_reason="VETOED"))
+    await controller.tick()
+    assert fake.count("requeue_hold") == 0
+
+
+async def test_an_interrupted_requeue_hold_is_confirmed_not_repeated(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    advice = await failed_job(act_ctx, fake, 37)
+    # A controller wrote its intent, sent the command, and died before recording the result.
+    async with act_ctx.sessions() as session, session.begin():
+        session.add(SchedulerAction(advice_id=advice.id, generation=1, step="requeue_hold", idempotency_key=f"{advice.id}:1:requeue_hold", status="STARTED", command="scontrol requeuehold 37"))
+    await fake.requeue_hold(37)
+    fake.calls.clear()
+    await Controller(act_ctx, fake).tick()
+    assert [call[0] for call in fake.calls if call[0] != "list_jobs"] == ["set_excluded_nodes", "release"]
+    rows = await actions(act_ctx, advice.id)
+    assert [(r.step, r.status) for r in rows] == [("requeue_hold", "SUCCEEDED"), ("update_exclusions", "SUCCEEDED"), ("release", "SUCCEEDED")]
+    assert "before recording the result" in rows[0].detail
+    assert fake.jobs[37].restart_count == 1 and len(await events(act_ctx, "scheduler.confirmed")) == 1
+
+
+async def test_hold_the_controller_did_not_place_is_never_released(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+    await failed_job(act_ctx, fake, 38)
+    await fake.requeue_hold(38)  # a person's requeuehold: no intent of ours
+    fake.calls.clear()
+    await Controller(act_ctx, fake).tick()
+    assert fake.count("release") == 0 and fake.jobs[38].held
+    [advice] = await advice_of(act_ctx, 38)
+    assert advice.exclusions == ["node1"] and fake.jobs[38].excluded_nodes == ("node1",)  # exclusions still set
+    assert advice.disposition == "PENDING" and "never release" in advice.disposition_message

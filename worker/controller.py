@@ -1,0 +1,336 @@
+"""Controller: makes Slurm carry out active Advice in act mode, and proves from a fresh look that it did (SPEC §6).
+
+Each reconcile pass takes ONE bulk `list_jobs` and plans at most one command per due Advice
+with `app.domain.reconcile.plan_next_step`; when a pass sent commands, another pass (a new
+observation) follows at once, so every step is planned from a fresh observation.
+
+Crash safety: a command's milestone is written STARTED (its own committed transaction) before
+the command is sent and SUCCEEDED/FAILED after; the planner treats a STARTED intent as "may
+have happened" and lets the observation decide, and an intent whose effect a later
+observation shows is marked SUCCEEDED (`scheduler.confirmed`). Killing the process anywhere
+therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py proves it on
+real Slurm).
+
+Observe mode (the Advice's mode is observe, the operator's ceiling is off now, the partition
+is not managed, or an operator vetoed it) sends nothing: the commands it would have sent are
+recorded once per generation as SHADOW actions, and the Advice stays PENDING with reason
+NOT_AUTHORIZED (still active, looked at again every OBSERVE_RECHECK seconds, so Slurm reaching
+the state by itself, the job ending or the Advice expiring still close it).
+
+TEST-ONLY fault injection: the environment variable RECOVERY_FAULT_INJECT, e.g.
+`after:requeue_hold` or `before:release` (comma-separated for several), makes the process
+SIGKILL itself right before sending that command (after its STARTED milestone is committed)
+or right after the command returned (before SUCCEEDED is recorded). It is read once at start;
+never set it in production.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import time
+from typing import Awaitable, Callable
+
+from sqlalchemy import or_, select
+
+from app.advice import service as advice_service
+from app.advice.models import Advice, SchedulerAction
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.reconcile import (
+    ENDED_STATES,
+    AdviceState,
+    Disposition,
+    DispositionReason,
+    HoldKind,
+    JobObservation,
+    Step,
+    StepKind,
+    hold_kind,
+    plan_next_step,
+    shadow_plan,
+)
+from app.jobs.models import Job
+from app.slurm.adapter import JobLookup, Scheduler
+from app.slurm.errors import OperationDisabled, SchedulerError
+from app.slurm.records import CommandResult, SlurmJob, Snapshot
+from worker.service import Service
+
+log = logging.getLogger("recovery.controller")
+
+FAULT_ENV = "RECOVERY_FAULT_INJECT"
+MAX_PASSES_PER_TICK = 12  # a RESTART needs 3 commands; bounded so one tick cannot spin forever
+DUE_BATCH = 200
+BACKOFF_BASE = 1.0  # seconds; doubles per consecutive transient failure of one Advice
+BACKOFF_MAX = 60.0
+OBSERVE_RECHECK = 30.0  # seconds between looks at an Advice the controller may not act on
+
+
+def observation_of(job: SlurmJob) -> JobObservation:
+    """The planner's view of one job from squeue --json."""
+    return JobObservation(
+        state=job.state,
+        restart_count=job.restart_count,
+        held=job.held,
+        state_reason=job.state_reason,
+        state_description=job.state_description,
+        priority=job.priority,
+        excluded_nodes=tuple(job.excluded_nodes),
+        nodes=tuple(job.nodes),
+        requeue_eligible=job.requeue,
+    )
+
+
+def advice_state(advice: Advice) -> AdviceState:
+    """The Advice generation as the planner takes it."""
+    return AdviceState(
+        advice_id=advice.id,
+        generation=advice.generation,
+        operation=advice.operation,
+        attempt_index=advice.attempt_index,
+        exclusions=tuple(advice.exclusions or ()),
+        expires_at=advice.expires_at,
+        mode=advice.mode,
+    )
+
+
+def effect_observed(step: str, advice: AdviceState, obs: JobObservation | None) -> str | None:
+    """Whether a fresh observation shows a command's effect; a sentence saying how, else None."""
+    k = advice.attempt_index
+    if step == StepKind.REQUEUE_HOLD.value:
+        if obs is not None and obs.restart_count >= k + 1:
+            return f"Slurm shows restart count {obs.restart_count} (attempt {k} was requeued)"
+    elif step == StepKind.SET_EXCLUSIONS.value:
+        if obs is not None and set(advice.exclusions) <= set(obs.excluded_nodes):
+            return f"Slurm shows ExcNodeList={','.join(obs.excluded_nodes)}"
+    elif step == StepKind.RELEASE.value:
+        if obs is not None and obs.restart_count == k + 1 and hold_kind(obs) is HoldKind.NONE:
+            return f"attempt {k + 1} is no longer held ({obs.state})"
+    elif step == StepKind.CANCEL.value:
+        if obs is None or obs.state.upper() in ENDED_STATES:
+            return "the job has ended" if obs is not None else "Slurm no longer lists the job"
+    return None
+
+
+def parse_faults(raw: str | None) -> frozenset[str]:
+    """`after:requeue_hold,before:release` -> {"after:requeue_hold", "before:release"} (test-only)."""
+    return frozenset(part.strip() for part in (raw or "").split(",") if part.strip())
+
+
+class Controller(Service):
+    """Reconciles active Advice: requeue-hold, exclude, release (RESTART) or cancel (TERMINATE)."""
+
+    name = "controller"
+    needs_lease = True
+
+    def __init__(self, ctx: AppContext, scheduler: Scheduler, *, interval: float | None = None, faults: frozenset[str] | None = None) -> None:
+        super().__init__(interval=interval if interval is not None else max(0.5, ctx.settings.poll_interval))
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.scheduler = scheduler
+        # Set by the WorkerRunner: checks right before a command that the lease is still ours (fencing).
+        self.fence: Callable[[], Awaitable[bool]] | None = None
+        self.faults = faults if faults is not None else parse_faults(os.environ.get(FAULT_ENV))
+        self.passes = 0
+        self.commands = 0
+
+    async def tick(self) -> None:
+        for _ in range(MAX_PASSES_PER_TICK):
+            if not await self.reconcile_pass():
+                break
+
+    # ------------------------------------------------------------ one pass
+
+    async def due_advice(self, now: dt.datetime) -> list[int]:
+        """Ids of active Advice on this cluster whose next look is due."""
+        async with self.ctx.sessions() as session:
+            query = (
+                select(Advice.id)
+                .where(Advice.active.is_(True), Advice.cluster == self.settings.cluster)
+                .where(or_(Advice.next_reconcile_at.is_(None), Advice.next_reconcile_at <= now))
+                .where(or_(Advice.review.is_(None), Advice.review != advice_service.VETOED))
+                .order_by(Advice.id)
+                .limit(DUE_BATCH)
+            )
+            return list((await session.scalars(query)).all())
+
+    async def reconcile_pass(self) -> int:
+        """Observe Slurm once and take at most one step per due Advice; returns how many commands were sent."""
+        now = utcnow()
+        due = await self.due_advice(now)
+        if not due:
+            return 0
+        self.passes += 1
+        try:
+            snapshot = await self.scheduler.list_jobs()
+        except SchedulerError as exc:
+            log.warning("controller: Slurm did not answer (%s); %d Advice wait", exc, len(due))
+            for advice_id in due:
+                await self._backoff(advice_id, f"squeue: {exc}")
+            return 0
+        complete = not any(problem.startswith("slurm reported") for problem in snapshot.problems)
+        sent = 0
+        for advice_id in due:
+            sent += await self.reconcile_one(advice_id, snapshot, complete=complete)
+        return sent
+
+    async def _observe(self, advice: Advice, snapshot: Snapshot, complete: bool) -> tuple[bool, JobObservation | None, str]:
+        """(observed, observation, note): not observed means "could not tell" - never "gone"."""
+        job = snapshot.get(advice.slurm_job_id)
+        if job is not None:
+            return True, observation_of(job), ""
+        if not complete:
+            return False, None, "squeue's answer carried errors and did not list the job"
+        try:
+            lookup: JobLookup = await self.scheduler.lookup_job(advice.slurm_job_id)
+        except SchedulerError as exc:
+            return False, None, f"lookup of job {advice.slurm_job_id} failed: {exc}"
+        if lookup.job is not None:
+            return True, observation_of(lookup.job), ""
+        if lookup.history is None:
+            note = "slurmctld does not list the job and the cluster keeps no accounting"
+        elif lookup.history:
+            last = lookup.last_record
+            assert last is not None
+            note = f"slurmctld has forgotten the job; accounting has {len(lookup.history)} record(s), the last {last.state}"
+        else:
+            note = "neither slurmctld nor accounting knows the job"
+        return True, None, note
+
+    async def reconcile_one(self, advice_id: int, snapshot: Snapshot, *, complete: bool) -> int:
+        """Plan and take the next step of one Advice from the pass's observation; returns 1 if a command was sent."""
+        now = utcnow()
+        async with self.ctx.sessions() as session:
+            advice = await session.get(Advice, advice_id)
+            if advice is None or not advice_service.is_active(advice):
+                return 0
+            job = await session.get(Job, advice.job_id)
+            partition = job.partition if job else None
+            state = advice_state(advice)
+            review, mode, mode_reason = advice.review, advice.mode, advice.mode_reason
+        observed, obs, note = await self._observe(advice, snapshot, complete)
+        if not observed:
+            await self._backoff(advice_id, note)
+            return 0
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id)
+            if advice is None or advice.generation != state.generation or not advice_service.is_active(advice):
+                return 0
+            actions = (await advice_service.actions_of(session, advice_ids=[advice_id]))[advice_id]
+            for action in actions:
+                if action.status == advice_service.STARTED:
+                    evidence = effect_observed(action.step, state, obs)
+                    if evidence:
+                        await advice_service.confirm_action(session, action=action, evidence=evidence, now=now)
+            milestones = advice_service.as_milestones(actions)
+            step = plan_next_step(state, obs, now=now, milestones=milestones, authorized=True)
+            if note and step.kind in {StepKind.DONE, StepKind.ABANDON}:
+                step = Step(step.kind, f"{step.message} ({note})", step.reason)
+            if step.kind in {StepKind.DONE, StepKind.ABANDON}:
+                await advice_service.set_status(session, advice=advice, disposition=step.disposition, reason=step.reason.value if step.reason else None, message=step.message, next_reconcile_at=None, now=now)
+                return 0
+            if step.kind is StepKind.WAIT:
+                await advice_service.set_status(session, advice=advice, disposition=Disposition.PENDING, reason=None, message=step.message, next_reconcile_at=now + dt.timedelta(seconds=self.interval), now=now)
+                return 0
+            allowed, why_not = self.authorized(review=review, mode=mode, mode_reason=mode_reason, partition=partition)
+            if not allowed:
+                plan = shadow_plan(state, obs, now=now, milestones=milestones)
+                await advice_service.record_shadow(session, advice=advice, steps=plan, now=now)
+                would = ", then ".join(advice_service.command_text(s, advice.slurm_job_id) for s in plan if s.is_action)
+                await advice_service.set_status(
+                    session, advice=advice, disposition=Disposition.PENDING, reason=DispositionReason.NOT_AUTHORIZED.value,
+                    message=f"{why_not}; would run: {would}", next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK), now=now,
+                )
+                return 0
+        return await self.execute(advice_id, state, step)
+
+    def authorized(self, *, review: str | None, mode: str, mode_reason: str | None, partition: str | None) -> tuple[bool, str]:
+        """Act only on act-mode Advice while the ceiling is on, the partition managed and no veto given."""
+        if review == advice_service.VETOED:
+            return False, "vetoed by an operator"
+        if mode != "act":
+            return False, f"mode {mode}: {mode_reason or 'not authorized to change Slurm'}"
+        if not self.settings.acknowledge_scheduler_actions:
+            return False, "the operator's acknowledgment ceiling (RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS) is off now"
+        if not self.settings.partition_managed(partition):
+            return False, f"partition {partition!r} is not in the managed allowlist now"
+        return True, ""
+
+    # ------------------------------------------------------------ commands
+
+    async def execute(self, advice_id: int, state: AdviceState, step: Step) -> int:
+        """STARTED milestone, the command, SUCCEEDED/FAILED milestone: each committed on its own."""
+        if self.fence is not None and not await self.fence():
+            log.warning("controller: lease no longer ours; not sending %s for Advice %s", step.kind.value, advice_id)
+            return 0
+        assert step.idempotency_key is not None
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql", populate_existing=True)
+            if advice is None or advice.generation != state.generation or not advice_service.is_active(advice):
+                return 0  # vetoed, superseded or closed since the plan: do not act
+            job_id = advice.slurm_job_id
+            command = advice_service.command_text(step, job_id)
+            action = await advice_service.begin_action(session, advice=advice, step=step.kind, key=step.idempotency_key, command=command)
+            action_id = action.id
+        self._fault("before", step)
+        started = time.monotonic()
+        error: SchedulerError | None = None
+        result: CommandResult | None = None
+        try:
+            result = await self._send(step, job_id)
+        except SchedulerError as exc:
+            error = exc
+        duration_ms = (time.monotonic() - started) * 1000
+        if error is None:
+            self._fault("after", step)
+        self.commands += 1
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id)
+            action = await session.get(SchedulerAction, action_id)
+            assert advice is not None and action is not None
+            now = utcnow()
+            if error is None:
+                detail = (result.stderr or result.stdout).strip() if result else ""
+                await advice_service.finish_action(session, action=action, advice=advice, succeeded=True, duration_ms=duration_ms, detail=f"{step.message}" + (f"; {detail}" if detail else ""), now=now)
+                advice.disposition_message = f"sent: {command}"
+                advice.next_reconcile_at = now
+                advice.reconcile_failures = 0
+                advice.updated_at = now
+                return 1
+            await advice_service.finish_action(session, action=action, advice=advice, succeeded=False, duration_ms=duration_ms, detail=str(error), now=now)
+            if isinstance(error, OperationDisabled):
+                await advice_service.set_status(session, advice=advice, disposition=Disposition.ABANDONED, reason=DispositionReason.REQUEUE_DISABLED.value, message=f"Slurm refused {command}: {error.message}", next_reconcile_at=None, now=now)
+                return 0
+            # Not found, state conflicts and outages: look again (fresh observation) after a backoff.
+            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
+            await advice_service.record_reconcile_failure(session, advice=advice, error=str(error), retry_at=now + dt.timedelta(seconds=delay), now=now)
+            return 0
+
+    async def _send(self, step: Step, job_id: int) -> CommandResult:
+        if step.kind is StepKind.REQUEUE_HOLD:
+            return await self.scheduler.requeue_hold(job_id)
+        if step.kind is StepKind.SET_EXCLUSIONS:
+            return await self.scheduler.set_excluded_nodes(job_id, step.exclusions)
+        if step.kind is StepKind.RELEASE:
+            return await self.scheduler.release(job_id)
+        if step.kind is StepKind.CANCEL:
+            return await self.scheduler.cancel(job_id)
+        raise ValueError(f"not a command: {step.kind}")
+
+    def _fault(self, when: str, step: Step) -> None:
+        """Test-only: die like a kill -9 at this point when RECOVERY_FAULT_INJECT names it."""
+        if f"{when}:{step.kind.value}" in self.faults:
+            log.error("fault injection %s:%s: killing the process now", when, step.kind.value)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _backoff(self, advice_id: int, error: str) -> None:
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id)
+            if advice is None or not advice.active:
+                return
+            now = utcnow()
+            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
+            await advice_service.record_reconcile_failure(session, advice=advice, error=error, retry_at=now + dt.timedelta(seconds=delay), now=now)

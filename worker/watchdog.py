@@ -1,0 +1,151 @@
+"""Watchdog: releases jobs left held by OUR requeue-hold when their Advice is no longer active or the hold is stale (SPEC §6).
+
+It exists so that a dead or stuck controller fails open rather than leaving jobs held
+forever. It has its own switch, settings.watchdog_mode: `act` releases, `observe` only writes
+`watchdog.would_release` (once per hold). The rules are `app.domain.watchdog.judge_hold`: a
+hold is ours only while our REQUEUE_HOLD milestone exists with no release of ours after it,
+Slurm still shows a requeue-hold and the restart count is the attempt our requeue created, so
+`scontrol hold`, `uhold`, `sbatch --hold`, RequeueExitHold and MaxBatchRequeue holds are never
+touched. Candidates come from the database (Advice with a requeue-hold milestone whose job is
+not ended), so an idle watchdog costs one query and no Slurm call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Awaitable, Callable
+
+from sqlalchemy import select
+
+from app.advice import service as advice_service
+from app.advice.models import Advice, SchedulerAction
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.reconcile import StepKind
+from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
+from app.jobs.models import Job
+from app.slurm.adapter import Scheduler
+from app.slurm.errors import SchedulerError
+from worker.controller import observation_of
+from worker.service import Service
+
+log = logging.getLogger("recovery.watchdog")
+
+DEFAULT_INTERVAL = 5.0
+FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED"})
+
+
+class Watchdog(Service):
+    """Releases stale holds our controller placed; never a hold it did not cause."""
+
+    name = "watchdog"
+    needs_lease = True
+
+    def __init__(self, ctx: AppContext, scheduler: Scheduler, *, interval: float = DEFAULT_INTERVAL) -> None:
+        super().__init__(interval=interval)
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.scheduler = scheduler
+        self.fence: Callable[[], Awaitable[bool]] | None = None
+        self.releases = 0
+
+    async def candidates(self) -> list[tuple[Advice, AdviceHoldState, SchedulerAction]]:
+        """Advice whose job may still carry a hold our requeue placed (from our milestones; no Slurm call)."""
+        async with self.ctx.sessions() as session:
+            held_ids = (
+                select(SchedulerAction.advice_id)
+                .where(SchedulerAction.step == StepKind.REQUEUE_HOLD.value, SchedulerAction.status.in_([advice_service.STARTED, advice_service.SUCCEEDED]))
+            )
+            rows = (
+                await session.execute(
+                    select(Advice, Job.state)
+                    .join(Job, Job.id == Advice.job_id)
+                    .where(Advice.id.in_(held_ids), Advice.cluster == self.settings.cluster, Job.retired_at.is_(None))
+                )
+            ).all()
+            # A held job is PENDING; COMPLETED/CANCELLED jobs carry no hold (a failed attempt may not be
+            # replaced by its held successor in our records yet, so other end states stay candidates).
+            rows = [(advice, state) for advice, state in rows if state not in FINISHED_STATES]
+            actions = await advice_service.actions_of(session, advice_ids=[advice.id for advice, _ in rows])
+        out = []
+        for advice, _ in rows:
+            milestones = advice_service.as_milestones(actions[advice.id])
+            hold_state, _since = advice_hold_state(active=advice_service.is_active(advice), generation=advice.generation, attempt_index=advice.attempt_index, milestones=milestones)
+            if not hold_state.caused_hold:
+                continue
+            hold_action = next(a for a in reversed(actions[advice.id]) if a.step == StepKind.REQUEUE_HOLD.value and a.status in {advice_service.STARTED, advice_service.SUCCEEDED})
+            out.append((advice, hold_state, hold_action))
+        return out
+
+    async def tick(self) -> None:
+        found = await self.candidates()
+        if not found:
+            return
+        snapshot = await self.scheduler.list_jobs()
+        now = utcnow()
+        for advice, hold_state, hold_action in found:
+            job = snapshot.get(advice.slurm_job_id)
+            if job is None:
+                continue
+            held = HeldJob(job_id=job.job_id, observation=observation_of(job), held_since=hold_action.finished_at or hold_action.started_at)
+            verdict = judge_hold(held, hold_state, now=now, hold_bound=self.settings.watchdog_hold_bound)
+            if not verdict.release:
+                continue
+            if self.settings.watchdog_mode == "act":
+                await self._release(advice.id, hold_action.id, verdict.reason, verdict.message)
+            else:
+                await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message)
+
+    async def _would_release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
+        """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
+        key = f"watchdog-shadow:{advice_id}:{hold_action_id}:release"
+        async with self.ctx.sessions() as session, session.begin():
+            if await session.scalar(select(SchedulerAction.id).where(SchedulerAction.idempotency_key == key)) is not None:
+                return
+            advice = await session.get(Advice, advice_id)
+            assert advice is not None
+            now = utcnow()
+            session.add(SchedulerAction(
+                advice_id=advice_id, generation=advice.generation, step=StepKind.RELEASE.value, idempotency_key=key,
+                status=advice_service.SHADOW, actor="watchdog", command=f"scontrol release {advice.slurm_job_id}",
+                detail=message, started_at=now, finished_at=now, duration_ms=0.0,
+            ))
+            await advice_service.audit.record(
+                session, component="watchdog", event_type="watchdog.would_release", level="WARNING",
+                message=f"watchdog (observe) would release job {advice.slurm_job_id}: {message}",
+                payload={"adviceId": advice_id, "generation": advice.generation, "reason": reason, "mode": "observe"},
+                cluster=advice.cluster, slurm_job_id=advice.slurm_job_id, attempt_index=advice.attempt_index,
+            )
+
+    async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
+        """Act mode: release with the same write-ahead milestones as the controller."""
+        if self.fence is not None and not await self.fence():
+            log.warning("watchdog: lease no longer ours; not releasing for Advice %s", advice_id)
+            return
+        key = f"watchdog:{advice_id}:{hold_action_id}:release"
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id)
+            assert advice is not None
+            job_id = advice.slurm_job_id
+            action = await advice_service.begin_action(session, advice=advice, step=StepKind.RELEASE, key=key, command=f"scontrol release {job_id}", actor="watchdog")
+            action_id = action.id
+        started = time.monotonic()
+        error: SchedulerError | None = None
+        try:
+            await self.scheduler.release(job_id)
+        except SchedulerError as exc:
+            error = exc
+        duration_ms = (time.monotonic() - started) * 1000
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await session.get(Advice, advice_id)
+            action = await session.get(SchedulerAction, action_id)
+            assert advice is not None and action is not None
+            detail = f"{reason}: {message}" if error is None else f"{reason}: {message}; failed: {error}"
+            await advice_service.finish_action(
+                session, action=action, advice=advice, succeeded=error is None, duration_ms=duration_ms, detail=detail,
+                component="watchdog", event_type="watchdog.release",
+            )
+        if error is None:
+            self.releases += 1
+            log.warning("watchdog released job %s (%s)", job_id, message)
