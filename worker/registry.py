@@ -5,13 +5,33 @@ from __future__ import annotations
 from app.context import AppContext
 from app.slurm.adapter import Scheduler
 from app.slurm.cli_scheduler import CliScheduler
+from worker.advisor import Advisor
+from worker.collector import Collector
+from worker.controller import Controller
 from worker.observer import Observer
 from worker.service import Service
+from worker.watcher import Watcher
+from worker.watchdog import Watchdog
 
 
 def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """Every background service of the worker, in start order."""
     scheduler = scheduler or CliScheduler(ctx.settings)
-    observer = Observer(ctx, scheduler)
-    services: list[Service] = [observer]
+    # Changes wake the next stage at once: observer -> advisor -> controller (each also polls).
+    controller = Controller(ctx, scheduler)
+    advisor = Advisor(ctx, on_change=controller.wake)
+    # Recorded anomalies wake the advisor; attempt changes make the collector rediscover files
+    # and retry log events that wait for their attempt.
+    collector = Collector(ctx)
+    watcher = Watcher(ctx)
+    collector.on_anomaly.append(advisor.wake)
+    watcher.on_anomaly.append(advisor.wake)
+
+    def on_observed_change() -> None:
+        advisor.wake()
+        collector.poke()
+
+    observer = Observer(ctx, scheduler, on_change=on_observed_change)
+    watchdog = Watchdog(ctx, scheduler)
+    services: list[Service] = [observer, collector, watcher, advisor, controller, watchdog]
     return services

@@ -30,6 +30,20 @@ class WorkerRunner:
         self.has_lease = False
         self.epoch: int | None = None
         self._stop = asyncio.Event()
+        for service in services:
+            if hasattr(service, "fence"):  # services that change Slurm fence each command on the lease
+                service.fence = self.verify_lease
+
+    async def verify_lease(self) -> bool:
+        """Fencing check right before a scheduler command: the lease is still ours under the epoch we won."""
+        if not self.has_lease or self.epoch is None:
+            return False
+        try:
+            state = await leases.current(self.ctx.sessions, name=self.lease, holder=self.holder)
+        except Exception:
+            log.exception("lease %s: could not check it before a scheduler command", self.lease)
+            return False
+        return state.held and state.epoch == self.epoch
 
     @property
     def lease(self) -> str:
