@@ -28,13 +28,13 @@ from app.api.errors import LIMIT_EXCEEDED
 MAX_DEPTH = 10
 MAX_TOKENS = 5000
 MAX_ALIASES = 30
-# Upper bound of objects one operation may ask for: the product of page sizes along each path, summed.
-MAX_COST = 50_000
+# Upper bound of fields one operation may resolve: each field counts once per object above it (page sizes multiply).
+MAX_COST = 100_000
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
 
 
 class QueryCostLimiter(SchemaExtension):
-    """Refuses operations whose requested list sizes multiply past MAX_COST (e.g. 250 workflows x 100 jobs x 100 attempts)."""
+    """Refuses operations whose requested page sizes multiply past MAX_COST (e.g. 250 workflows x 100 jobs x 100 attempts)."""
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
@@ -47,7 +47,7 @@ class QueryCostLimiter(SchemaExtension):
             if cost > MAX_COST:
                 context.pre_execution_errors = [
                     GraphQLError(
-                        f"query cost limit exceeded: this operation may return up to {cost} objects, the limit is {MAX_COST} "
+                        f"query cost limit exceeded: this operation may resolve up to {cost} fields, the limit is {MAX_COST} "
                         "(ask for smaller pages with first/last, or fewer nested lists)",
                         extensions={"code": LIMIT_EXCEEDED, "limit": "cost", "cost": cost, "maxCost": MAX_COST},
                     )
@@ -60,7 +60,7 @@ class _Unknown(Exception):
 
 
 def operation_cost(schema: GraphQLSchema, document: Any, operation_name: str | None, variables: dict[str, Any]) -> int:
-    """How many objects an operation may return at most: for each field, the product of the page sizes above it."""
+    """How many fields an operation may resolve at most: each field counts the product of the page sizes above it."""
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     fragments = {d.name.value: d for d in document.definitions if d.kind == "fragment_definition"}
     if operation_name:

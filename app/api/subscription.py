@@ -31,6 +31,7 @@ class AttemptUpdate:
     position: str = strawberry.field(description="Change-feed position; pass it as `after` when you reconnect.")
     changed: list[str] = strawberry.field(description="Names of the fields that changed (empty for a new attempt).")
     created: bool
+    state: str | None = strawberry.field(description="The attempt's state as of this change (attempt.state is its state now).")
     attempt: Attempt
 
 
@@ -129,7 +130,7 @@ class Subscription:
                 payload = entry.payload or {}
                 yield AttemptUpdate(
                     position=str(entry.id), changed=list(payload.get("changed") or []),
-                    created=bool(payload.get("new")), attempt=Attempt(row=row),
+                    created=bool(payload.get("new")), state=payload.get("state"), attempt=Attempt(row=row),
                 )
 
     @strawberry.subscription(description="Audit events as they are recorded, with the SPEC §7 filters.")
