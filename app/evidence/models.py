@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, BigId, UTCDateTime, utcnow
@@ -15,7 +15,7 @@ class LogSource(Base):
     """A file the collector reads, with where it left off (survives restarts and rotation)."""
 
     __tablename__ = "log_sources"
-    __table_args__ = (UniqueConstraint("path", "job_id"),)
+    __table_args__ = (UniqueConstraint("path", "job_id"), Index(None, "attempt_id"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     path: Mapped[str] = mapped_column(Text)
@@ -34,6 +34,18 @@ class LogSource(Base):
     progress_phase: Mapped[str | None] = mapped_column(String(32))
     progress_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     progress_line: Mapped[str | None] = mapped_column(Text)
+    # The reader's FilePosition, stored whole: bytes covered by head_digest, inside an over-long line.
+    head_length: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
+    skipping: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Where the latest progress marker was (re-delivered older markers never move the phase back).
+    progress_offset: Mapped[int | None] = mapped_column(BigId)
+    progress_line_number: Mapped[int | None] = mapped_column(BigId)
+    # The attempt the latest marker belongs to: a shared file armed by attempt 0 does not arm attempt 1.
+    progress_attempt_id: Mapped[int | None] = mapped_column(BigId)
+    # Slowdown detector state (baseline, slow-since) per attempt, as JSON.
+    slowdown: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Set when the collector stopped reading it (attempt ended, final read done).
+    closed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -93,6 +105,10 @@ class PendingLogEvent(Base):
     line: Mapped[str] = mapped_column(Text)
     source_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     attempt_label: Mapped[int | None] = mapped_column(Integer)
+    # What the line means (crash or checkpoint fields), so a retry does not need the file again.
+    signal: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Why it is still waiting (no_timestamp, ambiguous, outside_windows, label_not_registered).
+    reason: Mapped[str | None] = mapped_column(String(64))
     tries: Mapped[int] = mapped_column(Integer, default=0)
     next_try_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     read_time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,294 @@
+"""Write side of log evidence: anomalies, checkpoints, log sources and events waiting for their attempt.
+
+Every function takes the caller's session and writes in its transaction. Anomalies and checkpoints
+are keyed by a deterministic event key and inserted with insert-or-ignore (SQLite and PostgreSQL),
+so re-reading the same bytes after a restart records nothing twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.audit import service as audit
+from app.db import utcnow
+from app.domain import slowdown
+from app.domain.signatures import CheckpointEvent, CrashSignature
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.feed import service as feed
+from app.jobs.models import Attempt, Job
+
+CRASH = "CRASH"
+NO_PROGRESS = "NO_PROGRESS"
+SLOWDOWN = "SLOWDOWN"
+MAX_LINE = 4000
+
+
+@dataclass(frozen=True)
+class LineEvent:
+    """A crash or checkpoint line as the evidence layer needs it (from the reader or a pending row)."""
+
+    event_key: str
+    log_path: str
+    line_number: int
+    line: str
+    source_time: dt.datetime | None
+    read_at: dt.datetime
+    signal: CrashSignature | CheckpointEvent
+    attempt_label: int | None = None
+
+
+def signal_to_json(signal: CrashSignature | CheckpointEvent) -> dict[str, Any]:
+    """A signal as plain JSON (so a waiting event keeps what its line meant)."""
+    data = asdict(signal)
+    data["type"] = "crash" if isinstance(signal, CrashSignature) else "checkpoint"
+    if "nodes" in data:
+        data["nodes"] = list(data["nodes"])
+    return data
+
+
+def signal_from_json(data: dict[str, Any]) -> CrashSignature | CheckpointEvent:
+    values = {k: v for k, v in data.items() if k != "type"}
+    if data.get("type") == "crash":
+        values["nodes"] = tuple(values.get("nodes") or ())
+        return CrashSignature(**values)
+    return CheckpointEvent(**values)
+
+
+def derived_key(*parts: object) -> str:
+    """A deterministic event key for detector findings that are not a single line."""
+    return hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+async def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any]) -> int | None:
+    """INSERT … ON CONFLICT (event_key) DO NOTHING; the new row's id, or None when it already existed."""
+    if session.bind.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    statement = insert(model).values(**values).on_conflict_do_nothing(index_elements=["event_key"]).returning(model.id)
+    return await session.scalar(statement)
+
+
+def _evidence_payload(log_path: str | None, line_number: int | None, line: str | None, source_time: dt.datetime | None) -> dict[str, Any]:
+    return {
+        "file": log_path,
+        "lineNumber": line_number,
+        "line": (line or "")[:MAX_LINE],
+        "sourceTime": source_time.isoformat() if source_time else None,
+    }
+
+
+async def record_anomaly(
+    session: AsyncSession,
+    *,
+    attempt: Attempt,
+    kind: str,
+    category: str,
+    detector: str,
+    event_key: str,
+    message: str,
+    node: str | None = None,
+    xid: int | None = None,
+    log_path: str | None = None,
+    line_number: int | None = None,
+    line: str | None = None,
+    source_time: dt.datetime | None = None,
+    details: dict[str, Any] | None = None,
+) -> Anomaly | None:
+    """Record an anomaly once (by event key) with its `anomaly.detected` audit event and feed entry.
+
+    Returns the new row, or None when this event was recorded before.
+    """
+    now = utcnow()
+    new_id = await _insert_ignore(session, Anomaly, {
+        "attempt_id": attempt.id, "event_key": event_key, "kind": kind, "category": category, "detector": detector,
+        "message": message[:MAX_LINE], "node": node, "xid": xid, "log_path": log_path, "line_number": line_number,
+        "line": line[:MAX_LINE] if line is not None else None, "source_time": source_time, "details": details or {}, "detected_at": now,
+    })
+    if new_id is None:
+        return None
+    anomaly = await session.get(Anomaly, new_id)
+    await audit.record(
+        session,
+        component="watcher",
+        event_type="anomaly.detected",
+        level="ERROR" if kind == CRASH else "WARNING",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {kind} {category}: {message}"[:MAX_LINE],
+        payload={
+            "anomalyId": new_id, "kind": kind, "category": category, "detector": detector, "node": node, "xid": xid,
+            **_evidence_payload(log_path, line_number, line, source_time), "details": details or {},
+        },
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=attempt.workflow_id,
+        produced_at=now,
+    )
+    await feed.append(
+        session, topic="anomaly", entity_id=new_id, cluster=attempt.cluster, workflow_id=attempt.workflow_id,
+        slurm_job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index,
+        payload={"kind": kind, "category": category, "node": node, "xid": xid},
+    )
+    return anomaly
+
+
+async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | None:
+    """A crash line becomes a CRASH anomaly (first line per category, node and Xid of the attempt).
+
+    Every rank of a failing run prints the same error; the advisor needs each distinct node, not
+    every copy, so repeats of the same (category, node, xid) are not recorded again.
+    """
+    signal = event.signal
+    assert isinstance(signal, CrashSignature)
+    node = signal.nodes[0] if signal.nodes else None
+    repeat = await session.scalar(
+        select(Anomaly.id).where(
+            Anomaly.attempt_id == attempt.id, Anomaly.kind == CRASH, Anomaly.category == signal.category,
+            Anomaly.node.is_(None) if node is None else Anomaly.node == node,
+            Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
+        ).limit(1)
+    )
+    if repeat is not None:
+        return None
+    where = f"{os.path.basename(event.log_path)}:{event.line_number}"
+    return await record_anomaly(
+        session, attempt=attempt, kind=CRASH, category=signal.category, detector="signature", event_key=event.event_key,
+        message=f"{signal.category} at {where}" + (f" on {node}" if node else "") + (f" (Xid {signal.xid})" if signal.xid is not None else ""),
+        node=node, xid=signal.xid, log_path=event.log_path, line_number=event.line_number, line=event.line,
+        source_time=event.source_time,
+        details={"rule": signal.rule, "nodes": list(signal.nodes), "rank": signal.rank, "detail": signal.detail,
+                 "readTime": event.read_at.isoformat()},
+    )
+
+
+async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Checkpoint | None:
+    """A checkpoint saved/loaded line becomes a Checkpoint row (evidence of the event, not of a loadable file)."""
+    signal = event.signal
+    assert isinstance(signal, CheckpointEvent)
+    new_id = await _insert_ignore(session, Checkpoint, {
+        "attempt_id": attempt.id, "event_key": event.event_key, "kind": signal.kind, "framework": signal.framework or None,
+        "iteration": signal.iteration, "path": signal.path, "log_path": event.log_path, "line_number": event.line_number,
+        "line": event.line[:MAX_LINE], "source_time": event.source_time, "read_time": event.read_at,
+    })
+    if new_id is None:
+        return None
+    await audit.record(
+        session,
+        component="collector",
+        event_type=f"checkpoint.{signal.kind}",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: checkpoint {signal.kind}"
+        + (f" at iteration {signal.iteration}" if signal.iteration is not None else "") + (f" ({signal.path})" if signal.path else ""),
+        payload={"checkpointId": new_id, "kind": signal.kind, "framework": signal.framework, "iteration": signal.iteration,
+                 "path": signal.path, **_evidence_payload(event.log_path, event.line_number, event.line, event.source_time)},
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=attempt.workflow_id,
+    )
+    await feed.append(
+        session, topic="checkpoint", entity_id=new_id, cluster=attempt.cluster, workflow_id=attempt.workflow_id,
+        slurm_job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index, payload={"kind": signal.kind, "iteration": signal.iteration},
+    )
+    return await session.get(Checkpoint, new_id)
+
+
+async def record_line_event(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | Checkpoint | None:
+    """Record a crash or checkpoint line on its attempt; None when already recorded (or a repeat)."""
+    if isinstance(event.signal, CrashSignature):
+        return await record_crash(session, attempt=attempt, event=event)
+    return await record_checkpoint(session, attempt=attempt, event=event)
+
+
+async def observe_throughput(
+    session: AsyncSession,
+    *,
+    source: LogSource,
+    attempt: Attempt,
+    values: dict[str, float],
+    at: dt.datetime,
+    line_number: int | None,
+    line: str | None,
+    source_time: dt.datetime | None,
+    drop_ratio: float,
+    duration: float,
+) -> Anomaly | None:
+    """Feed one throughput sample to the slowdown detector; a sustained drop becomes a SLOWDOWN anomaly."""
+    state = slowdown.SlowdownState.from_json(source.slowdown)
+    state, verdict = slowdown.observe(state, attempt_id=attempt.id, values=values, at=at, drop_ratio=drop_ratio, duration=duration)
+    source.slowdown = state.to_json()
+    if verdict is None:
+        return None
+    return await record_anomaly(
+        session, attempt=attempt, kind=SLOWDOWN, category="THROUGHPUT_DROP", detector="slowdown",
+        event_key=derived_key("slowdown", attempt.id, source.id, verdict.since.isoformat()),
+        message=f"{verdict.metric} at {verdict.ratio:.0%} of the attempt's baseline for {(at - verdict.since).total_seconds():.0f} s",
+        log_path=source.path, line_number=line_number, line=line, source_time=source_time,
+        details={"metric": verdict.metric, "baseline": verdict.baseline, "value": verdict.value, "ratio": round(verdict.ratio, 4),
+                 "since": verdict.since.isoformat(), "samples": verdict.samples, "dropRatio": drop_ratio, "duration": duration},
+    )
+
+
+# ---- events that wait for their attempt -------------------------------------------------------
+
+async def defer_event(session: AsyncSession, *, source: LogSource, event: LineEvent, reason: str, next_try_at: dt.datetime) -> bool:
+    """Keep an undecided event for bounded redelivery; False when it is already waiting."""
+    new_id = await _insert_ignore(session, PendingLogEvent, {
+        "log_source_id": source.id, "event_key": event.event_key, "line_number": event.line_number, "line": event.line[:MAX_LINE],
+        "source_time": event.source_time, "attempt_label": event.attempt_label, "signal": signal_to_json(event.signal),
+        "reason": reason, "tries": 0, "next_try_at": next_try_at, "read_time": event.read_at,
+    })
+    return new_id is not None
+
+
+def pending_to_event(row: PendingLogEvent, log_path: str) -> LineEvent:
+    return LineEvent(
+        event_key=row.event_key, log_path=log_path, line_number=row.line_number, line=row.line, source_time=row.source_time,
+        read_at=row.read_time, signal=signal_from_json(row.signal or {}), attempt_label=row.attempt_label,
+    )
+
+
+async def due_pending(session: AsyncSession, *, now: dt.datetime | None, limit: int = 200) -> Sequence[tuple[PendingLogEvent, LogSource]]:
+    """Waiting events whose next try is due (all of them when now is None), oldest first."""
+    query = select(PendingLogEvent, LogSource).join(LogSource, LogSource.id == PendingLogEvent.log_source_id)
+    if now is not None:
+        query = query.where(PendingLogEvent.next_try_at <= now)
+    rows = (await session.execute(query.order_by(PendingLogEvent.next_try_at, PendingLogEvent.id).limit(limit))).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+async def drop_event(session: AsyncSession, *, job: Job | None, log_path: str, event: LineEvent, reason: str, tries: int,
+                     attempt_index: int | None = None) -> None:
+    """Give up on an event (its attempt cannot be told): say so in the audit log with the reason."""
+    kind = "crash" if isinstance(event.signal, CrashSignature) else "checkpoint"
+    await audit.record(
+        session,
+        component="collector",
+        event_type="collector.event_dropped",
+        level="WARNING",
+        message=f"{kind} line {os.path.basename(log_path)}:{event.line_number} not attributed to any attempt ({reason})",
+        payload={"reason": reason, "tries": tries, "kind": kind, "eventKey": event.event_key, "attemptLabel": event.attempt_label,
+                 **_evidence_payload(log_path, event.line_number, event.line, event.source_time)},
+        cluster=job.cluster if job else None,
+        slurm_job_id=job.slurm_job_id if job else None,
+        attempt_index=attempt_index,
+        workflow_id=job.workflow_id if job else None,
+    )
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+async def anomalies_of(session: AsyncSession, *, attempt_id: int) -> list[Anomaly]:
+    """An attempt's anomalies in the order they were recorded."""
+    return list((await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt_id).order_by(Anomaly.id))).all())
+
+
+async def checkpoints_of(session: AsyncSession, *, attempt_id: int) -> list[Checkpoint]:
+    """An attempt's checkpoint events in the order they were recorded."""
+    return list((await session.scalars(select(Checkpoint).where(Checkpoint.attempt_id == attempt_id).order_by(Checkpoint.id))).all())
