@@ -91,6 +91,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("early_stop_failures", "3", _int, "Stop retrying after this many failures in a row with no new checkpoint since the previous attempt (0 disables)."),
     Setting("acknowledge_scheduler_actions", "false", _bool, "The operator's ceiling: without it every job's `act` resolves to observe. Also read from SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.", ("SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS",)),
     Setting("log_dirs", "", _list, "Extra output directories the collector reads (comma- or colon-separated), besides each attempt's StdOut/StdErr."),
+    Setting("collector_poll_interval", "2.0", _float, "Seconds between polls of every tracked log file: the fallback when file-change (inotify) wake-ups do not arrive, e.g. on network filesystems."),
+    Setting("collector_inotify", "true", _bool, "Wake the log collector on file changes (inotify through watchfiles) instead of waiting for the next poll."),
+    Setting("collector_ended_grace", "30", _float, "Seconds an ended attempt's log files are still read (late writes) before the collector stops tracking them."),
     Setting("bind", "127.0.0.1:8000", _str, "Address the HTTP service listens on (host:port)."),
     Setting("url_prefix", "", _prefix, "Path prefix under which every route is served (e.g. /mission-control/recovery-engine-api)."),
     Setting("poll_interval", "1.0", _float, "Seconds between observer ticks (one bulk `squeue --json` per tick)."),
@@ -131,6 +134,9 @@ class Settings:
     early_stop_failures: int = 3
     acknowledge_scheduler_actions: bool = False
     log_dirs: tuple[str, ...] = ()
+    collector_poll_interval: float = 2.0
+    collector_inotify: bool = True
+    collector_ended_grace: float = 30.0
     bind: str = "127.0.0.1:8000"
     url_prefix: str = ""
     poll_interval: float = 1.0

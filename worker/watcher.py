@@ -1,0 +1,199 @@
+"""Watcher: the no-output (hang) detector of SPEC §5, run over the collector's log sources.
+
+A file is tracked once a configured progress marker matched in it (the collector records the
+phase). When its phase's threshold of silence expires, the attempt must be RUNNING and the file
+among its log paths; after the query delay, any output within the threshold window suppresses the
+anomaly, otherwise a NO_PROGRESS anomaly is recorded once per attempt, file and silence episode.
+Crash lines and throughput samples are turned into anomalies as the collector reads them
+(app/evidence/service.py, component `watcher`). Detectors never call Slurm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.progress import HangThresholds, ProgressState, silence_exceeded
+from app.domain.signatures import TRAININGLOOP
+from app.evidence import service as evidence
+from app.evidence.models import LogSource
+from app.jobs.models import Attempt, Policy
+from worker.service import Service
+
+log = logging.getLogger("recovery.watcher")
+
+RUNNING = "RUNNING"
+
+
+@dataclass
+class Expiry:
+    """A silence episode whose timer expired: when to look for recent output, and whether that is done."""
+
+    check_at: dt.datetime
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class HangPolicy:
+    """The job's effective switches for the no-output detector."""
+
+    enabled: bool
+    thresholds: HangThresholds
+
+    @classmethod
+    def from_effective(cls, effective: dict[str, Any] | None) -> "HangPolicy":
+        config = (effective or {}).get("anomaly_detection_config") or {}
+        defaults = HangThresholds()
+        return cls(
+            enabled=config.get("log_based_timeout_enabled", True) is not False,
+            thresholds=HangThresholds(
+                pretraining=float(config.get("log_based_timeout_threshold_pretraining") or defaults.pretraining),
+                trainingloop=float(config.get("log_based_timeout_threshold_trainingloop") or defaults.trainingloop),
+            ),
+        )
+
+
+class Watcher(Service):
+    """Runs the no-output detector every tick over armed log sources of running attempts."""
+
+    name = "watcher"
+
+    def __init__(self, ctx: AppContext, *, clock: Callable[[], dt.datetime] = utcnow, interval: float = 1.0) -> None:
+        super().__init__(interval=interval)
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.clock = clock
+        self.on_anomaly: list[Callable[[], None]] = []
+        self._expired: dict[tuple[int, int, str], Expiry] = {}
+        self._policies: dict[int, HangPolicy] = {}
+
+    async def tick(self) -> None:
+        now = self.clock()
+        recorded = 0
+        async with self.ctx.sessions() as session, session.begin():
+            candidates = await self._armed(session)
+            await self._load_policies(session, {row.job_id for row, _ in candidates if row.job_id is not None})
+            live_keys: set[tuple[int, int, str]] = set()
+            for row, attempt in candidates:
+                key = self._episode(row, attempt)
+                live_keys.add(key)
+                if await self._check(session, row, attempt, key, now):
+                    recorded += 1
+            for key in [k for k in self._expired if k not in live_keys]:
+                del self._expired[key]  # new output started a new episode, or the file is no longer tracked
+        if recorded:
+            for callback in self.on_anomaly:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("anomaly listener failed")
+
+    async def _armed(self, session: AsyncSession) -> list[tuple[LogSource, Attempt]]:
+        """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest)."""
+        rows = (await session.scalars(select(LogSource).where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None)))).all()
+        if not rows:
+            return []
+        owned = {row.attempt_id for row in rows if row.attempt_id is not None}
+        shared_jobs = {row.job_id for row in rows if row.attempt_id is None and row.job_id is not None}
+        attempts: dict[int, Attempt] = {}
+        if owned:
+            attempts = {a.id: a for a in (await session.scalars(select(Attempt).where(Attempt.id.in_(sorted(owned))))).all()}
+        newest: dict[int, Attempt] = {}
+        if shared_jobs:
+            for attempt in (await session.scalars(select(Attempt).where(Attempt.job_id.in_(sorted(shared_jobs))).order_by(Attempt.attempt_index))).all():
+                newest[attempt.job_id] = attempt
+        found: list[tuple[LogSource, Attempt]] = []
+        for row in rows:
+            attempt = attempts.get(row.attempt_id) if row.attempt_id is not None else newest.get(row.job_id or -1)
+            if attempt is not None:
+                found.append((row, attempt))
+        return found
+
+    async def _load_policies(self, session: AsyncSession, job_ids: set[int]) -> None:
+        missing = sorted(job_ids - set(self._policies))
+        if missing:
+            for policy in (await session.scalars(select(Policy).where(Policy.job_id.in_(missing)))).all():
+                self._policies[policy.job_id] = HangPolicy.from_effective(policy.effective)
+
+    @staticmethod
+    def _episode(row: LogSource, attempt: Attempt) -> tuple[int, int, str]:
+        """A silence episode: this file, this attempt, silent since its last output."""
+        since = row.last_output_at or row.progress_at
+        return (row.id, attempt.id, since.isoformat() if since else "")
+
+    async def _check(self, session: AsyncSession, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime) -> bool:
+        policy = self._policies.get(row.job_id or -1, HangPolicy.from_effective(None))
+        if not policy.enabled:
+            return False  # log_based_timeout_enabled: false suppresses only this detector
+        state = ProgressState(armed=True, phase=row.progress_phase, marker_at=row.progress_at)
+        if not silence_exceeded(state, last_output_at=row.last_output_at, now=now, thresholds=policy.thresholds):
+            return False
+        expiry = self._expired.get(key)
+        if expiry is None:
+            # The timer expired: the attempt must be running and the file among its log paths.
+            if attempt.state != RUNNING or not self._armed_for(row, attempt) or not await self._among_log_paths(session, row, attempt):
+                self._expired[key] = Expiry(check_at=now, done=True)
+                return False
+            self._expired[key] = Expiry(check_at=now + dt.timedelta(seconds=self.settings.hang_query_delay))
+            return False
+        if expiry.done or now < expiry.check_at:
+            return False
+        expiry.done = True
+        threshold = policy.thresholds.for_phase(row.progress_phase or "")
+        window_start = now - dt.timedelta(seconds=threshold)
+        await session.refresh(row)  # the collector may have read new output meanwhile
+        last_output = row.last_output_at
+        mtime = await asyncio.to_thread(_mtime, row.path)
+        if (last_output is not None and last_output > window_start) or (mtime is not None and mtime > window_start):
+            return False  # any output in the file within the threshold window suppresses the anomaly
+        silent_since = last_output or row.progress_at
+        silent = (now - silent_since).total_seconds() if silent_since else None
+        phase = row.progress_phase or ""
+        anomaly = await evidence.record_anomaly(
+            session, attempt=attempt, kind=evidence.NO_PROGRESS, category="NO_OUTPUT_" + phase.upper(), detector="noprogress",
+            event_key=evidence.derived_key("noprogress", attempt.id, row.id, key[2]),
+            message=f"no output in {os.path.basename(row.path)} for {silent:.0f} s ({phase} threshold {threshold:.0f} s)" if silent is not None
+            else f"no output in {os.path.basename(row.path)} ({phase} threshold {threshold:.0f} s)",
+            log_path=row.path, line_number=row.progress_line_number, line=row.progress_line, source_time=row.progress_at,
+            details={"phase": phase, "thresholdSeconds": threshold, "queryDelaySeconds": self.settings.hang_query_delay,
+                     "lastOutputAt": last_output.isoformat() if last_output else None, "silentSeconds": silent,
+                     "fileModifiedAt": mtime.isoformat() if mtime else None, "linesRead": row.line_number,
+                     "trainingLoop": phase == TRAININGLOOP},
+        )
+        return anomaly is not None
+
+    @staticmethod
+    def _armed_for(row: LogSource, attempt: Attempt) -> bool:
+        """The marker that armed the file belongs to this attempt (a shared file armed by attempt 0 does not arm attempt 1)."""
+        if row.progress_attempt_id is not None:
+            return row.progress_attempt_id == attempt.id
+        return attempt.start_time is not None and row.progress_at is not None and row.progress_at >= attempt.start_time
+
+    async def _among_log_paths(self, session: AsyncSession, row: LogSource, attempt: Attempt) -> bool:
+        """The tracked file is one of the attempt's log paths (its StdOut/StdErr, or a log-directory file of its job)."""
+        if row.attempt_id is not None and row.attempt_id != attempt.id:
+            return False
+        if row.job_id != attempt.job_id:
+            return False
+        return row.path in {attempt.stdout_path, attempt.stderr_path} or _in_log_dirs(row.path, self.settings.log_dirs)
+
+
+def _in_log_dirs(path: str, log_dirs: tuple[str, ...]) -> bool:
+    parent = os.path.abspath(os.path.dirname(path))
+    return any(parent == os.path.abspath(d) for d in log_dirs)
+
+
+def _mtime(path: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc)
+    except OSError:
+        return None
