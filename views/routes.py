@@ -1,12 +1,58 @@
-"""Routes of the dashboard."""
+"""Routes of the dashboard: pages, partials, live streams and login under /dashboard; vendored assets under /static."""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.context import AppContext
+from views import advice_page, audit_page, live, login, pages
+from views.auth import DashboardAuth, DashboardSessions, session_secret
+from views.render import Dashboard
+from views.templating import STATIC_DIR, build_templates
+
+
+class _WithDashboard:
+    """Puts the Dashboard handle into the scope of every request under the mount."""
+
+    def __init__(self, app: ASGIApp, *, dashboard: Dashboard) -> None:
+        self.app = app
+        self.dashboard = dashboard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["dashboard"] = self.dashboard
+        await self.app(scope, receive, send)
 
 
 def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     """The dashboard's pages, fragments and live-update streams."""
-    return []
+    settings = ctx.settings
+    dashboard = Dashboard(ctx=ctx, auth=DashboardAuth(settings), templates=build_templates(), streams=live.StreamLimiter())
+    routes = [
+        Route("/", pages.dashboard_home, name="home"),
+        Route("/workflow", pages.workflows, name="workflows"),
+        Route("/workflow/{workflow_id:int}", pages.workflow, name="workflow"),
+        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/jobs/{job_id:int}/attempts/{attempt_index:int}", pages.attempt_details, name="attempt"),
+        Route("/jobs/{job_id:int}/attempts/{attempt_index:int}/timeline", pages.timeline, name="timeline"),
+        Route("/attempts/{uuid}", pages.attempt_details, name="attempt_by_uuid"),
+        Route("/attempts/{uuid}/timeline", pages.timeline, name="timeline_by_uuid"),
+        Route("/audit", audit_page.audit_events, name="audit"),
+        Route("/advice", advice_page.advice_list, name="advice"),
+        Route("/advice/{advice_id:int}/{action}", advice_page.advice_action, methods=["POST"], name="advice_action"),
+        Route("/live", live.live, name="live"),
+        Route("/auth/login", login.login, name="login"),
+        Route("/auth/callback", login.callback, name="callback"),
+        Route("/auth/logout", login.logout, methods=["GET", "POST"], name="logout"),
+    ]
+    cookie_path = (settings.url_prefix or "") + "/dashboard"
+    middleware = [
+        Middleware(_WithDashboard, dashboard=dashboard),
+        Middleware(DashboardSessions, secret=session_secret(settings), path=cookie_path),
+    ]
+    return [
+        Mount("/dashboard", routes=routes, middleware=middleware, name="dashboard"),
+        Mount("/static", app=StaticFiles(directory=str(STATIC_DIR)), name="static"),
+    ]

@@ -1,0 +1,60 @@
+// Recovery dashboard: CSRF header for htmx requests, local time on hover, polling while live streams are down.
+// Loaded as a file (the CSP forbids inline scripts); no framework.
+(function () {
+  "use strict";
+  var POLL_MS = 10000;
+
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : "";
+  }
+
+  // Every htmx request carries the session's CSRF token (the server refuses unsafe methods without it).
+  document.addEventListener("htmx:configRequest", function (evt) {
+    var token = csrfToken();
+    if (token) { evt.detail.headers["X-CSRF-Token"] = token; }
+  });
+
+  function localText(iso) {
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) { return ""; }
+    return d.toLocaleString(undefined, { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  }
+
+  // <time datetime> in tables: UTC text, local time as the tooltip.
+  // SVG marks carry data-utc: append the local time to their <title>.
+  function localise(root) {
+    root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (el) {
+      var local = localText(el.getAttribute("datetime"));
+      if (local) { el.setAttribute("title", "local: " + local); }
+      el.setAttribute("data-local", "1");
+    });
+    root.querySelectorAll("svg [data-utc]:not([data-local])").forEach(function (el) {
+      var title = el.querySelector("title");
+      var local = localText(el.getAttribute("data-utc"));
+      if (title && local) { title.textContent = title.textContent + " — local " + local; }
+      el.setAttribute("data-local", "1");
+    });
+  }
+
+  // Live regions re-fetch on "sse:changed"; while their stream is not open, poll every 10 s instead.
+  var openSources = new WeakSet();
+  document.addEventListener("htmx:sseOpen", function (evt) { openSources.add(evt.target); document.body.setAttribute("data-live", "sse"); });
+  document.addEventListener("htmx:sseError", function (evt) { openSources.delete(evt.target); document.body.setAttribute("data-live", "polling"); });
+  document.addEventListener("htmx:sseClose", function (evt) { openSources.delete(evt.target); });
+
+  function poll() {
+    if (document.hidden || !window.htmx) { return; }
+    document.querySelectorAll("[data-live]").forEach(function (el) {
+      if (el === document.body) { return; }
+      var source = el.closest("[sse-connect]");
+      if (!source || !openSources.has(source)) { window.htmx.trigger(el, "recovery:poll"); }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    localise(document);
+    window.setInterval(poll, POLL_MS);
+  });
+  document.addEventListener("htmx:afterSettle", function (evt) { localise(evt.target.ownerDocument ? evt.target : document); });
+})();

@@ -1,0 +1,93 @@
+"""Audit Events: SPEC §7 filters from a shareable GET form, cursor pagination, errors beside their fields."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.audit import service as audit
+from app.audit.service import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
+from app.domain.cursor import CursorError
+from app.pagination import PageArgumentError, PageRequest
+from views.auth import guarded
+from views.pages import audit_views_off
+from views.render import dashboard_of, render
+
+PAGE_SIZE = 50
+FILTER_FIELDS = ("job", "component", "event_type", "level", "from", "to", "order")
+
+
+def parse_time(text: str) -> dt.datetime:
+    """A UTC time from the form: `2025-01-31T12:00`, with seconds, or full ISO 8601 with a zone."""
+    value = text.strip().replace(" ", "T")
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    parsed = dt.datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=dt.timezone.utc) if parsed.tzinfo is None else parsed.astimezone(dt.timezone.utc)
+
+
+def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[str, str]]:
+    """(the form values, the filter or None, errors by field name)."""
+    values = {name: (params.get(name) or "").strip()[:200] for name in FILTER_FIELDS}
+    errors: dict[str, str] = {}
+    kwargs: dict[str, Any] = {}
+    if values["job"]:
+        try:
+            kwargs["slurm_job_id"], kwargs["attempt_index"] = parse_job_reference(values["job"])
+        except AuditFilterError as exc:
+            errors["job"] = f"{exc}. Enter a job id such as 12345, or 12345/0 for one attempt."
+    if values["component"]:
+        if values["component"] not in COMPONENTS:
+            errors["component"] = f"unknown component; choose one of {', '.join(COMPONENTS)}"
+        kwargs["component"] = values["component"]
+    if values["event_type"]:
+        kwargs["event_type"] = values["event_type"]
+    if values["level"]:
+        if values["level"] not in LEVELS:
+            errors["level"] = f"level must be one of {', '.join(LEVELS)}"
+        else:
+            kwargs["level"] = values["level"]
+    for field, key in (("from", "produced_after"), ("to", "produced_before")):
+        if values[field]:
+            try:
+                kwargs[key] = parse_time(values[field])
+            except ValueError:
+                errors[field] = "expected a UTC time such as 2025-01-31T12:00"
+    if "produced_after" in kwargs and "produced_before" in kwargs and kwargs["produced_after"] >= kwargs["produced_before"]:
+        errors["to"] = "must be later than From"
+    if values["order"] not in ("", "newest", "oldest"):
+        errors["order"] = "order is newest or oldest"
+    if errors:
+        return values, None, errors
+    try:
+        return values, AuditFilter(**kwargs), errors
+    except AuditFilterError as exc:
+        return values, None, {"job": str(exc)}
+
+
+@guarded()
+async def audit_events(request: Request) -> Response:
+    """Audit Events page (full, or the `_audit.html` partial for htmx); filters always restart at the first page."""
+    dashboard = dashboard_of(request)
+    if not dashboard.settings.audit_views_enabled:
+        return audit_views_off(request, "Audit Events")
+    values, flt, errors = read_filters(request.query_params)
+    page = None
+    before = request.query_params.get("before") or None
+    after = request.query_params.get("after") or None
+    if flt is not None:
+        request_page = PageRequest.build(last=PAGE_SIZE, before=before) if before else PageRequest.build(first=PAGE_SIZE, after=after)
+        async with dashboard.ctx.sessions() as session:
+            try:
+                page = await audit.query(session, filter=flt, page=request_page, descending=values["order"] != "oldest")
+            except (CursorError, PageArgumentError):
+                errors["page"] = "That page link is not valid (it may belong to other filters); showing the first page."
+                page = await audit.query(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE), descending=values["order"] != "oldest")
+    applied = {k: v for k, v in values.items() if v}
+    return render(request, "audit.html", {
+        "values": values, "errors": errors, "page": page, "applied": applied, "components": COMPONENTS, "levels": LEVELS,
+        "filtered": bool(applied), "on_first_page": not (before or after) or "page" in errors,
+    }, partial="_audit.html")

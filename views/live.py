@@ -1,0 +1,158 @@
+"""Server-sent events for live pages: the change feed, filtered to what a page shows, as small "changed" events."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from app.feed import service as feed
+from app.feed.listener import shared_waker
+from views import queries as view_queries
+from views.auth import guarded
+from views.render import dashboard_of
+
+MAX_STREAMS_PER_SESSION = 4
+PING_SECONDS = 15
+READ_BATCH = 500
+VIEWS = ("overview", "workflow", "attempt", "advice")
+
+
+class StreamLimiter:
+    """Counts open event streams per session so one browser cannot hold unbounded connections."""
+
+    def __init__(self, limit: int = MAX_STREAMS_PER_SESSION) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def full(self, key: str) -> bool:
+        return self.open.get(key, 0) >= self.limit
+
+    def acquire(self, key: str) -> bool:
+        if self.full(key):
+            return False
+        self.open[key] = self.open.get(key, 0) + 1
+        return True
+
+    def release(self, key: str) -> None:
+        left = self.open.get(key, 0) - 1
+        if left > 0:
+            self.open[key] = left
+        else:
+            self.open.pop(key, None)
+
+
+@dataclass(frozen=True)
+class FeedMatch:
+    """Which change-feed entries concern a page: all of some topics, or one workflow / one job."""
+
+    topics: frozenset[str]
+    workflow_id: int | None = None
+    jobs: frozenset[tuple[str, int]] | None = None  # (cluster, Slurm job id)
+    slurm_job_id: int | None = None
+
+    def __call__(self, entry: Any) -> bool:
+        if entry.topic not in self.topics:
+            return False
+        if self.slurm_job_id is not None:
+            return entry.slurm_job_id == self.slurm_job_id
+        if self.workflow_id is not None:
+            if entry.workflow_id == self.workflow_id:
+                return True
+            # Advice review entries carry no workflow id; match them by the workflow's jobs.
+            return self.jobs is not None and (entry.cluster, entry.slurm_job_id) in self.jobs
+        return True
+
+
+async def match_for(request: Request) -> FeedMatch | None:
+    """The filter of a stream from its query (`view` plus `workflow` or `job`); None when the query is unusable."""
+    q = request.query_params
+    view = q.get("view", "")
+    if view == "overview":
+        return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly"}))
+    if view == "advice":
+        return FeedMatch(frozenset({"advice"}))
+    if view == "workflow" and (q.get("workflow") or "").isdigit():
+        workflow_id = int(q["workflow"])
+        async with dashboard_of(request).ctx.sessions() as session:
+            jobs = await view_queries.workflow_job_ids(session, workflow_id=workflow_id)
+        return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly", "checkpoint"}), workflow_id=workflow_id, jobs=frozenset(jobs))
+    if view == "attempt" and (q.get("job") or "").isdigit():
+        return FeedMatch(frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=int(q["job"]))
+    return None
+
+
+def stream_key(request: Request) -> str:
+    """The session a stream counts against (its CSRF token is per session; bearer callers count per subject)."""
+    if getattr(request.state, "auth_via", "") == "bearer":
+        return "bearer:" + request.state.principal.subject
+    return "session:" + str(request.session.get("csrf", ""))
+
+
+async def changes(
+    sessions: Any, waker: Any, match: Callable[[Any], bool], *, after_id: int | None
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield one small "changed" event per batch of matching feed entries, forever (the caller cancels)."""
+    async with waker.reader():
+        if after_id is None:
+            async with sessions() as session:
+                after_id = await feed.latest_id(session)
+        yield {"event": "ready", "data": json.dumps({"position": after_id}), "id": str(after_id)}
+        while True:
+            mark = waker.mark()
+            async with sessions() as session:
+                entries = await feed.read_since(session, after_id=after_id, limit=READ_BATCH)
+            if entries:
+                after_id = entries[-1].id
+                hits = [e for e in entries if match(e)]
+                if hits:
+                    topics = sorted({e.topic for e in hits})
+                    yield {"event": "changed", "data": json.dumps({"topics": topics, "position": after_id}), "id": str(after_id)}
+                if len(entries) == READ_BATCH:
+                    continue
+            await waker.wait(mark)
+
+
+@guarded()
+async def live(request: Request) -> Response:
+    """GET /dashboard/live?view=…: an event stream of "changed" events for one page."""
+    dashboard = dashboard_of(request)
+    match = await match_for(request)
+    if match is None:
+        return PlainTextResponse(f"unknown live view: pass view= one of {', '.join(VIEWS)} (workflow= or job= where needed)", status_code=400)
+    key = stream_key(request)
+    limiter: StreamLimiter = dashboard.streams
+    if not limiter.acquire(key):
+        return PlainTextResponse(
+            f"too many live streams for this session (at most {limiter.limit}); close other dashboard tabs. Pages fall back to polling.",
+            status_code=429, headers={"Retry-After": "30"},
+        )
+    last = request.headers.get("last-event-id", "")
+    after_id = int(last) if last.isdigit() else None
+    waker = shared_waker(dashboard.settings.database_url)
+
+    released = False
+
+    async def release() -> None:
+        # Called by the generator's end AND as the response's background task: whichever runs first counts.
+        nonlocal released
+        if not released:
+            released = True
+            limiter.release(key)
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for event in changes(dashboard.ctx.sessions, waker, match, after_id=after_id):
+                yield event
+        finally:
+            await release()
+
+    return EventSourceResponse(
+        stream(), ping=PING_SECONDS, background=BackgroundTask(release),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,259 @@
+"""Workflows Overview, a workflow's jobs and attempts, a job, Job Details and Timeline pages."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from app.advice import queries as advice_queries
+from app.db import utcnow
+from app.domain.cursor import CursorError
+from app.jobs import queries as job_queries
+from app.jobs.queries import JobFilter, WorkflowFilter
+from app.pagination import PageArgumentError, PageRequest
+from views import queries as view_queries
+from views.auth import guarded
+from views.render import dashboard_of, explain, render
+from views.serialize import attempt_json
+from views.timeline import Mark, Row, legend_items, render_timeline, state_spans
+
+PAGE_SIZE = 50
+ATTEMPTS_PER_JOB = 100
+STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REQUEUE_HOLD", "REQUEUED", "UNKNOWN")
+
+
+def page_request(request: Request, size: int = PAGE_SIZE) -> PageRequest:
+    """first/after or last/before from the query string (cursors are opaque keyset tokens)."""
+    before = request.query_params.get("before") or None
+    if before:
+        return PageRequest.build(last=size, before=before)
+    return PageRequest.build(first=size, after=request.query_params.get("after") or None)
+
+
+def _query_without_cursor(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.query_params.items() if k not in {"after", "before"} and v}
+
+
+@guarded()
+async def dashboard_home(request: Request) -> Response:
+    return RedirectResponse(request.url_for("dashboard:workflows").path, status_code=303)
+
+
+@guarded()
+async def workflows(request: Request) -> Response:
+    """Workflows Overview: newest first, filtered, keyset-paginated, live."""
+    dashboard = dashboard_of(request)
+    q = request.query_params
+    flt = WorkflowFilter(
+        cluster=q.get("cluster") or None,
+        environment=q.get("environment") or None,
+        state=q.get("state") or None,
+        search=(q.get("q") or "").strip()[:200] or None,
+        failed_only=q.get("failed") in {"1", "true", "on"},
+    )
+    filtered = any([flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only])
+    error = None
+    async with dashboard.ctx.sessions() as session:
+        try:
+            page = await job_queries.list_workflows(session, filter=flt, page=page_request(request))
+        except (CursorError, PageArgumentError):
+            error = "That page link is no longer valid; showing the first page."
+            page = await job_queries.list_workflows(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE))
+        summaries = await view_queries.workflow_summaries(session, workflow_ids=[w.id for w in page.items])
+        extra: dict[str, Any] = {}
+        if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
+            clusters, environments = await view_queries.workflow_filter_choices(session)
+            extra = {"clusters": clusters, "environments": environments, "not_enrolled": await view_queries.not_enrolled_jobs(session)}
+    query = _query_without_cursor(request)
+    return render(request, "workflows.html", {
+        "page": page, "summaries": summaries, "filter": flt, "filtered": filtered, "query": query, "error": error,
+        "states": STATES, "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""), **extra,
+    }, partial="_workflow_table.html")
+
+
+@guarded()
+async def workflow(request: Request) -> Response:
+    """One workflow: its jobs (newest first) and each job's attempts in order."""
+    dashboard = dashboard_of(request)
+    workflow_id = request.path_params["workflow_id"]
+    async with dashboard.ctx.sessions() as session:
+        found = (await job_queries.workflows_by_ids(session, ids=[workflow_id])).get(workflow_id)
+        if found is None:
+            return explain(request, title="Unknown workflow", status=404,
+                           message=f"No workflow with id {workflow_id} is recorded.",
+                           links=[("Workflows Overview", request.url_for("dashboard:workflows").path)])
+        try:
+            jobs = await job_queries.list_jobs(session, filter=JobFilter(workflow_id=workflow_id), page=page_request(request, 25))
+        except (CursorError, PageArgumentError):
+            jobs = await job_queries.list_jobs(session, filter=JobFilter(workflow_id=workflow_id), page=PageRequest.build(first=25))
+        blocks = await _job_blocks(session, list(jobs.items))
+    return render(request, "workflow.html", {"workflow": found, "jobs": jobs, "blocks": blocks, "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else "")}, partial="_workflow_jobs.html")
+
+
+async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
+    """Each job with its attempts, their Advice and newest anomaly: four statements for any number of jobs."""
+    job_ids = [job.id for job in jobs]
+    attempts = await job_queries.first_attempts_of_jobs(session, job_ids=job_ids, limit=ATTEMPTS_PER_JOB)
+    attempt_ids = [a.id for rows in attempts.values() for a in rows]
+    advice = await advice_queries.advice_of_attempts(session, attempt_ids=attempt_ids)
+    anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=attempt_ids, limit=1)
+    policies = await job_queries.policies_by_job_ids(session, job_ids=job_ids)
+    return [
+        {
+            "job": job,
+            "policy": policies.get(job.id),
+            "attempts": [
+                {"attempt": a, "advice": advice.get(a.id), "anomaly": (anomalies.get(a.id) or [None])[0]}
+                for a in attempts.get(job.id, [])
+            ],
+        }
+        for job in jobs
+    ]
+
+
+@guarded()
+async def job(request: Request) -> Response:
+    """A Slurm job id: its enrolment (or why it was refused) and its attempts."""
+    dashboard = dashboard_of(request)
+    slurm_job_id = request.path_params["job_id"]
+    async with dashboard.ctx.sessions() as session:
+        found = await job_queries.find_job(session, slurm_job_id=slurm_job_id)
+        if found is None:
+            return _unknown_job(request, slurm_job_id)
+        blocks = await _job_blocks(session, [found])
+        workflow = (await job_queries.workflows_by_ids(session, ids=[found.workflow_id] if found.workflow_id else [])).get(found.workflow_id or 0)
+    return render(request, "job.html", {"block": blocks[0], "workflow": workflow})
+
+
+def _unknown_job(request: Request, slurm_job_id: int, detail: str = "") -> Response:
+    return explain(
+        request, title="Unknown job", status=404,
+        message=f"No job {slurm_job_id} is recorded{detail}.",
+        hint="Jobs appear after the observer sees them in squeue with an APS policy in their --comment. "
+             "Check the job id, the stored comment (scontrol show job) and that its partition is managed.",
+        links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+    )
+
+
+async def _load_attempt(request: Request, session: Any) -> tuple[Any, Response | None]:
+    params = request.path_params
+    if "uuid" in params:
+        attempt = await job_queries.find_attempt_by_uuid(session, uuid=params["uuid"])
+        if attempt is None:
+            return None, explain(request, title="Unknown attempt", status=404, message=f"No attempt has the id {params['uuid']}.",
+                                 links=[("Workflows Overview", request.url_for("dashboard:workflows").path)])
+        return attempt, None
+    slurm_job_id, index = params["job_id"], params["attempt_index"]
+    attempt = await job_queries.find_attempt(session, slurm_job_id=slurm_job_id, attempt_index=index)
+    if attempt is None:
+        job = await job_queries.find_job(session, slurm_job_id=slurm_job_id)
+        if job is None:
+            return None, _unknown_job(request, slurm_job_id)
+        known = await job_queries.count_attempts_of_jobs(session, job_ids=[job.id])
+        return None, explain(
+            request, title="Unknown attempt", status=404,
+            message=f"Job {slurm_job_id} has no attempt {index}; {known.get(job.id, 0)} attempt(s) are recorded (attempt 0 is the first execution).",
+            links=[(f"Job {slurm_job_id}", request.url_for("dashboard:job", job_id=slurm_job_id).path)],
+        )
+    return attempt, None
+
+
+@guarded()
+async def attempt_details(request: Request) -> Response:
+    """Job Details of one attempt (also `?format=json` for the raw record)."""
+    dashboard = dashboard_of(request)
+    async with dashboard.ctx.sessions() as session:
+        attempt, problem = await _load_attempt(request, session)
+        if problem is not None:
+            return problem
+        job = (await job_queries.jobs_by_ids(session, ids=[attempt.job_id]))[attempt.job_id]
+        policy = (await job_queries.policies_by_job_ids(session, job_ids=[job.id])).get(job.id)
+        workflow = (await job_queries.workflows_by_ids(session, ids=[attempt.workflow_id] if attempt.workflow_id else [])).get(attempt.workflow_id or 0)
+        siblings = await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))
+        checkpoints = await job_queries.list_checkpoints(session, attempt_id=attempt.id, page=PageRequest.build(first=100))
+        anomalies = await job_queries.list_anomalies(session, attempt_id=attempt.id, page=PageRequest.build(first=100))
+        advice = (await advice_queries.advice_of_attempts(session, attempt_ids=[attempt.id])).get(attempt.id)
+        milestones = (await advice_queries.milestones_of_advice(session, advice_ids=[advice.id])).get(advice.id, []) if advice else []
+    raw = attempt_json(attempt=attempt, job=job, policy=policy, workflow=workflow, checkpoints=list(checkpoints.items),
+                       anomalies=list(anomalies.items), advice=advice, milestones=milestones)
+    if request.query_params.get("format") == "json":
+        return JSONResponse(raw, headers={"Cache-Control": "no-store"})
+    return render(request, "attempt.html", {
+        "attempt": attempt, "job": job, "policy": policy, "workflow": workflow, "siblings": siblings.items,
+        "checkpoints": checkpoints, "anomalies": anomalies, "advice": advice, "milestones": milestones, "raw": raw, "now": utcnow(),
+        "self_url": request.url.path,
+    }, partial="_attempt_details.html")
+
+
+def audit_views_off(request: Request, view: str) -> Response:
+    """Timeline and Audit Events when the operator turned them off: say so (404 with the reason)."""
+    return explain(
+        request, title=f"{view} is turned off", status=404,
+        message=f"The operator has turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false), so {view} is not available on this installation.",
+        hint="Job Details still shows each attempt's state, checkpoints, anomalies and Advice. Ask the operator to enable audit views to see events.",
+        links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+    )
+
+
+@guarded()
+async def timeline(request: Request) -> Response:
+    """Timeline: the attempt and its sibling attempts on one UTC axis (an SVG rendered here)."""
+    dashboard = dashboard_of(request)
+    if not dashboard.settings.audit_views_enabled:
+        return audit_views_off(request, "Timeline")
+    async with dashboard.ctx.sessions() as session:
+        attempt, problem = await _load_attempt(request, session)
+        if problem is not None:
+            return problem
+        job = (await job_queries.jobs_by_ids(session, ids=[attempt.job_id]))[attempt.job_id]
+        siblings = list((await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))).items)
+        ids = [a.id for a in siblings]
+        events = await view_queries.timeline_events(session, cluster=job.cluster, slurm_job_id=job.slurm_job_id, since=job.created_at if job.incarnation else None)
+        anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=ids, limit=200)
+        checkpoints = await job_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
+        advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
+        milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in advice.values()])
+    now = utcnow()
+    rows = build_rows(request, focus=attempt, attempts=siblings, events=events, anomalies=anomalies, checkpoints=checkpoints, advice=advice, milestones=milestones)
+    marks = sorted(((row.attempt_index, m) for row in rows for m in row.marks), key=lambda item: item[1].at)
+    return render(request, "timeline.html", {
+        "attempt": attempt, "job": job, "svg": render_timeline(rows, now=now), "marks": marks, "legend": legend_items(),
+        "now": now, "running": any(row.open_ended for row in rows), "self_url": request.url.path,
+    }, partial="_timeline.html")
+
+
+def build_rows(request: Request, *, focus: Any, attempts: list[Any], events: list[Any], anomalies: dict[int, list[Any]],
+               checkpoints: dict[int, list[Any]], advice: dict[int, Any], milestones: dict[int, list[Any]]) -> list[Row]:
+    """Timeline rows from stored records: state spans from state-change events, everything else as marks."""
+    history: dict[int, list[tuple[dt.datetime, str]]] = {}
+    verifications: dict[int, list[Mark]] = {}
+    for event in events:
+        if event.attempt_index is None:
+            continue
+        if event.event_type in view_queries.TIMELINE_EVENT_TYPES:
+            state = (event.payload or {}).get("to") or (event.payload or {}).get("state")
+            if state:
+                history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))
+        else:
+            verifications.setdefault(event.attempt_index, []).append(Mark("verification", event.produced_at, f"{event.event_type}: {event.message}"))
+    rows = []
+    for a in attempts:
+        spans, terminal = state_spans(state=a.state, start=a.start_time, end=a.end_time, created=a.created_at, history=history.get(a.attempt_index, []))
+        marks = [Mark("anomaly", x.source_time or x.detected_at, f"{x.kind} {x.category}: {x.message or x.line or ''}".strip()) for x in anomalies.get(a.id, [])]
+        marks += [Mark("checkpoint", c.source_time or c.read_time, f"{c.kind} {c.path or ''} iteration {c.iteration if c.iteration is not None else '?'}") for c in checkpoints.get(a.id, [])]
+        found = advice.get(a.id)
+        if found is not None:
+            excl = f", exclude {', '.join(found.exclusions)}" if found.exclusions else ""
+            marks.append(Mark("advice", found.created_at, f"{found.operation} generation {found.generation}{excl} ({found.mode}): {found.reason}"))
+            for m in milestones.get(found.id, []):
+                marks.append(Mark("action", m.started_at, f"{m.step} {m.status} (generation {m.generation})", end=m.finished_at))
+        marks += verifications.get(a.attempt_index, [])
+        rows.append(Row(
+            label=f"attempt {a.attempt_index}", attempt_index=a.attempt_index, focus=a.id == focus.id,
+            href=request.url_for("dashboard:timeline", job_id=a.slurm_job_id, attempt_index=a.attempt_index).path,
+            spans=spans, marks=marks, terminal=terminal,
+        ))
+    return rows

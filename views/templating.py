@@ -1,0 +1,105 @@
+"""The dashboard's Jinja2 environment: URL helper that honours the root path, time and JSON filters."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import pass_context
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.templating import Jinja2Templates
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# Vendored from the npm registry (`npm pack htmx.org@2.0.11 htmx-ext-sse@2.2.4`); see static/VENDORED.md.
+HTMX_FILE = "htmx-2.0.11.min.js"
+HTMX_SSE_FILE = "htmx-ext-sse-2.2.4.min.js"
+
+
+def url_path(request: Request, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
+    """The path of route `name` as the browser must request it (root path and URL prefix included)."""
+    path = request.url_for(name, **{k: str(v) for k, v in params.items()}).path
+    if query:
+        clean = {k: v for k, v in query.items() if v not in (None, "", False)}
+        if clean:
+            path += "?" + urlencode(clean, doseq=True)
+    return path
+
+
+@pass_context
+def _url(context: Any, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
+    return url_path(context["request"], name, query, **params)
+
+
+@pass_context
+def _static(context: Any, filename: str) -> str:
+    return url_path(context["request"], "static", path=filename)
+
+
+def utc_text(value: dt.datetime | None, *, seconds: bool = True) -> str:
+    """`2025-01-31 12:00:05Z`: every time on the dashboard is UTC; local time is shown on hover."""
+    if value is None:
+        return "—"
+    value = value.astimezone(dt.timezone.utc)
+    return value.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + "Z"
+
+
+def iso(value: dt.datetime | None) -> str:
+    """ISO 8601 in UTC (for `<time datetime>` and data attributes)."""
+    if value is None:
+        return ""
+    return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def time_tag(value: dt.datetime | None) -> Markup:
+    """A `<time>` element in UTC; static/dashboard.js adds the reader's local time as its tooltip."""
+    if value is None:
+        return Markup('<span class="muted">—</span>')
+    return Markup('<time datetime="{}">{}</time>').format(iso(value), utc_text(value))
+
+
+def duration_text(seconds: float | None) -> str:
+    """A short human duration: 850ms, 42s, 5m 03s, 3h 12m, 2d 4h."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for the raw views (datetimes as ISO text)."""
+    return json.dumps(value, indent=2, sort_keys=True, default=lambda v: iso(v) if isinstance(v, dt.datetime) else str(v))
+
+
+def state_class(state: str | None) -> str:
+    """CSS class of a scheduler state badge."""
+    from views.timeline import state_group
+
+    return "state state-" + state_group(state)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def build_templates() -> Jinja2Templates:
+    """The template set of the dashboard (autoescaped; helpers as globals)."""
+    templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+    env = templates.env
+    env.globals.update(url=_url, static=_static, now_utc=_now, htmx_file=HTMX_FILE, htmx_sse_file=HTMX_SSE_FILE)
+    env.filters.update(utc=utc_text, iso=iso, time=time_tag, duration=duration_text, pretty_json=pretty_json, state_class=state_class)
+    env.trim_blocks = True
+    env.lstrip_blocks = True
+    return templates
