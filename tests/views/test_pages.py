@@ -1,0 +1,150 @@
+"""Dashboard pages show what the user guide promises, checked by parsing their HTML."""
+
+from __future__ import annotations
+
+import json
+
+from app.jobs import service as jobs
+from tests.views.conftest import dashboard_settings, open_client
+from tests.views.html import parse
+from tests.views.seed import seed_history
+
+
+async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    page = await viewer.get("/dashboard/workflow")
+    assert page.status_code == 200
+    doc = parse(page.text)
+    assert doc.find("h1").text == "Workflows Overview"
+    row = doc.find("tr", data_workflow="llama-pretrain")
+    cells = [td.text for td in row.find_all("td")]
+    assert cells[4] == "RUNNING" and cells[5] == "2" and cells[6].startswith("1")  # 2 attempts, 1 retry
+    assert "CRASH · xid" in cells[7] and "RESTART 4242/0" in cells[8]
+    assert row.find("a").attrs["href"] == f"/dashboard/workflow/{seeded.workflow_id}"
+    # the live region re-fetches itself on SSE "changed" events (and polls when the stream is down)
+    live = doc.by_id("workflow-live")
+    assert "sse:changed" in live.attrs["hx-trigger"] and live.attrs["hx-get"] == "/dashboard/workflow"
+    assert doc.find(None, sse_connect="/dashboard/live?view=overview")
+    # refused jobs are listed with their reason
+    refused = doc.by_id("not-enrolled")
+    assert "environment 'prod' is not 'test-env'" in refused.text and str(seeded.refused_job_id) in refused.text
+
+
+async def test_dashboard_root_redirects_to_overview(viewer) -> None:  # type: ignore[no-untyped-def]
+    response = await viewer.get("/dashboard/", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/dashboard/workflow"
+
+
+async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:  # type: ignore[no-untyped-def]
+    doc = parse((await viewer.get("/dashboard/workflow")).text)
+    empty = doc.by_id("empty-state")
+    assert "No enrolled jobs yet" in empty.text
+    directives = empty.find("pre").text
+    assert "#SBATCH --requeue" in directives
+    assert '#SBATCH --comment=\'{"APS":{"workflow_id":"training-example","environment":"test-env","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}\'' in empty.find("pre").children[0]
+
+
+async def test_overview_filters_and_failed_only(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    await seed_history(sessions)
+    async with sessions() as session, session.begin():
+        job = await jobs.register_job(session, registration=__import__("tests.views.seed", fromlist=["registration"]).registration(777, workflow_key="healthy-run", name="bert"))
+        await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING")
+    everything = parse((await viewer.get("/dashboard/workflow")).text).find_all("tr", data_workflow=True)
+    assert [r.attrs["data-workflow"] for r in everything] == ["healthy-run", "llama-pretrain"]  # newest first
+    failed = parse((await viewer.get("/dashboard/workflow?failed=1")).text).find_all("tr", data_workflow=True)
+    assert [r.attrs["data-workflow"] for r in failed] == ["llama-pretrain"]
+    searched = parse((await viewer.get("/dashboard/workflow?q=BERT")).text).find_all("tr", data_workflow=True)
+    assert [r.attrs["data-workflow"] for r in searched] == ["healthy-run"]
+    none = await viewer.get("/dashboard/workflow?cluster=nowhere")
+    assert "No workflows match these filters" in parse(none.text).by_id("workflow-live").text
+    # htmx asks for the fragment only: the same partial the page includes
+    fragment = await viewer.get("/dashboard/workflow?state=RUNNING", headers={"HX-Request": "true"})
+    assert fragment.text.lstrip().startswith('<section id="workflow-live"') and "<html" not in fragment.text
+
+
+async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    doc = parse((await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")).text)
+    rows = doc.find("table", class_="attempts").find_all("tr", data_attempt=True)
+    assert [r.attrs["data-attempt"] for r in rows] == ["0", "1"]
+    first = [td.text for td in rows[0].find_all("td")]
+    assert first[1] == "FAILED" and first[2] == "gpu-a01, gpu-a02" and first[4] == "31m 00s"
+    assert "NonZeroExitCode" in first[5] and "exit 1" in first[5] and "CRASH · xid on gpu-a02" in first[5]
+    assert "RESTART gen 1 · PENDING" in first[6]
+    assert "so far" in rows[1].find_all("td")[4].text
+    assert (await viewer.get("/dashboard/workflow/999999")).status_code == 404
+
+
+async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    response = await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")
+    assert response.status_code == 200
+    doc = parse(response.text)
+    assert doc.find("h1").text.startswith("Job Details")
+    text = doc.by_id("attempt-details").text
+    for expected in ("FAILED", "gpu-a01, gpu-a02", "NonZeroExitCode", "/logs/llama-4242-0.out", "pretraining 960s, training loop 840s",
+                     "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false", "requested act",
+                     "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "/logs/llama-4242-0.err :1312",
+                     "generation 1", "gpu-a02", "observed generation —", "/ckpt/iter_0001200"):
+        assert expected in text, expected
+    milestones = [tr.find_all("td")[0].text for tr in doc.by_id("attempt-details").find_all("tr") if tr.find_all("td") and tr.find_all("td")[0].text in ("requeue_hold", "update_exclusions", "release")]
+    assert milestones == ["requeue_hold", "update_exclusions", "release"]
+    raw = doc.find("details", class_="raw")
+    payload = json.loads(raw.find("pre").children[0])
+    assert payload["attemptRef"] == "4242-0" and payload["heimdallJobId"] == seeded.attempt_uuids[0]
+    assert payload["anomalies"][0]["line_number"] == 1312
+    as_json = await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0?format=json")
+    assert as_json.headers["content-type"].startswith("application/json") and as_json.json() == payload
+
+
+async def test_attempt_deep_links_by_index_and_uuid(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    by_uuid = parse((await viewer.get(f"/dashboard/attempts/{seeded.attempt_uuids[1]}")).text)
+    assert "attempt 1" in by_uuid.find("h1").text
+    unknown_attempt = await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/7")
+    assert unknown_attempt.status_code == 404 and "has no attempt 7; 2 attempt(s) are recorded" in parse(unknown_attempt.text).find("main").text
+    unknown_job = await viewer.get("/dashboard/jobs/31337/attempts/0")
+    assert unknown_job.status_code == 404 and "No job 31337 is recorded" in parse(unknown_job.text).find("main").text
+
+
+async def test_refused_job_page_says_why(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.refused_job_id}")).text)
+    assert "Not enrolled: environment 'prod' is not 'test-env'" in doc.find("p", class_="reason").text
+
+
+async def test_timeline_page_has_svg_rows_for_every_attempt(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline")).text)
+    svg = doc.find("svg", class_="timeline")
+    rows = svg.find_all("g", class_="row")
+    assert [r.attrs["data-attempt"] for r in rows] == ["0", "1"] and "focus" in rows[0].attrs["class"]
+    kinds = {g.attrs["class"].split()[1] for g in rows[0].find_all("g", class_="mark")}
+    assert kinds == {"mark-anomaly", "mark-checkpoint", "mark-advice", "mark-action", "mark-verification"}
+    assert rows[1].find_all("g", class_="open")  # attempt 1 is still running
+    assert doc.by_id("timeline").attrs["data-running"] == "yes"
+    assert doc.find(None, sse_connect=f"/dashboard/live?view=attempt&job={seeded.slurm_job_id}")
+
+
+async def test_audit_views_disabled_say_so(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    async with await open_client(database, dashboard_settings(settings, audit_views_enabled=False)) as client:
+        for path in ("/dashboard/audit", f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline"):
+            response = await client.get(path)
+            assert response.status_code == 404
+            assert "turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false)" in parse(response.text).find("main").text
+        details = parse((await client.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")).text)
+        assert not [a for a in details.find_all("a") if "timeline" in (a.attrs.get("href") or "")]
+        assert "Audit Events" not in details.find("header").text
+
+
+async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+    seeded = await seed_history(sessions)
+    async with await open_client(database, dashboard_settings(settings, url_prefix="/mc/recovery")) as client:
+        doc = parse((await client.get("/mc/recovery/dashboard/workflow")).text)
+        hrefs = [a.attrs["href"] for a in doc.find_all("a") if a.attrs.get("href")]
+        srcs = [s.attrs["src"] for s in doc.find_all("script")] + [l.attrs["href"] for l in doc.find_all("link")]
+        assert hrefs and all(h.startswith("/mc/recovery/") for h in hrefs), hrefs
+        assert all(s.startswith("/mc/recovery/static/") for s in srcs)
+        assert f"/mc/recovery/dashboard/workflow/{seeded.workflow_id}" in hrefs
+        assert (await client.get(srcs[0])).status_code == 200
