@@ -17,11 +17,13 @@ from app.config import Settings
 from app.main import create_app
 
 OPEN_PATHS = {"/healthz", "/readyz"}
+# The dashboard's sign-in flow is how a browser gets authenticated; it serves no data.
+SIGN_IN_PATHS = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/logout"}
 DUMMY = {"Int": "1", "String": '"x"', "ID": '"QXR0ZW1wdDox"', "Boolean": "false", "DateTime": '"2025-01-01T00:00:00Z"'}
 
 
 def _app(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped-def]
-    values: dict[str, object] = {"oidc_issuer": "https://idp.example.invalid", **overrides}
+    values: dict[str, object] = {"oidc_issuer": "https://idp.example.invalid", "oidc_client_id": "recovery-dashboard", **overrides}
     settings = Settings.build(database_url=f"sqlite+aiosqlite:///{tmp_path}/auth.db", data_dir=str(tmp_path), **values)
     return create_app(settings)
 
@@ -56,7 +58,7 @@ def test_every_route_refuses_requests_without_a_token(tmp_path: Path, prefix: st
     with TestClient(app, raise_server_exceptions=True) as http:
         for path, route in routes:
             url = _concrete(path)
-            if path in OPEN_PATHS or path.removeprefix(prefix) in OPEN_PATHS:
+            if path.removeprefix(prefix) in OPEN_PATHS | SIGN_IN_PATHS:
                 continue
             if isinstance(route, WebSocketRoute):
                 with http.websocket_connect(url, subprotocols=["graphql-transport-ws"]) as ws:
@@ -68,9 +70,12 @@ def test_every_route_refuses_requests_without_a_token(tmp_path: Path, prefix: st
                 continue
             assert isinstance(route, Route)
             for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
-                response = http.request(method, url, json={"query": "{ __typename }"} if method == "POST" else None)
-                assert response.status_code == 401, (method, path, response.status_code, response.text[:200])
-                assert response.headers["www-authenticate"].startswith("Bearer")
+                response = http.request(method, url, json={"query": "{ __typename }"} if method == "POST" else None, follow_redirects=False)
+                if response.status_code == 303:  # a dashboard page sends a browser to sign in, showing nothing
+                    assert "/dashboard/auth/login" in response.headers["location"], (method, path, response.headers)
+                else:
+                    assert response.status_code == 401, (method, path, response.status_code, response.text[:200])
+                    assert response.headers["www-authenticate"].startswith("Bearer")
                 checked += 1
     assert checked >= 6
 
