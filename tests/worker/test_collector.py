@@ -310,3 +310,31 @@ async def test_no_bytes_break_the_collector(ctx: AppContext, tmp_path_factory: p
         crash_rows = (await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id))).all()
     assert all(row.line_number >= 1 for row in crash_rows)
     await collector.on_stop()
+
+
+async def test_file_changes_wake_the_running_service_before_the_next_poll(ctx: AppContext, tmp_path: Path) -> None:
+    import asyncio
+    import time
+
+    out = tmp_path / "out-20.log"
+    out.write_text(ITERATION)
+    job = await make_job(ctx, 20)
+    await add_attempt(ctx, job, 0, stdout_path=str(out))
+    slow_poll = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, collector_poll_interval=30.0))
+    collector = Collector(slow_poll, use_inotify=True)
+    collector.interval = 30.0  # only a wake-up can make it read again within the test
+    collector.start()
+    try:
+        deadline = time.monotonic() + 5
+        while collector.ticks < 1 or collector._watch_task is None:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # let the watcher settle
+        with out.open("a") as handle:
+            handle.write(CRASH)
+        deadline = time.monotonic() + 5
+        while not await anomalies(ctx):
+            assert time.monotonic() < deadline, "no wake-up from the file change"
+            await asyncio.sleep(0.05)
+    finally:
+        await collector.stop()
