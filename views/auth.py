@@ -10,12 +10,13 @@ import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
+import httpx
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.auth import DEV_PRINCIPAL, OPERATOR, VIEWER, AuthError, Principal, authenticate_request, build_authenticator, effective_roles
+from app.auth import DEV_PRINCIPAL, OPERATOR, VIEWER, AuthError, Principal, TokenVerifier, authenticate_request, build_authenticator, effective_roles
 from app.config import Settings
 
 log = logging.getLogger("recovery.dashboard")
@@ -41,6 +42,18 @@ class DashboardSessions:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         secure = scope.get("scheme") in {"https", "wss"}
         await (self.secure if secure else self.plain)(scope, receive, send)
+
+
+def make_verifier(settings: Settings) -> Any:
+    """DevVerifier in dev mode, else a TokenVerifier whose HTTP client keeps no idle connections.
+
+    JWKS fetches are rare (the keys are cached), and the dashboard has no shutdown hook of its own,
+    so pooled sockets to the issuer would outlive the app; without keep-alive none are left open.
+    """
+    if settings.dev_no_auth:
+        return build_authenticator(settings)
+    http = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
+    return TokenVerifier(settings, http=http)
 
 
 def session_secret(settings: Settings) -> str:
@@ -69,7 +82,7 @@ class DashboardAuth:
         if self._verifier is None:
             if not self.settings.oidc_issuer and not self.settings.dev_no_auth:
                 raise AuthError(503, "authentication is not configured: set RECOVERY_OIDC_ISSUER (or dev mode on loopback)")
-            self._verifier = build_authenticator(self.settings)
+            self._verifier = make_verifier(self.settings)
         return self._verifier
 
     def oauth_client(self) -> Any:

@@ -147,7 +147,7 @@ def _human(seconds: float) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
 
-def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 960) -> Markup:
+def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200) -> Markup:
     """The SVG of the rows on one UTC time axis; running spans reach `now` and are drawn open-ended."""
     label_w, right_pad, top, row_h, axis_h = 120, 16, 8, 40, 26
     height = top + axis_h + max(len(rows), 1) * row_h + 8
@@ -231,7 +231,9 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 960) 
             out.append(
                 f'<g class="terminal state-{state_group(state)}" data-utc="{_iso(at)}"><title>ended {escape(state)} at {_fmt(at)}</title>'
                 f'<rect x="{tx - 2}" y="{bar_y - 3}" width="4" height="{bar_h + 6}" fill="{STATE_COLOURS[state_group(state)]}"/>'
-                f'<text x="{tx + 5}" y="{bar_y + 11}" font-size="10" class="terminal-label" fill="{STATE_COLOURS[state_group(state)]}">{escape(state)}</text></g>'
+                # Near the right edge the label goes to the left of the mark so it stays inside the picture.
+                + (f'<text x="{tx - 5}" text-anchor="end"' if tx > width - right_pad - 70 else f'<text x="{tx + 5}"')
+                + f' y="{bar_y + 11}" font-size="10" class="terminal-label" fill="{STATE_COLOURS[state_group(state)]}">{escape(state)}</text></g>'
             )
         mark_y = y + 30
         for mark in sorted(row.marks, key=lambda m: m.at):

@@ -45,8 +45,9 @@ def registration(slurm_job_id: int, **overrides: Any) -> jobs.JobRegistration:
     return jobs.JobRegistration(**values)
 
 
-async def seed_history(sessions: Any, *, slurm_job_id: int = 4242, second_running: bool = True) -> Seeded:
+async def seed_history(sessions: Any, *, slurm_job_id: int = 4242, second_running: bool = True, t0: dt.datetime = T0) -> Seeded:
     """A workflow whose job crashed on attempt 0 (anomaly, checkpoint, RESTART Advice, milestones) and retried."""
+    T0 = t0  # noqa: N806 - every time below is relative to the chosen start
     async with sessions() as session, session.begin():
         job = await jobs.register_job(session, registration=registration(slurm_job_id), produced_at=T0)
         a0 = await jobs.create_attempt(
