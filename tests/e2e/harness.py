@@ -1,0 +1,105 @@
+"""What the lab end-to-end tests share: APS batch scripts, a real worker (in-process or a `recovery worker` process), polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+import uuid
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
+
+from sqlalchemy import select
+
+from app.advice.models import Advice, SchedulerAction
+from app.context import AppContext
+from app.jobs.models import Attempt
+from app.slurm.cli_scheduler import CliScheduler
+from tests.plugins.slurm_lab import SlurmLab
+from worker.registry import build_services
+from worker.runner import WorkerRunner
+
+T = TypeVar("T")
+
+
+def unique_environment() -> str:
+    """Each test gets its own environment, so no other job on the shared lab is ever enrolled (or acted on)."""
+    return f"e2e-{uuid.uuid4().hex[:8]}"
+
+
+def policy_comment(environment: str, *, mode: str = "act", max_requeue_times: int = 1) -> str:
+    """The user guide's directive, with mode act unless told otherwise."""
+    body = {"workflow_id": f"wf-{uuid.uuid4().hex[:6]}", "environment": environment, "mode": mode, "auto_resume_mode": "requeue", "max_requeue_times": max_requeue_times}
+    return json.dumps({"APS": body}, separators=(",", ":"))
+
+
+def batch_script(comment: str, body: str, *, name: str = "e2e") -> str:
+    """The user guide's two directives on top of a script; every attempt appends to one output file."""
+    return "\n".join([
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        "#SBATCH --requeue",
+        f"#SBATCH --comment='{comment}'",
+        "#SBATCH --output=out-%j.log",
+        "#SBATCH --open-mode=append",
+        body,
+        "",
+    ])
+
+
+def lab_context(ctx: AppContext, environment: str, **changes: object) -> AppContext:
+    """The test's database with settings for a fast worker in this test's own environment."""
+    values: dict[str, object] = dict(environment=environment, acknowledge_scheduler_actions=True, poll_interval=0.3, lease_seconds=3.0)
+    values.update(changes)
+    return AppContext(settings=dataclasses.replace(ctx.settings, **values), engine=ctx.engine, sessions=ctx.sessions)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None = None) -> AsyncIterator[WorkerRunner]:
+    """The real services (observer, advisor, controller, watchdog) under a WorkerRunner, in this process."""
+    runner = WorkerRunner(ctx, build_services(ctx, scheduler=CliScheduler(ctx.settings, env=lab.env())), holder=holder)
+    task = asyncio.create_task(runner.run())
+    try:
+        yield runner
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 60.0, what: str = "condition") -> T:
+    """Poll `probe` until it returns something truthy (no timing is asserted; the timeout only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{what} not reached within {timeout:.0f} s (last: {last!r})")
+
+
+async def attempts(ctx: AppContext, job_id: int) -> list[Attempt]:
+    async with ctx.sessions() as session:
+        return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+
+
+async def advice_list(ctx: AppContext, job_id: int) -> list[Advice]:
+    async with ctx.sessions() as session:
+        return list((await session.scalars(select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index))).all())
+
+
+async def milestones(ctx: AppContext, job_id: int) -> list[SchedulerAction]:
+    async with ctx.sessions() as session:
+        query = select(SchedulerAction).join(Advice, Advice.id == SchedulerAction.advice_id).where(Advice.slurm_job_id == job_id).order_by(SchedulerAction.id)
+        return list((await session.scalars(query)).all())
+
+
+async def attempt_running(ctx: AppContext, job_id: int, index: int) -> Attempt | None:
+    found = [a for a in await attempts(ctx, job_id) if a.attempt_index == index and a.state == "RUNNING" and a.nodes]
+    return found[0] if found else None
+
+
+async def advice_done(ctx: AppContext, job_id: int, index: int) -> Advice | None:
+    found = [a for a in await advice_list(ctx, job_id) if a.attempt_index == index and a.disposition != "PENDING"]
+    return found[0] if found else None

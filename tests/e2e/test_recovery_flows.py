@@ -1,0 +1,153 @@
+"""End to end on the real Slurm lab: observer -> advisor -> controller carry out the user guide's recovery flows."""
+
+import asyncio
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from app.advice.models import SchedulerAction
+from app.audit.models import AuditEvent
+from app.context import AppContext
+from tests.advice.factories import add_anomaly
+from tests.e2e.harness import (
+    advice_done,
+    advice_list,
+    attempt_running,
+    attempts,
+    batch_script,
+    eventually,
+    lab_context,
+    milestones,
+    policy_comment,
+    running_worker,
+    unique_environment,
+)
+from tests.plugins.slurm_lab import SlurmLab
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# Attempt 0 writes a checkpoint and fails; a retry (SLURM_RESTART_COUNT set) must find it.
+CHECKPOINT_BODY = """\
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+  echo "iteration 100" > "ckpt-$SLURM_JOB_ID"
+  echo "saved checkpoint ckpt-$SLURM_JOB_ID at iteration 100"
+  sleep 1
+  exit 1
+fi
+echo "attempt $SLURM_RESTART_COUNT on $SLURMD_NODENAME resumed from $(cat "ckpt-$SLURM_JOB_ID")"
+"""
+# Runs until something ends it; a retry finishes at once and says where it ran.
+LONG_FIRST_ATTEMPT = """\
+if [ -z "$SLURM_RESTART_COUNT" ]; then echo "attempt 0 on $SLURMD_NODENAME"; sleep 120; exit 0; fi
+echo "attempt $SLURM_RESTART_COUNT on $SLURMD_NODENAME"
+"""
+
+
+async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env), CHECKPOINT_BODY))
+        advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="attempt 0's Advice converged")
+        assert (advice.operation, advice.disposition, advice.disposition_reason) == ("RESTART", "CONVERGED", "DESIRED_STATE_OBSERVED")
+
+        async def second_completed():  # type: ignore[no-untyped-def]
+            found = await attempts(wctx, job_id)
+            return len(found) == 2 and found[1].state == "COMPLETED" and found
+
+        a0, a1 = await eventually(second_completed, timeout=180, what="attempt 1 completed")
+    assert (a0.state, a0.exit_code) == ("FAILED", 1)
+    output = (slurm_lab.test_dir() / f"out-{job_id}.log").read_text()
+    assert "attempt 1 on node" in output and "resumed from iteration 100" in output
+    assert slurm_lab.scontrol_show(job_id)["Restarts"] == "1"
+    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [("requeue_hold", "SUCCEEDED"), ("release", "SUCCEEDED")]
+
+
+async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env, max_requeue_times=1), "sleep 1; exit 1"))
+        terminate = await eventually(lambda: advice_done(wctx, job_id, 1), timeout=180, what="attempt 1's Advice settled")
+        await asyncio.sleep(3)  # room for a wrong extra requeue to show
+    assert (terminate.operation, terminate.rule) == ("TERMINATE", "retry_limit")
+    assert "retry limit 1 reached (job asked 1" in terminate.reason
+    assert (terminate.disposition, terminate.disposition_reason) == ("CONVERGED", "ALREADY_SATISFIED")
+    shown = slurm_lab.scontrol_show(job_id)
+    assert (shown["Restarts"], shown["JobState"]) == ("1", "FAILED")
+    assert [a.state for a in await attempts(wctx, job_id)] == ["FAILED", "FAILED"]
+
+
+async def test_act_without_the_ceiling_stays_observe_and_touches_nothing(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env, acknowledge_scheduler_actions=False)
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env, mode="act"), "sleep 1; exit 1"))
+
+        async def not_authorized():  # type: ignore[no-untyped-def]
+            found = await advice_list(wctx, job_id)
+            return found and found[0].disposition_reason == "NOT_AUTHORIZED" and found[0]
+
+        advice = await eventually(not_authorized, what="NOT_AUTHORIZED status")
+        await asyncio.sleep(2)
+    assert advice.mode == "observe" and "ceiling" in advice.mode_reason and advice.disposition == "PENDING"
+    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [("requeue_hold", "SHADOW"), ("release", "SHADOW")]
+    shown = slurm_lab.scontrol_show(job_id)
+    assert (shown["Restarts"], shown["JobState"]) == ("0", "FAILED")
+
+
+async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env), LONG_FIRST_ATTEMPT))
+        a0 = await eventually(lambda: attempt_running(wctx, job_id, 0), what="attempt 0 running")
+        bad = a0.nodes[0]
+        await add_anomaly(wctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")  # as the watcher would
+        advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
+
+        async def second_placed():  # type: ignore[no-untyped-def]
+            found = await attempts(wctx, job_id)
+            return len(found) == 2 and found[1].nodes and found[1]
+
+        a1 = await eventually(second_placed, timeout=180, what="attempt 1 placed")
+    assert advice.exclusions == [bad] and advice.disposition_reason == "DESIRED_STATE_OBSERVED"
+    assert bad not in a1.nodes
+    assert slurm_lab.scontrol_show(job_id)["ExcNodeList"] == bad
+    assert [m.step for m in await milestones(wctx, job_id)] == ["requeue_hold", "update_exclusions", "release"]
+
+
+async def test_hung_job_is_ended_by_requeue_hold_and_requeued(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env), LONG_FIRST_ATTEMPT))
+        await eventually(lambda: attempt_running(wctx, job_id, 0), what="attempt 0 running")
+        await add_anomaly(wctx, job_id, kind="NO_PROGRESS", category="no_output", key=f"hang-{uuid.uuid4().hex}")
+        advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
+
+        async def second_ran():  # type: ignore[no-untyped-def]
+            found = await attempts(wctx, job_id)
+            return len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} and found
+
+        a0, a1 = await eventually(second_ran, timeout=180, what="attempt 1 ran")
+    assert advice.operation == "RESTART" and "stopped making progress" in advice.reason
+    assert a0.state == "REQUEUED"  # the hung attempt was ended by the requeue-hold, its record kept
+    assert slurm_lab.scontrol_show(job_id)["Restarts"] == "1"
+
+
+async def test_two_workers_started_at_once_never_both_act(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab, holder="first"), running_worker(wctx, slurm_lab, holder="second"):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env), "sleep 1; exit 1"))
+        await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
+        await asyncio.sleep(3)
+    rows = await milestones(wctx, job_id)
+    assert [(m.step, m.status) for m in rows] == [("requeue_hold", "SUCCEEDED"), ("release", "SUCCEEDED")]
+    async with wctx.sessions() as session:
+        sent = await session.scalar(select(func.count()).select_from(AuditEvent).where(AuditEvent.event_type.like("scheduler.%"), AuditEvent.slurm_job_id == job_id))
+        keys = await session.scalar(select(func.count(func.distinct(SchedulerAction.idempotency_key))))
+    assert sent == 2 and keys == 2
+    assert slurm_lab.scontrol_show(job_id)["Restarts"] == "1"
