@@ -1,0 +1,180 @@
+"""Recovery latency on the real Slurm lab: job exit -> our `scontrol release` returning, and job exit -> the next
+attempt RUNNING, beside the same job requeued by Slurm's own `RequeueExit=75`, in the same run.
+
+    .venv/bin/python bench/recovery_latency.py                    # 5 runs
+    .venv/bin/python bench/recovery_latency.py --smoke            # 2 runs (CI)
+    .venv/bin/python bench/recovery_latency.py --configure-lab    # add RequeueExit=75 to the lab first
+
+The worker (observer + advisor + controller + watchdog) runs in this process on a temporary
+SQLite database, acting (ceiling on) for a benchmark-only environment name. Each run submits
+two copies of one script at the same time: an enrolled one that exits 1 (recovered by us) and
+a non-enrolled one that exits 75 (requeued by Slurm). Both write `date +%s.%N` just before the
+exit and at the start of the retry, so every time is measured on the same clock. Both retries
+wait Slurm's BeginTime (cred_expire, 5 s in the lab), so the RUNNING ratio shows what our path
+adds on top of Slurm's own requeue. Needs root and the lab; `--configure-lab` rewrites the lab's
+slurm.conf with RECOVERY_LAB_EXTRA_CONF=RequeueExit=75 (lab.sh then restarts slurmctld and slurmd,
+which other users of the shared lab will notice). Prints numbers; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import select  # noqa: E402
+
+from app.advice.models import Advice, SchedulerAction  # noqa: E402
+from app.config import Settings  # noqa: E402
+from app.context import AppContext  # noqa: E402
+from app.lab.cli import default_lab_dir, run as lab_run  # noqa: E402
+from app.migrate import upgrade  # noqa: E402
+from app.slurm.cli_scheduler import CliScheduler  # noqa: E402
+from worker.registry import build_services  # noqa: E402
+from worker.runner import WorkerRunner  # noqa: E402
+
+REQUEUE_EXIT = 75
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --requeue
+#SBATCH --comment='{comment}'
+#SBATCH --output=out-%j.log
+#SBATCH --open-mode=append
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+  sleep 1
+  date +%s.%N > "exit-$SLURM_JOB_ID"
+  exit {code}
+fi
+date +%s.%N > "start-$SLURM_JOB_ID"
+"""
+
+
+def lab_up(extra_conf: str | None) -> str:
+    """Bring the lab up (optionally with extra slurm.conf lines); returns SLURM_CONF."""
+    out = io.StringIO()
+    if extra_conf is not None:
+        os.environ["RECOVERY_LAB_EXTRA_CONF"] = extra_conf
+    if lab_run("up", nodes=3, lab_dir=default_lab_dir(), out=out) != 0:
+        raise SystemExit("`recovery lab up` failed (root and the lab packages are needed)")
+    match = re.search(r"^export SLURM_CONF=(\S+)$", out.getvalue(), re.M)
+    if not match:
+        raise SystemExit(f"lab printed no SLURM_CONF: {out.getvalue()!r}")
+    os.environ["SLURM_CONF"] = match.group(1)
+    return match.group(1)
+
+
+def requeue_exit_configured() -> bool:
+    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30, check=False).stdout
+    match = re.search(r"^RequeueExit\s*=\s*(\S+)", shown, re.M)
+    return bool(match) and str(REQUEUE_EXIT) in match.group(1).split(",")
+
+
+def submit(directory: Path, *, name: str, comment: str, code: int) -> int:
+    script = directory / f"{name}-{uuid.uuid4().hex[:6]}.sh"
+    script.write_text(SCRIPT.format(name=name, comment=comment, code=code))
+    result = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], capture_output=True, text=True, timeout=30, check=True)
+    return int(result.stdout.strip().split(";", 1)[0])
+
+
+async def wait_file(path: Path, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return float(path.read_text().strip())
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"{path} was not written within {timeout:.0f} s")
+
+
+async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> float:
+    """Wall-clock time our release command returned (its SUCCEEDED milestone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with ctx.sessions() as session:
+            finished = await session.scalar(
+                select(SchedulerAction.finished_at).join(Advice, Advice.id == SchedulerAction.advice_id)
+                .where(Advice.slurm_job_id == job_id, SchedulerAction.step == "release", SchedulerAction.status == "SUCCEEDED")
+            )
+        if finished is not None:
+            return finished.timestamp()
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no release of job {job_id} within {timeout:.0f} s")
+
+
+async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: bool) -> dict[str, float]:
+    policy = json.dumps({"APS": {"workflow_id": "bench", "environment": environment, "mode": "act", "auto_resume_mode": "requeue", "max_requeue_times": 1}}, separators=(",", ":"))
+    ours = submit(directory, name="bench-recovery", comment=policy, code=1)
+    theirs = submit(directory, name="bench-requeueexit", comment="benchmark baseline, not enrolled", code=REQUEUE_EXIT) if baseline else None
+    exited = await wait_file(directory / f"exit-{ours}", 120)
+    released = await release_returned(ctx, ours, 120)
+    started = await wait_file(directory / f"start-{ours}", 180)
+    row = {"exit_to_release": released - exited, "exit_to_running": started - exited}
+    if theirs is not None:
+        their_exit = await wait_file(directory / f"exit-{theirs}", 120)
+        their_start = await wait_file(directory / f"start-{theirs}", 180)
+        row["requeueexit_exit_to_running"] = their_start - their_exit
+        subprocess.run(["scancel", str(theirs)], capture_output=True, timeout=30, check=False)  # RequeueExit would loop forever
+    return row
+
+
+async def bench(runs: int, configure_lab: bool) -> int:
+    lab_up("RequeueExit=75" if configure_lab else None)
+    baseline = requeue_exit_configured()
+    if not baseline:
+        print("RequeueExit=75 is not configured in the lab: the Slurm baseline is skipped (use --configure-lab).")
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=default_lab_dir()) as tmp:
+        directory = Path(tmp)
+        environment = f"bench-{uuid.uuid4().hex[:6]}"
+        settings = Settings.build(
+            data_dir=str(directory), database_url=f"sqlite+aiosqlite:///{directory}/bench.db", cluster="bench", environment=environment,
+            acknowledge_scheduler_actions=True, poll_interval=0.2, lease_seconds=5.0,
+        )
+        ctx = AppContext.open(settings)
+        await upgrade(ctx.engine)
+        runner = WorkerRunner(ctx, build_services(ctx, scheduler=CliScheduler(settings)))
+        task = asyncio.create_task(runner.run())
+        rows = []
+        try:
+            for number in range(1, runs + 1):
+                row = await one_run(ctx, directory, environment, baseline)
+                rows.append(row)
+                print(f"run {number}: " + "  ".join(f"{key}={value:.2f}s" for key, value in row.items()), flush=True)
+        finally:
+            runner.stop()
+            await task
+            await ctx.close()
+    print()
+    print(f"median over {len(rows)} runs (poll interval {settings.poll_interval}s, lab cred_expire 5s):")
+    med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    print(f"  job exit -> our scontrol release returned : {med['exit_to_release']:.2f} s")
+    print(f"  job exit -> next attempt RUNNING (ours)    : {med['exit_to_running']:.2f} s")
+    if "requeueexit_exit_to_running" in med:
+        print(f"  job exit -> next attempt RUNNING (Slurm RequeueExit=75): {med['requeueexit_exit_to_running']:.2f} s")
+        print(f"  ratio ours / RequeueExit (exit -> RUNNING): {med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}")
+    print("  crash line -> release: not measured (no log collector in this worker yet)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="2 runs instead of 5")
+    parser.add_argument("--runs", type=int, help="number of runs")
+    parser.add_argument("--configure-lab", action="store_true", help="bring the lab up with RequeueExit=75 (restarts its daemons if the config changes)")
+    args = parser.parse_args(argv)
+    runs = args.runs or (2 if args.smoke else 5)
+    return asyncio.run(bench(runs, args.configure_lab))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
