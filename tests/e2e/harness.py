@@ -67,7 +67,7 @@ async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None =
         await asyncio.wait_for(task, 30)
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 60.0, what: str = "condition") -> T:
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 180.0, what: str = "condition") -> T:
     """Poll `probe` until it returns something truthy (no timing is asserted; the timeout only bounds a hang)."""
     deadline = time.monotonic() + timeout
     last: T | None = None

@@ -107,12 +107,12 @@ async def test_sigkill_at_a_step_boundary_neither_repeats_nor_loses_a_command(sh
         a0 = await eventually(lambda: attempt_running(ctx, job_id, 0), what="attempt 0 running")
         bad = a0.nodes[0]
         await add_anomaly(ctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")
-        assert await wait_exit(first, 60, log) == -signal.SIGKILL
+        assert await wait_exit(first, 180, log) == -signal.SIGKILL
         [intent] = [m for m in await milestones(ctx, job_id) if m.step == step]
         assert intent.status == "STARTED"  # the process died between intent and result
 
         second = start_worker(ctx, slurm_lab, log, fault=None)
-        advice = await eventually(lambda: advice_done(ctx, job_id, 0), timeout=90, what="Advice converged after the restart")
+        advice = await eventually(lambda: advice_done(ctx, job_id, 0), timeout=180, what="Advice converged after the restart")
         await asyncio.sleep(1.5)  # room for a wrongly repeated command to show
     finally:
         for process in (first, second):
