@@ -52,6 +52,11 @@
     });
   }
 
+  // A fragment request refused with 401 means the session ended: reload, which leads to the login page.
+  document.addEventListener("htmx:responseError", function (evt) {
+    if (evt.detail.xhr && evt.detail.xhr.status === 401) { window.location.reload(); }
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     localise(document);
     window.setInterval(poll, POLL_MS);

@@ -11,7 +11,8 @@ from app.context import AppContext
 from app.main import create_app
 from tests.views.html import parse
 
-pytestmark = pytest.mark.oidc
+# Login and token checks do not depend on the database backend, so these run on SQLite only.
+pytestmark = [pytest.mark.oidc, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
 
 
 def _app(oidc_provider, database, settings):  # type: ignore[no-untyped-def]
@@ -31,8 +32,6 @@ async def _login(client: httpx.AsyncClient, oidc_provider, username: str, next_p
 
 
 async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
-    if database.backend != "sqlite":
-        pytest.skip("login does not depend on the database backend; SQLite is enough")
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         anonymous = await client.get("/dashboard/advice")
@@ -54,8 +53,6 @@ async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider,
 
 
 async def test_viewer_login_has_no_operator_role(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
-    if database.backend != "sqlite":
-        pytest.skip("login does not depend on the database backend; SQLite is enough")
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         await _login(client, oidc_provider, "vera", "/dashboard/workflow")
@@ -64,8 +61,6 @@ async def test_viewer_login_has_no_operator_role(oidc_provider, database, settin
 
 
 async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
-    if database.backend != "sqlite":
-        pytest.skip("login does not depend on the database backend; SQLite is enough")
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         response = await client.get("/dashboard/auth/callback?code=abc&state=forged")
@@ -75,8 +70,6 @@ async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider
 
 
 async def test_bearer_token_from_the_provider_works_on_dashboard_routes(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
-    if database.backend != "sqlite":
-        pytest.skip("token checks do not depend on the database backend; SQLite is enough")
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         ok = await client.get("/dashboard/workflow", headers={"Authorization": f"Bearer {oidc_provider.token('viewer-client')}"})
