@@ -7,7 +7,7 @@ import json
 from app.jobs import service as jobs
 from tests.views.conftest import dashboard_settings, open_client
 from tests.views.html import parse
-from tests.views.seed import seed_history
+from tests.views.seed import registration, seed_history
 
 
 async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +47,7 @@ async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:  # 
 async def test_overview_filters_and_failed_only(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
     await seed_history(sessions)
     async with sessions() as session, session.begin():
-        job = await jobs.register_job(session, registration=__import__("tests.views.seed", fromlist=["registration"]).registration(777, workflow_key="healthy-run", name="bert"))
+        job = await jobs.register_job(session, registration=registration(777, workflow_key="healthy-run", name="bert"))
         await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING")
     everything = parse((await viewer.get("/dashboard/workflow")).text).find_all("tr", data_workflow=True)
     assert [r.attrs["data-workflow"] for r in everything] == ["healthy-run", "llama-pretrain"]  # newest first
