@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,9 @@ from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+OPERATIONS = ROOT / "graphql" / "operations"
 SCENARIOS = ("crash", "hang")
 
 
@@ -52,6 +55,7 @@ class Submitted:
     job_id: int
     log: Path
     done: bool = False
+    recovered: bool = False
     outcome: str = ""
 
 
@@ -116,9 +120,10 @@ def _prepare_run_dir(lab_dir: str) -> Path:
 
 def submit_example(run_dir: Path, scenario: str) -> Submitted:
     """sbatch one example script from the run directory; returns its Slurm job id."""
+    # Submitted from the run directory: the scripts find train.py through SLURM_SUBMIT_DIR.
     result = subprocess.run(
         ["sbatch", "--parsable", f"--chdir={run_dir}", str(run_dir / f"{scenario}.sbatch")],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=30, check=False, cwd=run_dir,
     )
     if result.returncode != 0:
         raise RuntimeError(f"sbatch {scenario}.sbatch failed: {result.stderr.strip()}")
@@ -132,7 +137,7 @@ async def follow(
     jobs: list[Submitted],
     *,
     timeout: float,
-    is_done: Callable[[AppContext, Submitted], Awaitable[str | None]],
+    is_done: Callable[[AppContext, Submitted], Awaitable[tuple[bool, str] | None]],
 ) -> bool:
     """Print audit events of the demo's jobs as they happen until every job is done (or timeout)."""
     from app.feed import service as feed
@@ -150,18 +155,19 @@ async def follow(
             position = entries[-1].id
         for job in jobs:
             if not job.done:
-                outcome = await is_done(ctx, job)
-                if outcome:
-                    job.done, job.outcome = True, outcome
-                    narrator.line(f"job {job.job_id:<10} DONE         {job.scenario} example: {outcome}")
+                verdict = await is_done(ctx, job)
+                if verdict:
+                    job.done = True
+                    job.recovered, job.outcome = verdict
+                    narrator.line(f"job {job.job_id:<10} DONE         {job.scenario} example: {job.outcome}")
         if all(job.done for job in jobs):
             return True
         await asyncio.sleep(0.3)
     return False
 
 
-async def recovered_and_completed(ctx: AppContext, job: Submitted) -> str | None:
-    """'recovered' once a later attempt of the job completed; None while it is still in progress."""
+async def recovered_and_completed(ctx: AppContext, job: Submitted) -> tuple[bool, str] | None:
+    """(recovered?, what happened) once the job is settled; None while it is still in progress."""
     from app.jobs.models import Attempt
 
     async with ctx.sessions() as session:
@@ -170,16 +176,25 @@ async def recovered_and_completed(ctx: AppContext, job: Submitted) -> str | None
         return None
     last = attempts[-1]
     if last.state == "COMPLETED":
-        return f"attempt {last.attempt_index} COMPLETED after {len(attempts) - 1} automatic retr{'y' if len(attempts) == 2 else 'ies'}"
+        retries = len(attempts) - 1
+        return retries > 0, f"attempt {last.attempt_index} COMPLETED after {retries} automatic retr{'y' if retries == 1 else 'ies'}"
     if last.state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "UNKNOWN") and last.attempt_index >= 1:
-        return f"attempt {last.attempt_index} ended {last.state}"
+        return False, f"attempt {last.attempt_index} ended {last.state}"
     return None
+
+
+def graphql_request_body(operation: str, variables: dict[str, Any]) -> str:
+    """A one-line JSON request body for a committed operation (comments dropped, spaces folded)."""
+    text = (OPERATIONS / f"{operation}.graphql").read_text()
+    query = " ".join(" ".join(line.split("#", 1)[0].split()) for line in text.splitlines()).strip()
+    return json.dumps({"query": " ".join(query.split()), "variables": variables}, separators=(",", ":"))
 
 
 def print_inspection_help(out: TextIO, settings: Settings, jobs: list[Submitted]) -> None:
     """The dashboard URL, how to log in, and the curl and GraphQL commands for the demo's jobs."""
     base = f"http://{settings.bind}{settings.url_prefix}"
     first = jobs[0].job_id if jobs else 1
+    graphql_body = graphql_request_body("RecoveryStory", {"jobId": first})
     login = (
         "authentication is OFF for this local demo (RECOVERY_DEV_NO_AUTH; loopback only)"
         if settings.dev_no_auth
@@ -202,10 +217,10 @@ Inspect the attempts from a shell (the user guide's commands, as written):
     --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
     --data-urlencode 'limit=100'
 
-GraphQL:
+GraphQL (the query is graphql/operations/RecoveryStory.graphql):
   curl -s "$RECOVERY_HTTP_URL/graphql" -H 'content-type: application/json' \\
     -H "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
-    -d '{{"query":"{{ job(jobId: {first}) {{ attempts {{ attemptIndex state exitCode nodes advice {{ operation generation disposition reason }} }} }} }}"}}'
+    -d '{graphql_body}'
 """,
         file=out,
         flush=True,
@@ -227,7 +242,7 @@ async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float =
     narrator.line("starting the local Slurm lab (3 emulated nodes; installs Debian's slurm packages if missing) …")
     exports = _lab_up(out)
     lab_dir = exports.get("SLURM_LAB_DIR") or os.environ.get("RECOVERY_LAB_DIR") or "/tmp/recovery-lab"
-    settings = demo_settings(base, data_dir=str(Path(lab_dir) / "demo-data"), bind=base.bind)
+    settings = demo_settings(base, data_dir=str(Path(base.data_dir) / "demo"), bind=base.bind)
     check_auth_configuration(settings)
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
     ctx = AppContext.open(settings)
@@ -250,9 +265,12 @@ async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float =
     for job in jobs:
         narrator.line(f"submitted examples/{job.scenario}.sbatch as job {job.job_id} (log: {job.log})")
     narrator.line("watching: the crash example fails at step 25 after saving checkpoints; the hang example goes silent at step 22")
-    finished = await follow(ctx, narrator, jobs, timeout=timeout, is_done=recovered_and_completed)
+    settled = await follow(ctx, narrator, jobs, timeout=timeout, is_done=recovered_and_completed)
+    finished = settled and all(job.recovered for job in jobs)
     if finished:
         narrator.line("both examples were recovered automatically and completed from their checkpoints")
+    elif settled:
+        narrator.line("the examples ended without a full recovery; see the dashboard and the troubleshooting section of README")
     else:
         narrator.line(f"not finished after {timeout:.0f} s; see the dashboard and the troubleshooting section of README")
     print_inspection_help(out, settings, jobs)

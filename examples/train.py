@@ -71,7 +71,6 @@ def main() -> int:
     resumed = latest_checkpoint(ckpt_dir)
     if resumed:
         start, path = resumed
-        log(f" loading checkpoint from {ckpt_dir} at iteration {start}")
         log(f"  successfully loaded checkpoint from {ckpt_dir} [ t 1/1, p 1/1 ] at iteration {start}")
     log("training ...")
     log("[before the start of training step] datetime: " + dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
@@ -93,10 +92,9 @@ def main() -> int:
             path.write_text(json.dumps({"iteration": step, "loss": loss}))
             log(f"  successfully saved checkpoint from iteration {step:7d} to {ckpt_dir}")
         if attempt == 0 and step == args.crash_at_step:
-            print(f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)", flush=True)
-            print("Traceback (most recent call last):", file=sys.stderr, flush=True)
-            print('  File "train.py", line 88, in train_step', file=sys.stderr, flush=True)
-            print(f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5 (on {node})", file=sys.stderr, flush=True)
+            # Shaped like NCCL's own warning (host:pid:tid prefix), so the failing node is named.
+            log(f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)")
+            log(f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5 (on {node})")
             return 1
         if attempt == 0 and step == args.hang_at_step:
             # Holds its allocation but prints nothing more: what a deadlocked collective looks like.

@@ -245,10 +245,23 @@ class Observer(Service):
         return {name: (None if value in stale else value) for name, value in paths.items()}
 
     async def _close_previous(self, session: AsyncSession, attempt: Attempt, record: Job) -> None:
-        """The restart count moved: the previous attempt has ended (it keeps its own record)."""
+        """The restart count moved: the previous attempt has ended (it keeps its own record).
+
+        When we never saw it end (the requeue came between two ticks), accounting knows how it ended
+        (e.g. FAILED with exit code 1 before our requeue-hold); only without accounting is it REQUEUED.
+        """
         if attempt.state in jobs.ENDED_STATES:
             if attempt.end_time is None:
                 await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
+            return
+        final = _final_record(await self._history(record.slurm_job_id), attempt.attempt_index)
+        if final is not None and final.state not in ("REQUEUED", "PENDING"):
+            await jobs.update_attempt(
+                session, attempt=attempt, job=record, state=final.state,
+                exit_code=final.exit_code if final.exit_code is not None else attempt.exit_code,
+                exit_signal=final.exit_signal or attempt.exit_signal, end_time=final.end or attempt.end_time or utcnow(),
+                ended_reason=f"ended before it was observed; final state from accounting ({final.source}), then requeued",
+            )
             return
         await jobs.update_attempt(
             session,
