@@ -163,3 +163,13 @@ def slurm_lab() -> Iterator[SlurmLab]:
     yield lab
     lab.cancel_submitted()
 
+
+
+@pytest.fixture(autouse=True)
+def _cancel_jobs_of_each_test() -> Iterator[None]:
+    """Cancel what a test submitted when it ends, so its leftovers never hold the lab's few CPUs."""
+    before = len(_LAB.submitted) if _LAB is not None else 0
+    yield
+    if _LAB is not None and len(_LAB.submitted) > before:
+        leftovers = _LAB.submitted[before:]
+        subprocess.run(["scancel", *map(str, leftovers)], env=_LAB.env(), capture_output=True, timeout=30, check=False)
