@@ -55,7 +55,7 @@ def script(policy: str, body: str, *, output: str = "out-%j.log", append: bool =
 
 
 class Stack:
-    """Observer, collector and watcher over the lab, ticked in order like the worker runs them."""
+    """Observer (ticked by the test), collector and watcher (running as services) over the lab."""
 
     def __init__(self, ctx: AppContext, lab: SlurmLab, log_dir: Path) -> None:
         settings = dataclasses.replace(ctx.settings, log_dirs=(str(log_dir),), hang_query_delay=2.0, collector_poll_interval=0.3)
@@ -65,10 +65,13 @@ class Stack:
         self.watcher = Watcher(self.ctx)
         self.observer.on_change = self.collector.poke
 
+    def start(self) -> None:
+        """Collector and watcher run as the worker runs them: their own loops, not behind a slow squeue."""
+        self.collector.start()
+        self.watcher.start()
+
     async def tick(self) -> None:
         await self.observer.tick()
-        await self.collector.tick()
-        await self.watcher.tick()
 
     async def until(self, condition: Callable[[], Awaitable[bool]], timeout: float = 40.0, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout
@@ -99,7 +102,8 @@ class Stack:
         return anomalies, checkpoints
 
     async def close(self) -> None:
-        await self.collector.on_stop()
+        await self.collector.stop()
+        await self.watcher.stop()
 
 
 @pytest.fixture
@@ -108,8 +112,14 @@ async def stack(ctx: AppContext, slurm_lab: SlurmLab):  # type: ignore[no-untype
     log_dir.mkdir(parents=True)
     built = Stack(ctx, slurm_lab, log_dir)
     built.log_dir = log_dir  # type: ignore[attr-defined]
+    already = len(slurm_lab.submitted)
+    built.start()
     yield built
     await built.close()
+    # The lab has 6 CPUs shared by every test: never leave sleeping jobs behind for the next one.
+    mine = [str(job_id) for job_id in slurm_lab.submitted[already:]]
+    if mine:
+        subprocess.run(["scancel", *mine], env=slurm_lab.env(), capture_output=True, timeout=30, check=False)
 
 
 async def _requeue_and_check(stack: Stack, slurm_lab: SlurmLab, job_id: int) -> None:
