@@ -10,7 +10,7 @@ from app.advice.models import Advice
 from app.audit import service as audit
 from app.db import utcnow
 from app.domain.reconcile import Disposition, DispositionReason
-from app.feed import service as feed
+from app.advice import service as advice_service
 
 VETOED = "VETOED"
 APPROVED = "APPROVED"
@@ -48,15 +48,7 @@ async def _announce(session: AsyncSession, advice: Advice, *, event_type: str, m
         attempt_index=advice.attempt_index,
         actor=user,
     )
-    await feed.append(
-        session,
-        topic="advice",
-        entity_id=advice.id,
-        cluster=advice.cluster,
-        slurm_job_id=advice.slurm_job_id,
-        attempt_index=advice.attempt_index,
-        payload={"review": advice.review, "active": advice.active, "disposition": advice.disposition, "by": user},
-    )
+    await advice_service.announce(session, advice, {"review": advice.review, "by": user})
 
 
 async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) -> Advice:

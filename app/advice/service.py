@@ -53,16 +53,10 @@ def is_active(advice: Advice) -> bool:
     return bool(advice.active) and advice.review != VETOED
 
 
-async def _announce(session: AsyncSession, advice: Advice, payload: dict[str, Any]) -> None:
-    await feed.append(
-        session,
-        topic="advice",
-        entity_id=advice.id,
-        cluster=advice.cluster,
-        slurm_job_id=advice.slurm_job_id,
-        attempt_index=advice.attempt_index,
-        payload={"generation": advice.generation, "operation": advice.operation, "active": advice.active, "disposition": advice.disposition, **payload},
-    )
+async def announce(session: AsyncSession, advice: Advice, payload: dict[str, Any]) -> None:
+    """Tell live readers an Advice changed (generation, operation, activity and disposition included)."""
+    summary = {"generation": advice.generation, "operation": advice.operation, "active": advice.active, "disposition": advice.disposition}
+    await feed.announce(session, topic="advice", entity_id=advice.id, about=advice, payload={**summary, **payload})
 
 
 def _refs(existing: dict[str, Any] | None, new: Iterable[str]) -> dict[str, Any]:
@@ -105,7 +99,7 @@ async def record_decision(
         session.add(advice)
         await session.flush()
         await _audit_change(session, advice, "advice.created", signal=signal)
-        await _announce(session, advice, {"change": CREATED})
+        await announce(session, advice, {"change": CREATED})
         return AdviceOutcome(CREATED, advice)
 
     if existing.review == VETOED:
@@ -132,7 +126,7 @@ async def record_decision(
     existing.reconcile_failures = 0
     existing.updated_at = now
     await _audit_change(session, existing, "advice.updated", signal=signal, previous=previous)
-    await _announce(session, existing, {"change": UPDATED})
+    await announce(session, existing, {"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
 
 
@@ -374,7 +368,7 @@ async def set_status(
                 slurm_job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
             )
-        await _announce(session, advice, {"change": "reconciliation", "reason": reason})
+        await announce(session, advice, {"change": "reconciliation", "reason": reason})
     return changed
 
 

@@ -131,11 +131,7 @@ async def record_anomaly(
         workflow_id=attempt.workflow_id,
         produced_at=now,
     )
-    await feed.append(
-        session, topic="anomaly", entity_id=new_id, cluster=attempt.cluster, workflow_id=attempt.workflow_id,
-        slurm_job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index,
-        payload={"kind": kind, "category": category, "node": node, "xid": xid},
-    )
+    await feed.announce(session, topic="anomaly", entity_id=new_id, about=attempt, payload={"kind": kind, "category": category, "node": node, "xid": xid})
     return anomaly
 
 
@@ -192,10 +188,7 @@ async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: L
         attempt_index=attempt.attempt_index,
         workflow_id=attempt.workflow_id,
     )
-    await feed.append(
-        session, topic="checkpoint", entity_id=new_id, cluster=attempt.cluster, workflow_id=attempt.workflow_id,
-        slurm_job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index, payload={"kind": signal.kind, "iteration": signal.iteration},
-    )
+    await feed.announce(session, topic="checkpoint", entity_id=new_id, about=attempt, payload={"kind": signal.kind, "iteration": signal.iteration})
     return await session.get(Checkpoint, new_id)
 
 

@@ -46,6 +46,27 @@ async def append(
     return entry
 
 
+async def announce(
+    session: AsyncSession,
+    *,
+    topic: str,
+    entity_id: int | None,
+    about: Any,
+    payload: dict[str, Any] | None = None,
+) -> ChangeFeedEntry:
+    """Append an entry scoped like `about` (a job, attempt, Advice, … row): its cluster, workflow, job and attempt."""
+    return await append(
+        session,
+        topic=topic,
+        entity_id=entity_id,
+        cluster=getattr(about, "cluster", None),
+        workflow_id=getattr(about, "workflow_id", None),
+        slurm_job_id=getattr(about, "slurm_job_id", None),
+        attempt_index=getattr(about, "attempt_index", None),
+        payload=payload,
+    )
+
+
 async def read_since(
     session: AsyncSession,
     *,

@@ -139,7 +139,7 @@ async def register_job(session: AsyncSession, *, registration: JobRegistration, 
         workflow_id=job.workflow_id,
         produced_at=produced_at,
     )
-    await feed.append(session, topic="job", entity_id=job.id, cluster=r.cluster, workflow_id=job.workflow_id, slurm_job_id=r.slurm_job_id, payload={"enrolment": r.enrolment})
+    await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"enrolment": r.enrolment})
     return job
 
 
@@ -158,7 +158,7 @@ async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:
         slurm_job_id=job.slurm_job_id,
         workflow_id=job.workflow_id,
     )
-    await feed.append(session, topic="job", entity_id=job.id, cluster=job.cluster, workflow_id=job.workflow_id, slurm_job_id=job.slurm_job_id, payload={"retired": True})
+    await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"retired": True})
 
 
 def incarnation_attempt_uuid(job: Job, attempt_index: int) -> str:
@@ -272,16 +272,7 @@ async def _touch_workflow(session: AsyncSession, *, attempt: Attempt, job: Job, 
 
 
 async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: dict[str, Any]) -> None:
-    await feed.append(
-        session,
-        topic="attempt",
-        entity_id=attempt.id,
-        cluster=attempt.cluster,
-        workflow_id=attempt.workflow_id,
-        slurm_job_id=attempt.slurm_job_id,
-        attempt_index=attempt.attempt_index,
-        payload=payload,
-    )
+    await feed.announce(session, topic="attempt", entity_id=attempt.id, about=attempt, payload=payload)
 
 
 async def current_jobs(session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None) -> dict[int, Job]:
