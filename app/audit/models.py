@@ -19,6 +19,8 @@ class AuditEvent(Base):
         # Keyset pagination indexes: every filter combination ends in (produced_at, id).
         Index(None, "produced_at", "id"),
         Index(None, "slurm_job_id", "attempt_index", "produced_at", "id"),
+        # A job-only filter (all attempts) must not sort: it has an index of its own.
+        Index(None, "slurm_job_id", "produced_at", "id"),
         Index(None, "component", "produced_at", "id"),
         Index(None, "event_type", "produced_at", "id"),
     )
