@@ -59,6 +59,22 @@ if [ -z "$SLURM_RESTART_COUNT" ]; then
 fi
 date +%s.%N > "start-$SLURM_JOB_ID"
 """
+# A crash line on a still-running attempt (the process hangs after the error, as NCCL failures do):
+# the collector reads it, the watcher records the anomaly, the advisor decides, the controller acts.
+CRASH_SCRIPT = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --requeue
+#SBATCH --comment='{comment}'
+#SBATCH --output=out-%j.log
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+  echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] training ..."
+  sleep 1
+  date +%s.%N > "crash-$SLURM_JOB_ID"
+  echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] RuntimeError: CUDA error: an illegal memory access was encountered"
+  sleep 300
+fi
+date +%s.%N > "start-$SLURM_JOB_ID"
+"""
 
 
 def lab_up(extra_conf: str | None) -> str:
@@ -81,9 +97,9 @@ def requeue_exit_configured() -> bool:
     return bool(match) and str(REQUEUE_EXIT) in match.group(1).split(",")
 
 
-def submit(directory: Path, *, name: str, comment: str, code: int) -> int:
+def submit(directory: Path, *, name: str, comment: str, code: int = 0, template: str = SCRIPT) -> int:
     script = directory / f"{name}-{uuid.uuid4().hex[:6]}.sh"
-    script.write_text(SCRIPT.format(name=name, comment=comment, code=code))
+    script.write_text(template.format(name=name, comment=comment, code=code))
     result = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], capture_output=True, text=True, timeout=30, check=True)
     return int(result.stdout.strip().split(";", 1)[0])
 
@@ -125,6 +141,10 @@ async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: 
         their_start = await wait_file(directory / f"start-{theirs}", 180)
         row["requeueexit_exit_to_running"] = their_start - their_exit
         subprocess.run(["scancel", str(theirs)], capture_output=True, timeout=30, check=False)  # RequeueExit would loop forever
+    crashing = submit(directory, name="bench-crashline", comment=policy, template=CRASH_SCRIPT)
+    crashed = await wait_file(directory / f"crash-{crashing}", 120)
+    row["crash_line_to_release"] = await release_returned(ctx, crashing, 120) - crashed
+    await wait_file(directory / f"start-{crashing}", 180)
     return row
 
 
@@ -162,7 +182,7 @@ async def bench(runs: int, configure_lab: bool) -> int:
     if "requeueexit_exit_to_running" in med:
         print(f"  job exit -> next attempt RUNNING (Slurm RequeueExit=75): {med['requeueexit_exit_to_running']:.2f} s")
         print(f"  ratio ours / RequeueExit (exit -> RUNNING): {med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}")
-    print("  crash line -> release: not measured (no log collector in this worker yet)")
+    print(f"  crash line written -> our scontrol release returned (attempt still running): {med['crash_line_to_release']:.2f} s")
     return 0
 
 

@@ -267,12 +267,17 @@ async def confirm_action(session: AsyncSession, *, action: SchedulerAction, evid
     action.status = SUCCEEDED
     action.finished_at = now or utcnow()
     action.detail = f"the process stopped before recording the result; {evidence}"[:4000]
+    advice = await session.get(Advice, action.advice_id)
     await audit.record(
         session,
         component="controller",
         event_type="scheduler.confirmed",
         message=f"{action.step} of Advice {action.advice_id} generation {action.generation} had taken effect before an interruption: {evidence}",
         payload={"adviceId": action.advice_id, "generation": action.generation, "step": action.step, "idempotencyKey": action.idempotency_key},
+        # Scoped to the job and attempt so that the job's audit trail shows the confirmation.
+        cluster=advice.cluster if advice else None,
+        slurm_job_id=advice.slurm_job_id if advice else None,
+        attempt_index=advice.attempt_index if advice else None,
     )
 
 
