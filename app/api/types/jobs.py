@@ -1,4 +1,4 @@
-"""GraphQL object types: each wraps one ORM row and resolves its relations through DataLoaders."""
+"""GraphQL types of workflows, jobs (with their policies) and attempts: each wraps one ORM row."""
 
 from __future__ import annotations
 
@@ -8,36 +8,19 @@ from typing import Any, Optional
 import strawberry
 from strawberry.scalars import JSON
 
-from app.advice.models import Advice as AdviceRow
-from app.advice.models import SchedulerAction
-from app.api.connections import AUDIT, NESTED, Connection, first_page, is_plain_first_page, page_request, to_connection, cursor_problem
-from app.api.ids import to_global_id
+from app.api.connections import AUDIT, NESTED, Connection, cursor_problem, first_page, is_plain_first_page, page_request, to_connection
+from app.api.types.advice import Advice
+from app.api.types.audit import AuditEvent
+from app.api.types.evidence import Anomaly, Checkpoint
+from app.api.types.node import Info, Node, loaders_of
 from app.audit import service as audit_service
-from app.audit.models import AuditEvent as AuditEventRow
 from app.domain.cursor import CursorError
-from app.domain.identity import attempt_uuid, format_attempt_ref
-from app.evidence.models import Anomaly as AnomalyRow
-from app.evidence.models import Checkpoint as CheckpointRow
+from app.domain.identity import format_attempt_ref
 from app.jobs import queries as job_queries
 from app.jobs.models import Attempt as AttemptRow
 from app.jobs.models import Job as JobRow
 from app.jobs.models import Policy as PolicyRow
 from app.jobs.models import Workflow as WorkflowRow
-
-Info = strawberry.Info
-
-
-def _loaders(info: Info) -> Any:
-    return info.context.loaders
-
-
-@strawberry.interface(description="An object with an opaque global id, fetchable with `node(id:)` (Relay).")
-class Node:
-    row: strawberry.Private[Any]
-
-    @strawberry.field(description="Opaque global id.")
-    def id(self) -> strawberry.ID:
-        return strawberry.ID(to_global_id(type(self).__name__, self.row.id))
 
 
 @strawberry.type(description="A group of jobs sharing a workflow_id on one cluster; grouping does not imply order.")
@@ -244,12 +227,12 @@ class Job(Node):
     async def workflow(self, info: Info) -> Workflow | None:
         if self.row.workflow_id is None:
             return None
-        row = await _loaders(info).workflow.load(self.row.workflow_id)
+        row = await loaders_of(info).workflow.load(self.row.workflow_id)
         return Workflow(row=row) if row else None
 
     @strawberry.field
     async def policy(self, info: Info) -> Policy | None:
-        row = await _loaders(info).policy.load(self.row.id)
+        row = await loaders_of(info).policy.load(self.row.id)
         return Policy(row=row) if row else None
 
     @strawberry.field(description="The job's attempts, attempt 0 first; totalCount is given.")
@@ -257,7 +240,7 @@ class Job(Node):
         self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
     ) -> Connection["Attempt"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
-        loaders = _loaders(info)
+        loaders = loaders_of(info)
         total = await loaders.attempt_count.load(self.row.id)
         if is_plain_first_page(request):
             assert request.first is not None
@@ -332,7 +315,7 @@ class Attempt(Node):
     async def requeue_eligible(self, info: Info) -> bool | None:
         if self.row.requeue_eligible is not None:
             return self.row.requeue_eligible
-        job = await _loaders(info).job.load(self.row.job_id)
+        job = await loaders_of(info).job.load(self.row.job_id)
         return job.requeue_eligible if job else None
 
     @strawberry.field
@@ -361,28 +344,28 @@ class Attempt(Node):
 
     @strawberry.field(description="observe or act, as resolved for the job (see modeReason).")
     async def effective_mode(self, info: Info) -> str | None:
-        job = await _loaders(info).job.load(self.row.job_id)
+        job = await loaders_of(info).job.load(self.row.job_id)
         return job.effective_mode if job else None
 
     @strawberry.field(description="Why the job's act request did or did not take effect.")
     async def mode_reason(self, info: Info) -> str | None:
-        job = await _loaders(info).job.load(self.row.job_id)
+        job = await loaders_of(info).job.load(self.row.job_id)
         return job.mode_reason if job else None
 
     @strawberry.field
     async def job(self, info: Info) -> Job:
-        return Job(row=await _loaders(info).job.load(self.row.job_id))
+        return Job(row=await loaders_of(info).job.load(self.row.job_id))
 
     @strawberry.field
     async def workflow(self, info: Info) -> Workflow | None:
         if self.row.workflow_id is None:
             return None
-        row = await _loaders(info).workflow.load(self.row.workflow_id)
+        row = await loaders_of(info).workflow.load(self.row.workflow_id)
         return Workflow(row=row) if row else None
 
     @strawberry.field(description="The attempt's Advice (one per attempt; a changed decision is a new generation).")
     async def advice(self, info: Info) -> Optional["Advice"]:
-        row = await _loaders(info).advice_of_attempt.load(self.row.id)
+        row = await loaders_of(info).advice_of_attempt.load(self.row.id)
         return Advice(row=row) if row else None
 
     @strawberry.field(description="Recognised checkpoint save/load lines, newest first (evidence, not proof of loadability).")
@@ -390,7 +373,7 @@ class Attempt(Node):
         self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
     ) -> Connection["Checkpoint"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
-        loaders = _loaders(info)
+        loaders = loaders_of(info)
         if is_plain_first_page(request):
             assert request.first is not None
             rows = await loaders.latest_checkpoints.load((self.row.id, request.first + 1))
@@ -408,7 +391,7 @@ class Attempt(Node):
         self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
     ) -> Connection["Anomaly"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
-        loaders = _loaders(info)
+        loaders = loaders_of(info)
         if is_plain_first_page(request):
             assert request.first is not None
             rows = await loaders.latest_anomalies.load((self.row.id, request.first + 1))
@@ -427,339 +410,10 @@ class Attempt(Node):
     ) -> Connection["AuditEvent"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         flt = audit_service.AuditFilter(slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster)
-        async with _loaders(info).sessions() as session:
+        async with loaders_of(info).sessions() as session:
             try:
                 page = await audit_service.query(session, filter=flt, page=request, descending=False)
             except CursorError as exc:
                 raise cursor_problem(exc) from None
         return to_connection(page, lambda row: AuditEvent(row=row))
 
-
-@strawberry.type(description="A checkpoint saved/loaded/failed line recognised in an attempt's log.")
-class Checkpoint(Node):
-    row: strawberry.Private[CheckpointRow]
-
-    @strawberry.field(description="saved, loaded or failed.")
-    def kind(self) -> str:
-        return self.row.kind
-
-    @strawberry.field
-    def framework(self) -> str | None:
-        return self.row.framework
-
-    @strawberry.field
-    def iteration(self) -> int | None:
-        return self.row.iteration
-
-    @strawberry.field(description="The checkpoint's path as the log line names it.")
-    def path(self) -> str | None:
-        return self.row.path
-
-    @strawberry.field
-    def log_path(self) -> str | None:
-        return self.row.log_path
-
-    @strawberry.field
-    def line_number(self) -> int | None:
-        return self.row.line_number
-
-    @strawberry.field
-    def line(self) -> str | None:
-        return self.row.line
-
-    @strawberry.field(description="Timestamp parsed from the log line, when it had one.")
-    def source_time(self) -> dt.datetime | None:
-        return self.row.source_time
-
-    @strawberry.field
-    def read_time(self) -> dt.datetime:
-        return self.row.read_time
-
-    @strawberry.field
-    async def attempt(self, info: Info) -> Attempt:
-        return Attempt(row=await _loaders(info).attempt.load(self.row.attempt_id))
-
-
-@strawberry.type(description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure.")
-class Anomaly(Node):
-    row: strawberry.Private[AnomalyRow]
-
-    @strawberry.field(description="CRASH, NO_PROGRESS, SLOWDOWN or SCHEDULER_FAILURE.")
-    def kind(self) -> str:
-        return self.row.kind
-
-    @strawberry.field
-    def category(self) -> str:
-        return self.row.category
-
-    @strawberry.field
-    def detector(self) -> str:
-        return self.row.detector
-
-    @strawberry.field
-    def message(self) -> str | None:
-        return self.row.message
-
-    @strawberry.field(description="The node the evidence names, if any.")
-    def node(self) -> str | None:
-        return self.row.node
-
-    @strawberry.field
-    def xid(self) -> int | None:
-        return self.row.xid
-
-    @strawberry.field
-    def log_path(self) -> str | None:
-        return self.row.log_path
-
-    @strawberry.field
-    def line_number(self) -> int | None:
-        return self.row.line_number
-
-    @strawberry.field
-    def line(self) -> str | None:
-        return self.row.line
-
-    @strawberry.field
-    def source_time(self) -> dt.datetime | None:
-        return self.row.source_time
-
-    @strawberry.field
-    def details(self) -> JSON:
-        return self.row.details or {}
-
-    @strawberry.field
-    def detected_at(self) -> dt.datetime:
-        return self.row.detected_at
-
-    @strawberry.field
-    async def attempt(self, info: Info) -> Attempt:
-        return Attempt(row=await _loaders(info).attempt.load(self.row.attempt_id))
-
-
-@strawberry.type(description="One scheduler command (or its observe-mode shadow) taken to reconcile an Advice generation.")
-class Milestone:
-    row: strawberry.Private[SchedulerAction]
-
-    @strawberry.field
-    def generation(self) -> int:
-        return self.row.generation
-
-    @strawberry.field(description="requeue_hold, update_exclusions, release or cancel.")
-    def step(self) -> str:
-        return self.row.step
-
-    @strawberry.field(description="STARTED, SUCCEEDED, SKIPPED, FAILED or SHADOW.")
-    def status(self) -> str:
-        return self.row.status
-
-    @strawberry.field
-    def idempotency_key(self) -> str:
-        return self.row.idempotency_key
-
-    @strawberry.field
-    def actor(self) -> str:
-        return self.row.actor
-
-    @strawberry.field
-    def command(self) -> str | None:
-        return self.row.command
-
-    @strawberry.field
-    def detail(self) -> str | None:
-        return self.row.detail
-
-    @strawberry.field
-    def started_at(self) -> dt.datetime:
-        return self.row.started_at
-
-    @strawberry.field
-    def finished_at(self) -> dt.datetime | None:
-        return self.row.finished_at
-
-    @strawberry.field
-    def duration_ms(self) -> float | None:
-        return self.row.duration_ms
-
-
-@strawberry.type(description="The controller's report on an Advice: did Slurm get to the desired state?")
-class Reconciliation:
-    row: strawberry.Private[AdviceRow]
-
-    @strawberry.field(description="PENDING, CONVERGED or ABANDONED.")
-    def disposition(self) -> str:
-        return self.row.disposition
-
-    @strawberry.field(description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, NOT_AUTHORIZED, VETOED, …")
-    def reason(self) -> str | None:
-        return self.row.disposition_reason
-
-    @strawberry.field
-    def message(self) -> str | None:
-        return self.row.disposition_message
-
-    @strawberry.field(description="The Advice generation the controller last reported on.")
-    def observed_generation(self) -> int | None:
-        return self.row.observed_generation
-
-    @strawberry.field
-    def next_reconcile_at(self) -> dt.datetime | None:
-        return self.row.next_reconcile_at
-
-    @strawberry.field
-    def reconcile_failures(self) -> int:
-        return self.row.reconcile_failures
-
-    @strawberry.field(description="Scheduler actions in the order they were taken.")
-    async def milestones(self, info: Info) -> list[Milestone]:
-        return [Milestone(row=row) for row in await _loaders(info).milestones.load(self.row.id)]
-
-
-@strawberry.type(description="The durable decision about one attempt: restart (with node exclusions) or terminate.")
-class Advice(Node):
-    row: strawberry.Private[AdviceRow]
-
-    @strawberry.field(description="The Slurm job id.")
-    def job_id(self) -> int:
-        return self.row.slurm_job_id
-
-    @strawberry.field
-    def attempt_index(self) -> int:
-        return self.row.attempt_index
-
-    @strawberry.field(description="The UUID of the attempt this Advice is about.")
-    def heimdall_job_id(self) -> str:
-        return attempt_uuid(self.row.cluster, self.row.slurm_job_id, self.row.attempt_index)
-
-    @strawberry.field
-    def attempt_ref(self) -> str:
-        return format_attempt_ref(self.row.slurm_job_id, self.row.attempt_index)
-
-    @strawberry.field
-    def cluster(self) -> str:
-        return self.row.cluster
-
-    @strawberry.field(description="RESTART or TERMINATE.")
-    def operation(self) -> str:
-        return self.row.operation
-
-    @strawberry.field(description="Nodes the next attempt must avoid.")
-    def exclusions(self) -> list[str]:
-        return list(self.row.exclusions or [])
-
-    @strawberry.field
-    def reason(self) -> str:
-        return self.row.reason
-
-    @strawberry.field(description="The policy rule that decided (e.g. which retry limit stopped it).")
-    def rule(self) -> str | None:
-        return self.row.rule
-
-    @strawberry.field
-    def evidence(self) -> JSON:
-        return self.row.evidence or {}
-
-    @strawberry.field(description="Grows whenever the decision changes.")
-    def generation(self) -> int:
-        return self.row.generation
-
-    @strawberry.field(description="The mode it was decided under (act or observe).")
-    def mode(self) -> str:
-        return self.row.mode
-
-    @strawberry.field
-    def mode_reason(self) -> str | None:
-        return self.row.mode_reason
-
-    @strawberry.field
-    def expires_at(self) -> dt.datetime | None:
-        return self.row.expires_at
-
-    @strawberry.field(description="True while it may still need reconciliation.")
-    def active(self) -> bool:
-        return self.row.active
-
-    @strawberry.field(description="Operator review: APPROVED, VETOED or null.")
-    def review(self) -> str | None:
-        return self.row.review
-
-    @strawberry.field
-    def reviewed_by(self) -> str | None:
-        return self.row.reviewed_by
-
-    @strawberry.field
-    def reconciliation(self) -> Reconciliation:
-        return Reconciliation(row=self.row)
-
-    @strawberry.field
-    def created_at(self) -> dt.datetime:
-        return self.row.created_at
-
-    @strawberry.field
-    def updated_at(self) -> dt.datetime:
-        return self.row.updated_at
-
-    @strawberry.field
-    async def attempt(self, info: Info) -> Attempt:
-        return Attempt(row=await _loaders(info).attempt.load(self.row.attempt_id))
-
-
-@strawberry.type(description="One thing a component saw or did (SPEC §7).")
-class AuditEvent(Node):
-    row: strawberry.Private[AuditEventRow]
-
-    @strawberry.field(description="collector, watcher, job_manager, advisor, controller, watchdog, api, observer.")
-    def component(self) -> str:
-        return self.row.component
-
-    @strawberry.field(description="Stable dotted type, e.g. attempt.registered.")
-    def event_type(self) -> str:
-        return self.row.event_type
-
-    @strawberry.field(description="DEBUG, INFO, WARNING or ERROR.")
-    def level(self) -> str:
-        return self.row.level
-
-    @strawberry.field
-    def message(self) -> str:
-        return self.row.message
-
-    @strawberry.field
-    def payload(self) -> JSON:
-        return self.row.payload or {}
-
-    @strawberry.field
-    def cluster(self) -> str | None:
-        return self.row.cluster
-
-    @strawberry.field(description="The Slurm job id, where the event is about a job.")
-    def job_id(self) -> int | None:
-        return self.row.slurm_job_id
-
-    @strawberry.field
-    def attempt_index(self) -> int | None:
-        return self.row.attempt_index
-
-    @strawberry.field(description="The user behind an api event.")
-    def actor(self) -> str | None:
-        return self.row.actor
-
-    @strawberry.field(description="When the producer saw or did it.")
-    def produced_at(self) -> dt.datetime:
-        return self.row.produced_at
-
-    @strawberry.field(description="When it was stored.")
-    def recorded_at(self) -> dt.datetime:
-        return self.row.recorded_at
-
-    @strawberry.field
-    async def workflow(self, info: Info) -> Workflow | None:
-        if self.row.workflow_id is None:
-            return None
-        row = await _loaders(info).workflow.load(self.row.workflow_id)
-        return Workflow(row=row) if row else None
-
-
-NODE_TYPES: dict[str, type[Node]] = {
-    cls.__name__: cls for cls in (Workflow, Job, Attempt, Checkpoint, Anomaly, Advice, AuditEvent)
-}

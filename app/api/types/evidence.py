@@ -1,0 +1,119 @@
+"""GraphQL types of the evidence read from attempt logs: checkpoints and anomalies."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.api.types.node import AttemptRef, Info, Node, loaders_of
+from app.evidence.models import Anomaly as AnomalyRow
+from app.evidence.models import Checkpoint as CheckpointRow
+
+
+@strawberry.type(description="A checkpoint saved/loaded/failed line recognised in an attempt's log.")
+class Checkpoint(Node):
+    row: strawberry.Private[CheckpointRow]
+
+    @strawberry.field(description="saved, loaded or failed.")
+    def kind(self) -> str:
+        return self.row.kind
+
+    @strawberry.field
+    def framework(self) -> str | None:
+        return self.row.framework
+
+    @strawberry.field
+    def iteration(self) -> int | None:
+        return self.row.iteration
+
+    @strawberry.field(description="The checkpoint's path as the log line names it.")
+    def path(self) -> str | None:
+        return self.row.path
+
+    @strawberry.field
+    def log_path(self) -> str | None:
+        return self.row.log_path
+
+    @strawberry.field
+    def line_number(self) -> int | None:
+        return self.row.line_number
+
+    @strawberry.field
+    def line(self) -> str | None:
+        return self.row.line
+
+    @strawberry.field(description="Timestamp parsed from the log line, when it had one.")
+    def source_time(self) -> dt.datetime | None:
+        return self.row.source_time
+
+    @strawberry.field
+    def read_time(self) -> dt.datetime:
+        return self.row.read_time
+
+    @strawberry.field
+    async def attempt(self, info: Info) -> AttemptRef:
+        from app.api.types.jobs import Attempt  # deferred: the jobs module imports this one
+
+        return Attempt(row=await loaders_of(info).attempt.load(self.row.attempt_id))
+
+
+@strawberry.type(description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure.")
+class Anomaly(Node):
+    row: strawberry.Private[AnomalyRow]
+
+    @strawberry.field(description="CRASH, NO_PROGRESS, SLOWDOWN or SCHEDULER_FAILURE.")
+    def kind(self) -> str:
+        return self.row.kind
+
+    @strawberry.field
+    def category(self) -> str:
+        return self.row.category
+
+    @strawberry.field
+    def detector(self) -> str:
+        return self.row.detector
+
+    @strawberry.field
+    def message(self) -> str | None:
+        return self.row.message
+
+    @strawberry.field(description="The node the evidence names, if any.")
+    def node(self) -> str | None:
+        return self.row.node
+
+    @strawberry.field
+    def xid(self) -> int | None:
+        return self.row.xid
+
+    @strawberry.field
+    def log_path(self) -> str | None:
+        return self.row.log_path
+
+    @strawberry.field
+    def line_number(self) -> int | None:
+        return self.row.line_number
+
+    @strawberry.field
+    def line(self) -> str | None:
+        return self.row.line
+
+    @strawberry.field
+    def source_time(self) -> dt.datetime | None:
+        return self.row.source_time
+
+    @strawberry.field
+    def details(self) -> JSON:
+        return self.row.details or {}
+
+    @strawberry.field
+    def detected_at(self) -> dt.datetime:
+        return self.row.detected_at
+
+    @strawberry.field
+    async def attempt(self, info: Info) -> AttemptRef:
+        from app.api.types.jobs import Attempt  # deferred: the jobs module imports this one
+
+        return Attempt(row=await loaders_of(info).attempt.load(self.row.attempt_id))
+
