@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from alembic import command
 from alembic.config import Config
@@ -23,23 +24,21 @@ def alembic_config() -> Config:
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     """Apply migrations up to `revision` on the engine's database."""
-
-    def run(connection: Connection) -> None:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-
-    async with engine.begin() as connection:
-        await connection.run_sync(run)
+    await _run(engine, command.upgrade, revision)
 
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:
     """Revert migrations down to `revision`."""
+    await _run(engine, command.downgrade, revision)
+
+
+async def _run(engine: AsyncEngine, alembic_command: Callable[[Config, str], None], revision: str) -> None:
+    """Run an Alembic command on the engine's connection, in one transaction."""
 
     def run(connection: Connection) -> None:
         config = alembic_config()
         config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+        alembic_command(config, revision)
 
     async with engine.begin() as connection:
         await connection.run_sync(run)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import strawberry
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from strawberry.dataloader import DataLoader
 
 from app.api.errors import bad_input
 from app.domain.cursor import CursorError, encode_cursor
@@ -87,3 +89,44 @@ def is_plain_first_page(request: PageRequest) -> bool:
 
 def cursor_problem(exc: CursorError) -> Exception:
     return bad_input(f"{exc} (cursors come from pageInfo/edges of the same list)")
+
+
+async def read_connection(
+    sessions: async_sessionmaker[AsyncSession],
+    request: PageRequest,
+    fetch: Callable[..., Awaitable[Page[R]]],
+    wrap: Callable[[R], T],
+    *,
+    total_count: int | None = None,
+) -> Connection[T]:
+    """The connection of one page of a service list, `fetch(session, page=...)`, read in a session of its own."""
+    async with sessions() as session:
+        try:
+            page = await fetch(session, page=request)
+        except CursorError as exc:
+            raise cursor_problem(exc) from None
+    return to_connection(page, wrap, total_count=total_count)
+
+
+async def nested_connection(
+    sessions: async_sessionmaker[AsyncSession],
+    request: PageRequest,
+    *,
+    parent_id: int,
+    batch: DataLoader[tuple[int, int], list[R]],
+    kind: str,
+    key_of: Callable[[R], Sequence[Any]],
+    fetch: Callable[..., Awaitable[Page[R]]],
+    wrap: Callable[[R], T],
+    total_count: int | None = None,
+) -> Connection[T]:
+    """A parent's child list: a plain first page loads through the batched DataLoader, other pages through `fetch`.
+
+    `kind` and `key_of` must be those the service's paginate() uses, so both paths issue the same cursors.
+    """
+    if not is_plain_first_page(request):
+        return await read_connection(sessions, request, fetch, wrap, total_count=total_count)
+    assert request.first is not None
+    rows = await batch.load((parent_id, request.first + 1))
+    page = first_page(rows, size=request.first, kind=kind, key_of=key_of)
+    return to_connection(page, wrap, total_count=total_count)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 from enum import Enum
+from functools import partial
 
 import strawberry
 
 from app.advice import queries as advice_queries
-from app.api.connections import AUDIT, TOP_LEVEL, Connection, cursor_problem, page_request, to_connection
+from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read_connection
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
 from app.audit import service as audit_service
-from app.domain.cursor import CursorError
 from app.jobs import queries as job_queries
 
 Info = strawberry.Info
@@ -107,12 +107,8 @@ class Query:
         service_filter = job_queries.WorkflowFilter(
             cluster=flt.cluster, environment=flt.environment, state=flt.state, search=flt.search, failed_only=flt.failed_only
         )
-        async with info.context.loaders.sessions() as session:
-            try:
-                page = await job_queries.list_workflows(session, filter=service_filter, page=request)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Workflow(row=row))
+        fetch = partial(job_queries.list_workflows, filter=service_filter)
+        return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Workflow(row=row))
 
     @strawberry.field(description="One workflow by global id, or by key (and cluster when keys repeat across clusters).")
     async def workflow(
@@ -166,12 +162,8 @@ class Query:
             cluster=flt.cluster, workflow_id=_workflow_pk(flt.workflow_id), slurm_job_id=flt.job_id,
             state=flt.state, failed_only=flt.failed_only,
         )
-        async with info.context.loaders.sessions() as session:
-            try:
-                page = await job_queries.list_attempts(session, filter=service_filter, page=request)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Attempt(row=row))
+        fetch = partial(job_queries.list_attempts, filter=service_filter)
+        return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Attempt(row=row))
 
     @strawberry.field(description="Advice, newest first; onlyActive keeps what may still need reconciliation.")
     async def advice(
@@ -181,12 +173,8 @@ class Query:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = advice_queries.AdviceFilter(only_active=only_active, slurm_job_id=job_id, cluster=cluster)
-        async with info.context.loaders.sessions() as session:
-            try:
-                page = await advice_queries.list_advice(session, filter=flt, page=request)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Advice(row=row))
+        fetch = partial(advice_queries.list_advice, filter=flt)
+        return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Advice(row=row))
 
     @strawberry.field(description="Audit events with SPEC §7 filters, by produced time (DESC: newest first). No totalCount.")
     async def audit_events(
@@ -196,12 +184,8 @@ class Query:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         service_filter = audit_filter(filter)
-        async with info.context.loaders.sessions() as session:
-            try:
-                page = await audit_service.query(session, filter=service_filter, page=request, descending=order is SortOrder.DESC)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: AuditEvent(row=row))
+        fetch = partial(audit_service.query, filter=service_filter, descending=order is SortOrder.DESC)
+        return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> "Viewer":

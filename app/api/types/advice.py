@@ -9,7 +9,7 @@ from strawberry.scalars import JSON
 
 from app.advice.models import Advice as AdviceRow
 from app.advice.models import SchedulerAction
-from app.api.types.node import AttemptRef, Info, Node, loaders_of
+from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of
 from app.domain.identity import attempt_uuid, format_attempt_ref
 
 
@@ -177,7 +177,5 @@ class Advice(Node):
 
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
-        from app.api.types.jobs import Attempt  # deferred: the jobs module imports this one
-
-        return Attempt(row=await loaders_of(info).attempt.load(self.row.attempt_id))
+        return await attempt_of(info, self.row.attempt_id)
 

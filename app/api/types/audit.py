@@ -7,7 +7,7 @@ import datetime as dt
 import strawberry
 from strawberry.scalars import JSON
 
-from app.api.types.node import Info, Node, WorkflowRef, loaders_of
+from app.api.types.node import Info, Node, WorkflowRef, workflow_of
 from app.audit.models import AuditEvent as AuditEventRow
 
 
@@ -61,10 +61,5 @@ class AuditEvent(Node):
 
     @strawberry.field
     async def workflow(self, info: Info) -> WorkflowRef | None:
-        from app.api.types.jobs import Workflow  # deferred: the jobs module imports this one
-
-        if self.row.workflow_id is None:
-            return None
-        row = await loaders_of(info).workflow.load(self.row.workflow_id)
-        return Workflow(row=row) if row else None
+        return await workflow_of(info, self.row.workflow_id)
 

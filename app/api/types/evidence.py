@@ -7,7 +7,7 @@ import datetime as dt
 import strawberry
 from strawberry.scalars import JSON
 
-from app.api.types.node import AttemptRef, Info, Node, loaders_of
+from app.api.types.node import AttemptRef, Info, Node, attempt_of
 from app.evidence.models import Anomaly as AnomalyRow
 from app.evidence.models import Checkpoint as CheckpointRow
 
@@ -54,9 +54,7 @@ class Checkpoint(Node):
 
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
-        from app.api.types.jobs import Attempt  # deferred: the jobs module imports this one
-
-        return Attempt(row=await loaders_of(info).attempt.load(self.row.attempt_id))
+        return await attempt_of(info, self.row.attempt_id)
 
 
 @strawberry.type(description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure.")
@@ -113,7 +111,5 @@ class Anomaly(Node):
 
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
-        from app.api.types.jobs import Attempt  # deferred: the jobs module imports this one
-
-        return Attempt(row=await loaders_of(info).attempt.load(self.row.attempt_id))
+        return await attempt_of(info, self.row.attempt_id)
 

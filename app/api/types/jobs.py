@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from functools import partial
 from typing import Any, Optional
 
 import strawberry
 from strawberry.scalars import JSON
 
-from app.api.connections import AUDIT, NESTED, Connection, cursor_problem, first_page, is_plain_first_page, page_request, to_connection
+from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent
 from app.api.types.evidence import Anomaly, Checkpoint
-from app.api.types.node import Info, Node, loaders_of
+from app.api.types.node import Info, Node, loaders_of, workflow_of
 from app.audit import service as audit_service
-from app.domain.cursor import CursorError
 from app.domain.identity import format_attempt_ref
 from app.jobs import queries as job_queries
 from app.jobs.models import Attempt as AttemptRow
@@ -68,12 +68,8 @@ class Workflow(Node):
         self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
     ) -> Connection["Job"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
-        async with info.context.loaders.sessions() as session:
-            try:
-                page = await job_queries.list_jobs(session, filter=job_queries.JobFilter(workflow_id=self.row.id), page=request)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Job(row=row))
+        fetch = partial(job_queries.list_jobs, filter=job_queries.JobFilter(workflow_id=self.row.id))
+        return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: Job(row=row))
 
 
 @strawberry.type(description="The job's APS policy as parsed: effective values with every default filled in, warnings, errors.")
@@ -225,10 +221,7 @@ class Job(Node):
 
     @strawberry.field
     async def workflow(self, info: Info) -> Workflow | None:
-        if self.row.workflow_id is None:
-            return None
-        row = await loaders_of(info).workflow.load(self.row.workflow_id)
-        return Workflow(row=row) if row else None
+        return await workflow_of(info, self.row.workflow_id)
 
     @strawberry.field
     async def policy(self, info: Info) -> Policy | None:
@@ -242,17 +235,12 @@ class Job(Node):
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
         total = await loaders.attempt_count.load(self.row.id)
-        if is_plain_first_page(request):
-            assert request.first is not None
-            rows = await loaders.first_attempts.load((self.row.id, request.first + 1))
-            page = first_page(rows, size=request.first, kind="job-attempts", key_of=lambda a: (a.attempt_index, a.id))
-        else:
-            async with loaders.sessions() as session:
-                try:
-                    page = await job_queries.list_attempts_of_job(session, job_id=self.row.id, page=request)
-                except CursorError as exc:
-                    raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Attempt(row=row), total_count=total)
+        return await nested_connection(
+            loaders.sessions, request, parent_id=self.row.id, batch=loaders.first_attempts,
+            kind="job-attempts", key_of=lambda a: (a.attempt_index, a.id),
+            fetch=partial(job_queries.list_attempts_of_job, job_id=self.row.id), wrap=lambda row: Attempt(row=row),
+            total_count=total,
+        )
 
 
 @strawberry.type(description="One execution of a job: attempt 0 first, Slurm's requeue increments the index.")
@@ -358,10 +346,7 @@ class Attempt(Node):
 
     @strawberry.field
     async def workflow(self, info: Info) -> Workflow | None:
-        if self.row.workflow_id is None:
-            return None
-        row = await loaders_of(info).workflow.load(self.row.workflow_id)
-        return Workflow(row=row) if row else None
+        return await workflow_of(info, self.row.workflow_id)
 
     @strawberry.field(description="The attempt's Advice (one per attempt; a changed decision is a new generation).")
     async def advice(self, info: Info) -> Optional["Advice"]:
@@ -374,17 +359,11 @@ class Attempt(Node):
     ) -> Connection["Checkpoint"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
-        if is_plain_first_page(request):
-            assert request.first is not None
-            rows = await loaders.latest_checkpoints.load((self.row.id, request.first + 1))
-            page = first_page(rows, size=request.first, kind="checkpoints", key_of=lambda c: (c.id,))
-        else:
-            async with loaders.sessions() as session:
-                try:
-                    page = await job_queries.list_checkpoints(session, attempt_id=self.row.id, page=request)
-                except CursorError as exc:
-                    raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Checkpoint(row=row))
+        return await nested_connection(
+            loaders.sessions, request, parent_id=self.row.id, batch=loaders.latest_checkpoints,
+            kind="checkpoints", key_of=lambda c: (c.id,),
+            fetch=partial(job_queries.list_checkpoints, attempt_id=self.row.id), wrap=lambda row: Checkpoint(row=row),
+        )
 
     @strawberry.field(description="Detected anomalies, newest first.")
     async def anomalies(
@@ -392,17 +371,11 @@ class Attempt(Node):
     ) -> Connection["Anomaly"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
-        if is_plain_first_page(request):
-            assert request.first is not None
-            rows = await loaders.latest_anomalies.load((self.row.id, request.first + 1))
-            page = first_page(rows, size=request.first, kind="anomalies", key_of=lambda a: (a.id,))
-        else:
-            async with loaders.sessions() as session:
-                try:
-                    page = await job_queries.list_anomalies(session, attempt_id=self.row.id, page=request)
-                except CursorError as exc:
-                    raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: Anomaly(row=row))
+        return await nested_connection(
+            loaders.sessions, request, parent_id=self.row.id, batch=loaders.latest_anomalies,
+            kind="anomalies", key_of=lambda a: (a.id,),
+            fetch=partial(job_queries.list_anomalies, attempt_id=self.row.id), wrap=lambda row: Anomaly(row=row),
+        )
 
     @strawberry.field(description="This attempt's audit events, oldest first (one statement per attempt).")
     async def audit_events(
@@ -410,10 +383,6 @@ class Attempt(Node):
     ) -> Connection["AuditEvent"]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         flt = audit_service.AuditFilter(slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster)
-        async with loaders_of(info).sessions() as session:
-            try:
-                page = await audit_service.query(session, filter=flt, page=request, descending=False)
-            except CursorError as exc:
-                raise cursor_problem(exc) from None
-        return to_connection(page, lambda row: AuditEvent(row=row))
+        fetch = partial(audit_service.query, filter=flt, descending=False)
+        return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: AuditEvent(row=row))
 

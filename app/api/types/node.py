@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import strawberry
 
 from app.api.ids import to_global_id
+
+if TYPE_CHECKING:
+    from app.api.types.jobs import Attempt, Workflow
 
 Info = strawberry.Info
 
@@ -27,3 +30,20 @@ class Node:
     @strawberry.field(description="Opaque global id.")
     def id(self) -> strawberry.ID:
         return strawberry.ID(to_global_id(type(self).__name__, self.row.id))
+
+
+async def workflow_of(info: Info, workflow_id: int | None) -> Workflow | None:
+    """The workflow a row belongs to, through the request's batched loader (None when it has none)."""
+    from app.api.types.jobs import Workflow  # deferred: app.api.types.jobs imports this module
+
+    if workflow_id is None:
+        return None
+    row = await loaders_of(info).workflow.load(workflow_id)
+    return Workflow(row=row) if row else None
+
+
+async def attempt_of(info: Info, attempt_id: int) -> Attempt:
+    """The attempt a row belongs to, through the request's batched loader."""
+    from app.api.types.jobs import Attempt  # deferred: app.api.types.jobs imports this module
+
+    return Attempt(row=await loaders_of(info).attempt.load(attempt_id))
