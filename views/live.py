@@ -13,7 +13,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from app.feed import service as feed
 from app.feed.listener import shared_waker
-from views import queries as view_queries
+from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of
 
@@ -80,7 +80,7 @@ async def match_for(request: Request) -> FeedMatch | None:
     if view == "workflow" and (q.get("workflow") or "").isdigit():
         workflow_id = int(q["workflow"])
         async with dashboard_of(request).ctx.sessions() as session:
-            jobs = await view_queries.workflow_job_ids(session, workflow_id=workflow_id)
+            jobs = await job_queries.workflow_job_ids(session, workflow_id=workflow_id)
         return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly", "checkpoint"}), workflow_id=workflow_id, jobs=frozenset(jobs))
     if view == "attempt" and (q.get("job") or "").isdigit():
         return FeedMatch(frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=int(q["job"]))

@@ -9,12 +9,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from app.advice import queries as advice_queries
+from app.audit import service as audit_service
 from app.db import utcnow
 from app.domain.cursor import CursorError
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.pagination import PageArgumentError, PageRequest
-from views import queries as view_queries
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
 from views.serialize import attempt_json
@@ -62,11 +62,11 @@ async def workflows(request: Request) -> Response:
         except (CursorError, PageArgumentError):
             error = "That page link is no longer valid; showing the first page."
             page = await job_queries.list_workflows(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE))
-        summaries = await view_queries.workflow_summaries(session, workflow_ids=[w.id for w in page.items])
+        summaries = await job_queries.workflow_summaries(session, workflow_ids=[w.id for w in page.items])
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
-            clusters, environments = await view_queries.workflow_filter_choices(session)
-            extra = {"clusters": clusters, "environments": environments, "not_enrolled": await view_queries.not_enrolled_jobs(session)}
+            clusters, environments = await job_queries.workflow_filter_choices(session)
+            extra = {"clusters": clusters, "environments": environments, "not_enrolled": await job_queries.not_enrolled_jobs(session)}
     query = _query_without_cursor(request)
     return render(request, "workflows.html", {
         "page": page, "summaries": summaries, "filter": flt, "filtered": filtered, "query": query, "error": error,
@@ -211,7 +211,7 @@ async def timeline(request: Request) -> Response:
         job = (await job_queries.jobs_by_ids(session, ids=[attempt.job_id]))[attempt.job_id]
         siblings = list((await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))).items)
         ids = [a.id for a in siblings]
-        events = await view_queries.timeline_events(session, cluster=job.cluster, slurm_job_id=job.slurm_job_id, since=job.created_at if job.incarnation else None)
+        events = await audit_service.timeline_events(session, cluster=job.cluster, slurm_job_id=job.slurm_job_id, since=job.created_at if job.incarnation else None)
         anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=ids, limit=200)
         checkpoints = await job_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
         advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
@@ -233,7 +233,7 @@ def build_rows(request: Request, *, focus: Any, attempts: list[Any], events: lis
     for event in events:
         if event.attempt_index is None:
             continue
-        if event.event_type in view_queries.TIMELINE_EVENT_TYPES:
+        if event.event_type in audit_service.TIMELINE_EVENT_TYPES:
             state = (event.payload or {}).get("to") or (event.payload or {}).get("state")
             if state:
                 history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Awaitable, Callable, Hashable, Sequence
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from strawberry.dataloader import DataLoader
 
 from app.advice import queries as advice_queries
-from app.audit.models import AuditEvent
+from app.audit import service as audit_service
 from app.jobs import queries as job_queries
 
 ByIds = Callable[..., Awaitable[dict[Any, Any]]]
@@ -55,7 +54,7 @@ class Loaders:
         self.advice = keyed(advice_queries.advice_by_ids)
         self.advice_of_attempt = keyed(advice_queries.advice_of_attempts, "attempt_ids")
         self.milestones = keyed(advice_queries.milestones_of_advice, "advice_ids", list)
-        self.audit_event = keyed(_audit_events_by_ids)
+        self.audit_event = keyed(audit_service.events_by_ids)
         self.first_attempts = limited(job_queries.first_attempts_of_jobs, "job_ids")
         self.latest_checkpoints = limited(job_queries.latest_checkpoints_of_attempts, "attempt_ids")
         self.latest_anomalies = limited(job_queries.latest_anomalies_of_attempts, "attempt_ids")
@@ -70,12 +69,4 @@ class Loaders:
             "Workflow": self.workflow, "Job": self.job, "Attempt": self.attempt, "Checkpoint": self.checkpoint,
             "Anomaly": self.anomaly, "Advice": self.advice, "AuditEvent": self.audit_event,
         }.get(type_name)
-
-
-async def _audit_events_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Any]:
-    # The audit service has no batch lookup; this is the one the Node loader needs.
-    if not ids:
-        return {}
-    rows = (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(list(set(ids)))))).all()
-    return {row.id: row for row in rows}
 

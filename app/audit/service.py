@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
@@ -17,6 +17,9 @@ from app.pagination import Page, PageRequest, paginate
 COMPONENTS = ("collector", "watcher", "job_manager", "advisor", "controller", "watchdog", "api", "observer")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_MESSAGE = 4000
+TIMELINE_EVENT_TYPES = ("attempt.registered", "attempt.state_changed")
+VERIFICATION_PREFIX = "reconciliation."
+MAX_TIMELINE_EVENTS = 2000
 
 
 class AuditFilterError(ValueError):
@@ -146,3 +149,27 @@ async def query(
 async def get(session: AsyncSession, *, event_id: int) -> AuditEvent | None:
     """One event by id."""
     return await session.get(AuditEvent, event_id)
+
+
+async def events_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, AuditEvent]:
+    """Events by id, in one statement (the API's node loader batches through it)."""
+    if not ids:
+        return {}
+    rows = (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(list(set(ids)))))).all()
+    return {row.id: row for row in rows}
+
+
+async def timeline_events(
+    session: AsyncSession, *, cluster: str, slurm_job_id: int, since: dt.datetime | None = None
+) -> list[AuditEvent]:
+    """A job's state changes and reconciliation verdicts (oldest first) for the timeline, bounded in number."""
+    query = select(AuditEvent).where(
+        AuditEvent.slurm_job_id == slurm_job_id,
+        or_(AuditEvent.cluster == cluster, AuditEvent.cluster.is_(None)),
+        or_(AuditEvent.event_type.in_(TIMELINE_EVENT_TYPES), AuditEvent.event_type.like(VERIFICATION_PREFIX + "%")),
+    )
+    if since is not None:
+        # A reused Slurm job id must not lend its old history to the new job record.
+        query = query.where(AuditEvent.produced_at >= since)
+    query = query.order_by(AuditEvent.produced_at, AuditEvent.id).limit(MAX_TIMELINE_EVENTS)
+    return list((await session.scalars(query)).all())
