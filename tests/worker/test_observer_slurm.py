@@ -122,7 +122,9 @@ async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment
 
 
 async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
-    job_id = slurm_lab.submit(script(policy_comment(f"wf-{uuid.uuid4().hex[:6]}"), "sleep 40"))
+    # 15 s keeps the suite fast; RECOVERY_TEST_OUTAGE_SECONDS=60 reproduces the one-minute outage.
+    outage = float(os.environ.get("RECOVERY_TEST_OUTAGE_SECONDS", "15"))
+    job_id = slurm_lab.submit(script(policy_comment(f"wf-{uuid.uuid4().hex[:6]}"), f"sleep {int(outage) + 40}"))
 
     async def running() -> bool:
         found = await attempts(ctx, job_id)
@@ -134,8 +136,7 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
     pid = int((slurm_lab.lab_dir / "run" / "slurmctld.pid").read_text().strip())
     subprocess.run(["kill", "-TERM", str(pid)], check=True)
     try:
-        # 15 s keeps the suite fast; RECOVERY_TEST_OUTAGE_SECONDS=60 reproduces the one-minute outage.
-        deadline = time.monotonic() + float(os.environ.get("RECOVERY_TEST_OUTAGE_SECONDS", "15"))
+        deadline = time.monotonic() + outage
         failures = 0
         while time.monotonic() < deadline:
             try:
