@@ -64,7 +64,26 @@ async def _require_head(settings: Settings) -> None:
         )
 
 
-async def _serve(settings: Settings, *, with_worker: bool, with_api: bool = True) -> None:
+async def _run_alone(settings: Settings, role: str) -> None:
+    """Run worker services without HTTP under the cluster's lease for `role` until SIGINT/SIGTERM."""
+    from app.context import AppContext
+    from worker.registry import build_services, build_watchdog
+    from worker.runner import WorkerRunner
+
+    ctx = AppContext.open(settings)
+    services = build_watchdog(ctx) if role == "watchdog" else build_services(ctx)
+    runner = WorkerRunner(ctx, services, role=role)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, runner.stop)
+    log.info("%s for cluster %r running (holder %s, lease %s)", role, settings.cluster, runner.holder, runner.lease)
+    try:
+        await runner.run()
+    finally:
+        await ctx.close()
+
+
+async def _serve(settings: Settings, *, with_worker: bool) -> None:
     import uvicorn
 
     from app.context import AppContext
@@ -74,18 +93,6 @@ async def _serve(settings: Settings, *, with_worker: bool, with_api: bool = True
 
     ctx = AppContext.open(settings)
     runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
-    if not with_api:
-        assert runner is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, runner.stop)
-        log.info("worker for cluster %r running (holder %s)", settings.cluster, runner.holder)
-        try:
-            await runner.run()
-        finally:
-            await ctx.close()
-        return
-
     async def background() -> None:
         if runner is not None:
             await runner.run()
@@ -123,7 +130,16 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     async def main() -> None:
         await _require_head(settings)
-        await _serve(settings, with_worker=True, with_api=False)
+        await _run_alone(settings, "worker")
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_watchdog(args: argparse.Namespace, settings: Settings) -> int:
+    async def main() -> None:
+        await _require_head(settings)
+        await _run_alone(settings, "watchdog")
 
     asyncio.run(main())
     return 0
@@ -194,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("up", _cmd_up, "run the API, dashboard and worker in one process (migrates the database first)")
     command("serve", _cmd_serve, "run only the API and dashboard (stateless; any number of replicas)")
     command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
+    command("watchdog", _cmd_watchdog, "run only the watchdog, under its own lease (with RECOVERY_WATCHDOG_PROCESS=separate)")
     db = command("db", _cmd_db, "database migrations")
     db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
     lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")

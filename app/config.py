@@ -108,6 +108,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("advice_ttl", "3600", _float, "Seconds after which unreconciled Advice expires (ABANDONED/ADVICE_EXPIRED)."),
     Setting("watchdog_mode", "observe", _choice("observe", "act"), "The watchdog's own switch: `act` lets it release stale holds it finds."),
     Setting("watchdog_hold_bound", "900", _float, "Seconds a job may stay held by our requeue before the watchdog releases it."),
+    Setting("watchdog_process", "embedded", _choice("embedded", "separate"), "`embedded`: the worker runs the watchdog; `separate`: it does not, and `recovery watchdog` runs it under its own lease (so a dead worker still fails open)."),
     Setting("lease_seconds", "15", _float, "Length of the worker's database lease; another worker takes over after it lapses."),
     Setting("audit_views_enabled", "true", _bool, "Show the Timeline and Audit Events dashboard views."),
     Setting("dev_no_auth", "false", _bool, "Development only: serve without authentication. Refused unless bound to loopback; logs a warning."),
@@ -151,6 +152,7 @@ class Settings:
     advice_ttl: float = 3600.0
     watchdog_mode: str = "observe"
     watchdog_hold_bound: float = 900.0
+    watchdog_process: str = "embedded"
     lease_seconds: float = 15.0
     audit_views_enabled: bool = True
     dev_no_auth: bool = False

@@ -32,6 +32,12 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
         collector.poke()
 
     observer = Observer(ctx, scheduler, on_change=on_observed_change)
-    watchdog = Watchdog(ctx, scheduler)
-    services: list[Service] = [observer, collector, watcher, advisor, controller, watchdog]
+    services: list[Service] = [observer, collector, watcher, advisor, controller]
+    if ctx.settings.watchdog_process == "embedded":
+        services.append(Watchdog(ctx, scheduler))
     return services
+
+
+def build_watchdog(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
+    """The watchdog alone, for `recovery watchdog` (its own process and lease, so a dead worker fails open)."""
+    return [Watchdog(ctx, scheduler or CliScheduler(ctx.settings))]

@@ -15,17 +15,18 @@ from worker.service import Service
 log = logging.getLogger("recovery.worker")
 
 
-def lease_name(cluster: str) -> str:
-    """One lease per cluster: only its holder observes, decides and acts on that cluster."""
-    return f"worker:{cluster}"
+def lease_name(cluster: str, role: str = "worker") -> str:
+    """One lease per cluster and role: only its holder observes, decides and acts (or, role watchdog, releases)."""
+    return f"{role}:{cluster}"
 
 
 class WorkerRunner:
     """Holds the lease and starts/stops lease-bound services as it is won or lost."""
 
-    def __init__(self, ctx: AppContext, services: list[Service], *, holder: str | None = None) -> None:
+    def __init__(self, ctx: AppContext, services: list[Service], *, holder: str | None = None, role: str = "worker") -> None:
         self.ctx = ctx
         self.services = services
+        self.role = role
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.has_lease = False
         self.epoch: int | None = None
@@ -47,7 +48,7 @@ class WorkerRunner:
 
     @property
     def lease(self) -> str:
-        return lease_name(self.ctx.settings.cluster)
+        return lease_name(self.ctx.settings.cluster, self.role)
 
     async def _refresh_lease(self) -> None:
         try:
