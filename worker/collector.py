@@ -6,6 +6,11 @@ row holding the reader's whole position, so a restart continues where the last o
 reader's event identity (path, inode, offset, line hash) plus insert-or-ignore keeps re-read bytes
 from being recorded twice. File I/O runs in a thread; wake-ups come from inotify (watchfiles) with
 polling as the fallback.
+
+A tick costs what changed, not what is tracked (SPEC §9): positions and attempt associations stay
+in memory between ticks; after the first full discovery only the jobs that new change-feed entries
+name (or whose ended attempts leave their grace period) are reloaded; inotify names the files to
+read; a tick's reads are applied in one transaction with bulk lookups.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -30,6 +36,7 @@ from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
 from app.evidence import service as evidence
 from app.evidence.models import LogSource
+from app.feed import service as feed
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job, Policy
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
@@ -37,7 +44,10 @@ from worker.service import Service
 
 log = logging.getLogger("recovery.collector")
 
-REFRESH_SECONDS = 15.0  # rediscover files at least this often even without a wake-up from the observer
+REFRESH_SECONDS = 15.0  # read the change feed at least this often even without a wake-up from the observer
+FULL_REFRESH_SECONDS = 600.0  # reload every live job now and then: a safety net for changes made without the feed
+CHANGE_TOPICS = ("attempt", "job")
+IN_CHUNK = 500  # ids per IN (...) list
 MAX_FILES_PER_TICK = 2000
 MAX_BYTES_PER_TICK = 512 * 1024 * 1024
 LAST_READ_TOUCH = dt.timedelta(seconds=60)  # how stale last_read_at may get while a file is idle
@@ -137,9 +147,18 @@ class Collector(Service):
         self.on_anomaly: list[Callable[[], None]] = []
         self.tracked: dict[int, Tracked] = {}
         self.jobs: dict[int, JobInfo] = {}
+        self._by_path: dict[str, set[int]] = {}  # path -> tracked source ids (one path may serve several jobs)
+        self._by_job: dict[int, set[int]] = {}  # job id -> tracked source ids
         self._dirty: set[str] = set()
         self._poked = True
+        self._rescan = True  # a log directory may hold files not seen yet
         self._refresh_at: dt.datetime | None = None
+        self._full_refresh_at: dt.datetime | None = None
+        self._feed_cursor: int | None = None  # the change-feed id the in-memory jobs are current with
+        self._grace_ends: dict[int, dt.datetime] = {}  # job id -> when an ended attempt of it leaves its grace period
+        # Log directory -> (mtime_ns, job ids matched against, matching files): names are parsed again only after a change.
+        self._listings: dict[str, tuple[int, frozenset[int], list[tuple[str, str, tuple[int, int | None]]]]] = {}
+        self._tracked_dirs: frozenset[str] | None = None  # directories of tracked files (None: recompute)
         self._poll_at: dt.datetime | None = None
         self._retry_all = False
         self._watch_task: asyncio.Task[None] | None = None
@@ -166,14 +185,21 @@ class Collector(Service):
 
     async def tick(self) -> None:
         now = self.clock()
-        if self._poked or self._refresh_at is None or now >= self._refresh_at:
-            self._poked = False
-            await self.refresh(now)
-            self._refresh_at = now + dt.timedelta(seconds=REFRESH_SECONDS)
         poll = self._poll_at is None or now >= self._poll_at
         if poll:
             self._poll_at = now + dt.timedelta(seconds=self.settings.collector_poll_interval)
-        candidates = [t for t in self.tracked.values() if poll or t.closing or t.path in self._dirty]
+            self._rescan |= await asyncio.to_thread(self._log_dirs_changed)  # one stat per directory
+        if self._feed_cursor is None or self._full_refresh_at is None or now >= self._full_refresh_at:
+            self._poked = False
+            await self.refresh(now)
+        elif self._poked or self._rescan or self._refresh_at is None or now >= self._refresh_at or self._grace_due(now):
+            self._poked = False
+            await self.refresh_changes(now)
+        if poll:
+            candidates = list(self.tracked.values())
+        else:  # only what inotify named, and final reads
+            ids = {i for path in self._dirty for i in self._by_path.get(path, ())}
+            candidates = [self.tracked[i] for i in sorted(ids)] + [t for t in self.tracked.values() if t.closing and t.source_id not in ids]
         self._dirty.difference_update(t.path for t in candidates)
         reads, left = await asyncio.to_thread(self._read_files, candidates[:MAX_FILES_PER_TICK])
         left += [t.path for t in candidates[MAX_FILES_PER_TICK:]]
@@ -204,29 +230,106 @@ class Collector(Service):
     # ---- discovery --------------------------------------------------------------------------
 
     async def refresh(self, now: dt.datetime | None = None) -> None:
-        """Bring the tracked set in line with live attempts and the log directories."""
+        """Bring the tracked set in line with every live attempt and the log directories (at start; a safety net)."""
         now = now or self.clock()
         grace = dt.timedelta(seconds=self.settings.collector_ended_grace)
         async with self.ctx.sessions() as session, session.begin():
+            cursor = await feed.latest_id(session)  # read first: a change committed meanwhile is read again, never missed
             self.jobs = await self._live_jobs(session, now - grace)
-            wanted = self._wanted_sources(now, grace)
-            wanted.update(await asyncio.to_thread(self._scan_log_dirs, wanted))
-            await self._sync_sources(session, wanted, now)
+            self._grace_ends = {}
+            for job in self.jobs.values():
+                self._note_grace(job, now, grace)
+            wanted = self._wanted_sources(now, grace, self.jobs.values())
+            for key, attempt_id in (await asyncio.to_thread(self._scan_log_dirs)).items():
+                wanted.setdefault(key, attempt_id)
+            await self._sync_sources(session, wanted, now, None)
+        self._feed_cursor, self._rescan = cursor, False
+        self._refresh_at = now + dt.timedelta(seconds=REFRESH_SECONDS)
+        self._full_refresh_at = now + dt.timedelta(seconds=FULL_REFRESH_SECONDS)
 
-    async def _live_jobs(self, session: AsyncSession, ended_after: dt.datetime) -> dict[int, JobInfo]:
-        rows = (await session.execute(
+    async def refresh_changes(self, now: dt.datetime | None = None) -> None:
+        """Reload only the jobs new change-feed entries name (and those leaving their grace period); add new files."""
+        now = now or self.clock()
+        grace = dt.timedelta(seconds=self.settings.collector_ended_grace)
+        async with self.ctx.sessions() as session, session.begin():
+            cursor, scope = await self._changed_jobs(session, self._feed_cursor or 0)
+            scope |= self._grace_due(now)
+            if scope:
+                fresh = await self._live_jobs(session, now - grace, scope)
+                for job_id in scope:
+                    self.jobs.pop(job_id, None)
+                    self._grace_ends.pop(job_id, None)
+                self.jobs.update(fresh)
+                for job in fresh.values():
+                    self._note_grace(job, now, grace)
+            found: dict[tuple[str, int], int | None] = {}
+            if self._rescan or scope:
+                found = await asyncio.to_thread(self._scan_log_dirs)
+                scope |= {job_id for (path, job_id) in found if not self._tracks(path, job_id)}  # a new file joins this round
+            if scope:
+                wanted = self._wanted_sources(now, grace, [self.jobs[j] for j in scope if j in self.jobs])
+                for key, attempt_id in found.items():
+                    if key[1] in scope:
+                        wanted.setdefault(key, attempt_id)
+                await self._sync_sources(session, wanted, now, scope)
+        self._feed_cursor, self._rescan = cursor, False
+        self._refresh_at = now + dt.timedelta(seconds=REFRESH_SECONDS)
+
+    async def _changed_jobs(self, session: AsyncSession, after: int) -> tuple[int, set[int]]:
+        """(newest feed id read, ids of jobs with job or attempt changes after `after`): a query per 500 entries."""
+        job_ids: set[int] = set()
+        attempt_ids: set[int] = set()
+        while True:
+            entries = await feed.read_since(session, after_id=after, topics=CHANGE_TOPICS, limit=IN_CHUNK)
+            for entry in entries:
+                after = entry.id
+                if entry.entity_id is not None and entry.cluster in (None, self.settings.cluster):
+                    (job_ids if entry.topic == "job" else attempt_ids).add(entry.entity_id)
+            if len(entries) < IN_CHUNK:
+                break
+        ids = sorted(attempt_ids)
+        for start in range(0, len(ids), IN_CHUNK):
+            job_ids.update((await session.scalars(select(Attempt.job_id).where(Attempt.id.in_(ids[start:start + IN_CHUNK])))).all())
+        return after, job_ids
+
+    def _note_grace(self, job: JobInfo, now: dt.datetime, grace: dt.timedelta) -> None:
+        """Remember when an ended attempt's files stop being read: the clock decides that, not a change."""
+        ends = [a.end + grace for a in job.attempts if a.state not in jobs.ACTIVE_STATES and a.end is not None and a.end + grace > now]
+        if ends:
+            self._grace_ends[job.id] = min(ends)
+
+    def _grace_due(self, now: dt.datetime) -> set[int]:
+        return {job_id for job_id, at in self._grace_ends.items() if at <= now}
+
+    def _tracks(self, path: str, job_id: int) -> bool:
+        return any(self.tracked[i].job_id == job_id for i in self._by_path.get(path, ()))
+
+    async def _live_jobs(self, session: AsyncSession, ended_after: dt.datetime, only: set[int] | None = None) -> dict[int, JobInfo]:
+        query = (
             select(Attempt, Job)
             .join(Job, Job.id == Attempt.job_id)
             .where(Job.cluster == self.settings.cluster, Job.retired_at.is_(None), Job.enrolment == "ENROLLED")
             .where(Attempt.state.in_(sorted(jobs.ACTIVE_STATES)) | Attempt.end_time.is_(None) | (Attempt.end_time > ended_after))
-        )).all()
+        )
+        rows: list[Any] = []
+        if only is None:
+            rows = list((await session.execute(query)).all())
+        else:
+            scope = sorted(only)
+            for start in range(0, len(scope), IN_CHUNK):
+                rows += (await session.execute(query.where(Job.id.in_(scope[start:start + IN_CHUNK])))).all()
         job_ids = sorted({job.id for _, job in rows})
         live: dict[int, JobInfo] = {}
         if not job_ids:
             return live
-        policies = {p.job_id: p.effective or {} for p in (await session.scalars(select(Policy).where(Policy.job_id.in_(job_ids)))).all()}
-        # All attempts of these jobs (also ended ones): shared-path attribution needs every window.
-        every = (await session.scalars(select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.attempt_index))).all()
+        policies: dict[int, dict[str, Any]] = {}
+        every: list[Attempt] = []
+        step = len(job_ids) if only is None else IN_CHUNK  # the full load keeps its one query per table
+        for start in range(0, len(job_ids), step):
+            chunk = job_ids[start:start + step]
+            policies.update({p.job_id: p.effective or {} for p in (await session.scalars(select(Policy).where(Policy.job_id.in_(chunk)))).all()})
+            # All attempts of these jobs (also ended ones): shared-path attribution needs every window.
+            every += (await session.scalars(select(Attempt).where(Attempt.job_id.in_(chunk)).order_by(Attempt.attempt_index))).all()
         for _, job in rows:
             if job.id not in live:
                 config = policies.get(job.id, {}).get("anomaly_detection_config") or {}
@@ -239,10 +342,10 @@ class Collector(Service):
     def _attempt_live(self, attempt: AttemptInfo, now: dt.datetime, grace: dt.timedelta) -> bool:
         return attempt.state in jobs.ACTIVE_STATES or attempt.end is None or attempt.end > now - grace
 
-    def _wanted_sources(self, now: dt.datetime, grace: dt.timedelta) -> dict[tuple[str, int], int | None]:
-        """(path, job id) -> owning attempt id (None: attributed per line) for every file to read."""
+    def _wanted_sources(self, now: dt.datetime, grace: dt.timedelta, of: Iterable[JobInfo]) -> dict[tuple[str, int], int | None]:
+        """(path, job id) -> owning attempt id (None: attributed per line) for every file of these jobs to read."""
         wanted: dict[tuple[str, int], int | None] = {}
-        for job in self.jobs.values():
+        for job in of:
             for attempt in job.attempts:
                 if not self._attempt_live(attempt, now, grace):
                     continue
@@ -254,7 +357,42 @@ class Collector(Service):
                         wanted.setdefault(key, attempt.id)  # the earliest attempt recorded with the path owns it
         return wanted
 
-    def _scan_log_dirs(self, known: dict[tuple[str, int], int | None]) -> dict[tuple[str, int], int | None]:
+    def _log_dirs_changed(self) -> bool:
+        """A log directory's entries changed since it was listed (the polling fallback's way to see new files)."""
+        for directory in self.settings.log_dirs:
+            listed = self._listings.get(directory)
+            try:
+                if listed is None or os.stat(directory).st_mtime_ns != listed[0]:
+                    return True
+            except OSError:
+                if listed is not None:
+                    return True
+        return False
+
+    def _matching_files(self, directory: str, ids: frozenset[int]) -> list[tuple[str, str, tuple[int, int | None]]]:
+        """(name, path, job_file_name match) of a log directory's files; listed and parsed again only after a change."""
+        try:
+            before = os.stat(directory).st_mtime_ns
+        except OSError:
+            self._listings.pop(directory, None)
+            return []
+        listed = self._listings.get(directory)
+        if listed is not None and listed[0] == before and listed[1] == ids:
+            return listed[2]
+        try:
+            with os.scandir(directory) as entries:
+                names = [(entry.name, entry.path) for entry in entries if entry.is_file()]
+        except OSError:
+            return []
+        matches = [(name, path, match) for name, path in names if (match := assoc.job_file_name(name, ids)) is not None]
+        # A change within the filesystem's timestamp granularity of the listing could go unseen: cache only settled listings.
+        if time.time_ns() - before > 2_000_000_000:
+            self._listings[directory] = (before, ids, matches)
+        else:
+            self._listings.pop(directory, None)
+        return matches
+
+    def _scan_log_dirs(self) -> dict[tuple[str, int], int | None]:
         """Files in the configured log directories named after a tracked job (see job_file_name)."""
         by_slurm_id = {job.slurm_job_id: job for job in self.jobs.values()}
         ids = frozenset(by_slurm_id)
@@ -262,19 +400,9 @@ class Collector(Service):
         if not ids:
             return found
         for directory in self.settings.log_dirs:
-            try:
-                with os.scandir(directory) as entries:
-                    names = [(entry.name, entry.path) for entry in entries if entry.is_file()]
-            except OSError:
-                continue
-            for name, path in names:
-                match = assoc.job_file_name(name, ids)
-                if match is None:
-                    continue
+            for name, path, match in self._matching_files(directory, ids):
                 job = by_slurm_id[match[0]]
                 key = (path, job.id)
-                if key in known:
-                    continue
                 if match[1] is None:
                     found[key] = None
                 else:
@@ -283,12 +411,15 @@ class Collector(Service):
                         found[key] = attempt.id
         return found
 
-    async def _sync_sources(self, session: AsyncSession, wanted: dict[tuple[str, int], int | None], now: dt.datetime) -> None:
-        job_ids = sorted({job_id for _, job_id in wanted})
+    async def _sync_sources(self, session: AsyncSession, wanted: dict[tuple[str, int], int | None], now: dt.datetime,
+                            scope: set[int] | None) -> None:
+        """Create, reopen, close and (un)track log sources; `scope`: only these jobs' sources (None: all)."""
+        job_ids = sorted({job_id for _, job_id in wanted} if scope is None else scope)
         rows: list[LogSource] = []
-        for start in range(0, len(job_ids), 500):
-            rows += (await session.scalars(select(LogSource).where(LogSource.job_id.in_(job_ids[start:start + 500])))).all()
-        rows += (await session.scalars(select(LogSource).where(LogSource.closed_at.is_(None)))).all()
+        for start in range(0, len(job_ids), IN_CHUNK):
+            rows += (await session.scalars(select(LogSource).where(LogSource.job_id.in_(job_ids[start:start + IN_CHUNK])))).all()
+        if scope is None:
+            rows += (await session.scalars(select(LogSource).where(LogSource.closed_at.is_(None)))).all()
         existing = {(row.path, row.job_id): row for row in rows}
         for (path, job_id), attempt_id in wanted.items():
             row = existing.get((path, job_id))
@@ -307,9 +438,10 @@ class Collector(Service):
             live_ids.add(row.id)
             tracked = self.tracked.get(row.id)
             if tracked is None:
-                tracked = self.tracked[row.id] = Tracked(row.id, row.path, row.job_id, row.attempt_id, row.attempt_id is None, _position_of(row))
+                tracked = self._track(Tracked(row.id, row.path, row.job_id, row.attempt_id, row.attempt_id is None, _position_of(row)))
             tracked.closing = not live
-        for source_id in [s for s in self.tracked if s not in live_ids]:
+        in_scope = self.tracked if scope is None else {i for job_id in scope for i in self._by_job.get(job_id, ())}
+        for source_id in [s for s in in_scope if s not in live_ids]:
             self._forget(source_id)
 
     def _owner_live(self, row: LogSource, now: dt.datetime) -> bool:
@@ -317,9 +449,25 @@ class Collector(Service):
         attempt = next((a for a in job.attempts if a.id == row.attempt_id), None) if job else None
         return attempt is not None and self._attempt_live(attempt, now, dt.timedelta(seconds=self.settings.collector_ended_grace))
 
+    def _track(self, tracked: Tracked) -> Tracked:
+        self.tracked[tracked.source_id] = tracked
+        self._by_path.setdefault(tracked.path, set()).add(tracked.source_id)
+        self._by_job.setdefault(tracked.job_id or -1, set()).add(tracked.source_id)
+        self._tracked_dirs = None
+        return tracked
+
     def _forget(self, source_id: int) -> None:
         tracked = self.tracked.pop(source_id, None)
-        if tracked is not None and not any(t.path == tracked.path for t in self.tracked.values()):
+        if tracked is None:
+            return
+        self._tracked_dirs = None
+        for index, key in ((self._by_path, tracked.path), (self._by_job, tracked.job_id or -1)):
+            ids = index.get(key)  # type: ignore[attr-defined]
+            if ids is not None:
+                ids.discard(source_id)
+                if not ids:
+                    del index[key]  # type: ignore[attr-defined]
+        if tracked.path not in self._by_path:
             self.tailer.close(tracked.path)
 
     # ---- reading (in a worker thread) -------------------------------------------------------
@@ -373,9 +521,11 @@ class Collector(Service):
         applied = reads
         try:
             async with self.ctx.sessions() as session, session.begin():
+                loaded = await self._load_for(session, reads)  # held: the identity map keeps rows only weakly
                 anomalies = 0
                 for read in reads:
                     anomalies += await self._apply_one(session, read, now)
+                del loaded
         except Exception:
             log.exception("applying %d file reads together failed; applying them one by one", len(reads))
             anomalies, applied = 0, []
@@ -393,6 +543,18 @@ class Collector(Service):
             if tracked.closing:
                 self._forget(tracked.source_id)
         return anomalies
+
+    @staticmethod
+    async def _load_for(session: AsyncSession, reads: list[FileRead]) -> list[Any]:
+        """The reads' log sources and owning attempts in two queries per 500 files (later gets hit the identity map)."""
+        source_ids = sorted({read.tracked.source_id for read in reads})
+        loaded: list[Any] = []
+        for start in range(0, len(source_ids), IN_CHUNK):
+            loaded += (await session.scalars(select(LogSource).where(LogSource.id.in_(source_ids[start:start + IN_CHUNK])))).all()
+        owners = sorted({row.attempt_id for row in loaded if row.attempt_id is not None})
+        for start in range(0, len(owners), IN_CHUNK):
+            loaded += (await session.scalars(select(Attempt).where(Attempt.id.in_(owners[start:start + IN_CHUNK])))).all()
+        return loaded
 
     async def _apply_one(self, session: AsyncSession, read: FileRead, now: dt.datetime) -> int:
         tracked = read.tracked
@@ -525,7 +687,9 @@ class Collector(Service):
     # ---- inotify ----------------------------------------------------------------------------
 
     def _ensure_watching(self) -> None:
-        dirs = frozenset(d for d in {os.path.dirname(t.path) or "." for t in self.tracked.values()} | set(self.settings.log_dirs) if os.path.isdir(d))
+        if self._tracked_dirs is None:  # recomputed only when the tracked set changed
+            self._tracked_dirs = frozenset({os.path.dirname(path) or "." for path in self._by_path} | set(self.settings.log_dirs))
+        dirs = frozenset(d for d in self._tracked_dirs if os.path.isdir(d))
         if dirs == self._watch_dirs and self._watch_task is not None and not self._watch_task.done():
             return
         if self._watch_stop is not None:
@@ -545,8 +709,8 @@ class Collector(Service):
                                         rust_timeout=500, ignore_permission_denied=True):
                 for _, path in changes:
                     self._dirty.add(path)
-                    if os.path.dirname(path) in log_dirs and path not in {t.path for t in self.tracked.values()}:
-                        self._poked = True  # a new file in a log directory: rediscover
+                    if path not in self._by_path and os.path.dirname(path) in log_dirs:
+                        self._rescan = True  # a new file in a log directory: look for it
                 self.wake()
         except asyncio.CancelledError:
             raise

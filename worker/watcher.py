@@ -17,8 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.context import AppContext
 from app.db import utcnow
@@ -98,25 +99,17 @@ class Watcher(Service):
                     log.exception("anomaly listener failed")
 
     async def _armed(self, session: AsyncSession) -> list[tuple[LogSource, Attempt]]:
-        """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest)."""
-        rows = (await session.scalars(select(LogSource).where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None)))).all()
-        if not rows:
-            return []
-        owned = {row.attempt_id for row in rows if row.attempt_id is not None}
-        shared_jobs = {row.job_id for row in rows if row.attempt_id is None and row.job_id is not None}
-        attempts: dict[int, Attempt] = {}
-        if owned:
-            attempts = {a.id: a for a in (await session.scalars(select(Attempt).where(Attempt.id.in_(sorted(owned))))).all()}
-        newest: dict[int, Attempt] = {}
-        if shared_jobs:
-            for attempt in (await session.scalars(select(Attempt).where(Attempt.job_id.in_(sorted(shared_jobs))).order_by(Attempt.attempt_index))).all():
-                newest[attempt.job_id] = attempt
-        found: list[tuple[LogSource, Attempt]] = []
-        for row in rows:
-            attempt = attempts.get(row.attempt_id) if row.attempt_id is not None else newest.get(row.job_id or -1)
-            if attempt is not None:
-                found.append((row, attempt))
-        return found
+        """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest): one query."""
+        newest = aliased(Attempt)
+        newest_id = (select(newest.id).where(newest.job_id == LogSource.job_id)
+                     .order_by(newest.attempt_index.desc()).limit(1).correlate(LogSource).scalar_subquery())
+        rows = (await session.execute(
+            select(LogSource, Attempt)
+            .join(Attempt, Attempt.id == func.coalesce(LogSource.attempt_id, newest_id))
+            .where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None))
+            .order_by(LogSource.id)
+        )).all()
+        return [(row[0], row[1]) for row in rows]
 
     async def _load_policies(self, session: AsyncSession, job_ids: set[int]) -> None:
         missing = sorted(job_ids - set(self._policies))

@@ -1,0 +1,211 @@
+"""Collector tick cost with N tracked log files, against plain Python reading the same bytes.
+
+Usage: .venv/bin/python bench/collector_files.py [--files 1000] [--repeat 5] [--smoke]
+
+Sets up a migrated SQLite database with N enrolled RUNNING attempts (through app.jobs.service),
+each writing its own log file, primes the collector (the first tick reads every file), then
+measures ticks when nothing changed and when 1% of the files got a few new lines (a crash line in
+some). Two wake-up paths are measured: inotify (the changed paths are known, as the watchfiles
+task would report them; set here directly so the run is deterministic) and the polling fallback
+(stat every file). The baseline, measured in the same run, is plain Python: open/seek/read of only
+the changed files' new bytes plus `os.stat` of all N files. No timing is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import event, select  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.context import AppContext  # noqa: E402
+from app.jobs import service as jobs  # noqa: E402
+from app.jobs.models import Attempt  # noqa: E402
+from app.migrate import upgrade  # noqa: E402
+from worker.collector import Collector  # noqa: E402
+
+ITERATION = " iteration {i:>8}/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.3E+00 |\n"
+CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+POLL_INTERVAL = 2.0
+
+
+class Clock:
+    """The collector's clock, moved by the benchmark so that a poll is due only when it wants one."""
+
+    def __init__(self) -> None:
+        self.now = dt.datetime.now(dt.timezone.utc)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+async def enrol(ctx: AppContext, directory: Path, count: int) -> list[Path]:
+    """N enrolled jobs with one RUNNING attempt each, each attempt writing its own file (setup, not measured)."""
+    paths = [directory / f"out-{200000 + i}.log" for i in range(count)]
+    started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=10)
+    async with ctx.sessions() as session, session.begin():
+        for i, path in enumerate(paths):
+            path.write_text("".join(ITERATION.format(i=n) for n in range(20)))
+            job = await jobs.register_job(session, registration=jobs.JobRegistration(
+                cluster=ctx.settings.cluster, slurm_job_id=200000 + i, environment="bench", enrolment="ENROLLED", enrolment_reason=None,
+                workflow_key=f"wf-{i % 200}", policy_valid=True, policy_effective={"mode": "observe"}, state="RUNNING",
+            ))
+            await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING", stdout_path=str(path), stderr_path=str(path),
+                                      start_time=started)
+    return paths
+
+
+async def observe_change(ctx: AppContext, round_: int) -> None:
+    """What the observer records between two collector ticks: one attempt of one job changed (not measured)."""
+    async with ctx.sessions() as session, session.begin():
+        attempt = await session.scalar(select(Attempt).order_by(Attempt.id).offset(round_).limit(1))
+        await jobs.update_attempt(session, attempt=attempt, nodes=f"gpu[{round_:03d}-{round_ + 7:03d}]")
+
+
+def append_lines(paths: list[Path], round_: int) -> int:
+    """A few new lines in each path, a crash line in every fourth; returns the bytes written."""
+    written = 0
+    for n, path in enumerate(paths):
+        text = "".join(ITERATION.format(i=1000 * round_ + k) for k in range(5))
+        if n % 4 == 0:
+            text += f"[rank{round_}] " + CRASH
+        with path.open("a") as handle:
+            handle.write(text)
+        written += len(text)
+    return written
+
+
+def plain_python(all_paths: list[Path], changed: list[Path], offsets: dict[Path, int]) -> int:
+    """The floor: stat every file, read only the new bytes of the changed ones."""
+    for path in all_paths:
+        os.stat(path)
+    total = 0
+    for path in changed:
+        with open(path, "rb") as handle:
+            handle.seek(offsets[path])
+            data = handle.read()
+        offsets[path] += len(data)
+        total += len(data)
+    return total
+
+
+class StatementCounter:
+    """Counts SQL statements sent on the engine."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.count = 0
+        event.listen(ctx.engine.sync_engine, "before_cursor_execute", self._count)
+
+    def _count(self, *args: object) -> None:
+        self.count += 1
+
+
+async def timed(action: Callable[[], Awaitable[None]], counter: StatementCounter) -> tuple[float, int]:
+    before = counter.count
+    t0 = time.perf_counter()
+    await action()
+    return time.perf_counter() - t0, counter.count - before
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        logs = root / "logs"
+        logs.mkdir()
+        settings = Settings.build(data_dir=tmp, environment="bench", cluster="bench", collector_poll_interval=POLL_INTERVAL)
+        ctx = AppContext.open(settings)
+        await upgrade(ctx.engine)
+        t0 = time.perf_counter()
+        paths = await enrol(ctx, logs, args.files)
+        print(f"setup: {args.files} enrolled RUNNING attempts, one log file each ({time.perf_counter() - t0:.1f} s, not measured)")
+
+        clock = Clock()
+        collector = Collector(ctx, clock=clock, use_inotify=False)
+        counter = StatementCounter(ctx)
+        elapsed, statements = await timed(collector.tick, counter)
+        print(f"priming tick (reads every file):       {elapsed * 1000:9.1f} ms, {statements} SQL statements")
+        offsets = {path: path.stat().st_size for path in paths}
+
+        def poll_due() -> None:
+            clock.now += dt.timedelta(seconds=POLL_INTERVAL + 0.01)
+
+        def poll_not_due() -> None:
+            clock.now += dt.timedelta(milliseconds=1)
+
+        async def inotify_tick(changed: list[Path]) -> None:
+            collector._dirty.update(str(p) for p in changed)  # what the watchfiles task reports
+            await collector.tick()
+
+        step = max(1, args.files // 100)
+        rows: dict[str, list[tuple[float, int]]] = {key: [] for key in ("idle_inotify", "idle_poll", "changed_inotify", "changed_poll", "poke", "baseline")}
+        for round_ in range(1, args.repeat + 1):
+            poll_not_due()
+            rows["idle_inotify"].append(await timed(lambda: inotify_tick([]), counter))
+            poll_due()
+            rows["idle_poll"].append(await timed(collector.tick, counter))
+
+            changed = paths[round_ % step::step][: max(1, args.files // 100)]
+            append_lines(changed, 2 * round_)
+            poll_not_due()
+            rows["changed_inotify"].append(await timed(lambda: inotify_tick(changed), counter))
+            append_lines(changed, 2 * round_ + 1)
+            poll_due()
+            rows["changed_poll"].append(await timed(collector.tick, counter))
+
+            for path in changed:  # the baseline reads the same bytes the two changed ticks read
+                with path.open("ab"):
+                    pass
+            offsets_copy = dict(offsets)
+            t0 = time.perf_counter()
+            plain_python(paths, changed, offsets_copy)
+            rows["baseline"].append((time.perf_counter() - t0, 0))
+            offsets.update(offsets_copy)
+
+            await observe_change(ctx, round_)
+            poll_not_due()
+            collector.poke()  # what the observer does after recording a change
+            rows["poke"].append(await timed(collector.tick, counter))
+
+        def median(key: str) -> tuple[float, int]:
+            return statistics.median(r[0] for r in rows[key]), int(statistics.median(r[1] for r in rows[key]))
+
+        base, _ = median("baseline")
+        changed_count = max(1, args.files // 100)
+        print(f"baseline (plain Python: stat {args.files} files + read the new bytes of {changed_count}): {base * 1000:9.2f} ms")
+        labels = {
+            "idle_inotify": "tick, nothing changed (inotify)",
+            "idle_poll": f"tick, nothing changed (poll: stat {args.files})",
+            "changed_inotify": f"tick, {changed_count} files changed (inotify)",
+            "changed_poll": f"tick, {changed_count} files changed (poll)",
+            "poke": "tick after the observer changed 1 attempt",
+        }
+        for key, label in labels.items():
+            seconds, statements = median(key)
+            print(f"{label:44s} {seconds * 1000:9.2f} ms  {statements:5d} SQL  ratio/baseline {seconds / base:8.2f}x")
+        changed_s, _ = median("changed_inotify")
+        print(f"ratio changed tick / baseline:               {changed_s / base:8.2f}x (median of {args.repeat})")
+        await collector.on_stop()
+        await ctx.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=1_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="small run for CI (100 files)")
+    arguments = parser.parse_args()
+    if arguments.smoke:
+        arguments.files, arguments.repeat = 100, 3
+    asyncio.run(main(arguments))
