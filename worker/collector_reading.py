@@ -1,0 +1,83 @@
+"""Reading tracked log files from where the collector left off, within a tick's budget (runs in a worker thread)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
+from worker.collector_discovery import Tracked
+
+log = logging.getLogger("recovery.collector")
+
+MAX_FILES_PER_TICK = 2000
+MAX_BYTES_PER_TICK = 512 * 1024 * 1024
+
+
+@dataclass
+class FileRead:
+    """All reads of one file in one tick, merged."""
+
+    tracked: Tracked
+    results: list[ReadResult]
+
+    @property
+    def position(self) -> FilePosition:
+        return self.results[-1].position
+
+    @property
+    def events(self) -> list[LogEvent]:
+        return [e for r in self.results for e in r.events]
+
+    @property
+    def notes(self) -> list[str]:
+        return [n for r in self.results for n in r.notes]
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(r.bytes_read for r in self.results)
+
+
+def read_files(tailer: LogTailer, candidates: list[Tracked]) -> tuple[list[FileRead], list[str]]:
+    """(what was read, paths left unfinished by the byte budget); touches only the tailer and the Tracked objects."""
+    reads: list[FileRead] = []
+    budget = MAX_BYTES_PER_TICK
+    unfinished: list[str] = []
+    for tracked in candidates:
+        if budget <= 0:
+            unfinished.append(tracked.path)
+            continue
+        if not tracked.closing and _unchanged(tracked):
+            continue
+        results: list[ReadResult] = []
+        position = tracked.position
+        while True:
+            try:
+                result = tailer.read(position)
+            except OSError as exc:  # permissions changed, I/O error on a network filesystem
+                log.warning("reading %s failed: %s", tracked.path, exc)
+                break
+            results.append(result)
+            position = result.position
+            budget -= result.bytes_read
+            if not result.more:
+                break
+            if budget <= 0:
+                unfinished.append(tracked.path)
+                break
+        if results:
+            reads.append(FileRead(tracked, results))
+    return reads, unfinished
+
+
+def _unchanged(tracked: Tracked) -> bool:
+    """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
+    position = tracked.position
+    try:
+        st = os.stat(tracked.path)
+    except OSError:
+        return position.inode is None  # still missing; a vanished file must be read to notice it
+    same = (st.st_ino, st.st_dev) == (position.inode, position.device) and st.st_size == position.offset and st.st_mtime == tracked.mtime
+    tracked.mtime = st.st_mtime
+    return same and not position.skipping
