@@ -19,6 +19,7 @@ failure gives one Advice whose generation moves only when the decision changes.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -38,6 +39,8 @@ from app.evidence.models import Anomaly, Checkpoint
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy
 from app.jobs.service import ACTIVE_STATES, ENDED_STATES
+from app.slurm.adapter import Scheduler
+from app.slurm.errors import SchedulerError
 from worker.service import Service
 
 log = logging.getLogger("recovery.advisor")
@@ -46,6 +49,10 @@ ANOMALY_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
 # An attempt that ended like this was not a failure: its final state speaks louder than a log line.
 CLEAN_END_STATES = frozenset({"COMPLETED", "CANCELLED"})
 BATCH = 500
+# Partitions change rarely; a node list this old is still good enough to keep exclusions off a whole partition.
+PARTITION_CACHE_SECONDS = 300.0
+# After a failed lookup, decide without the guard for a while rather than wait on a struggling slurmctld per decision.
+PARTITION_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -102,14 +109,23 @@ class Advisor(Service):
     name = "advisor"
     needs_lease = True
 
-    def __init__(self, ctx: AppContext, *, on_change: Callable[[], None] | None = None, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        ctx: AppContext,
+        scheduler: Scheduler | None = None,
+        *,
+        on_change: Callable[[], None] | None = None,
+        interval: float | None = None,
+    ) -> None:
         super().__init__(interval=interval if interval is not None else max(1.0, ctx.settings.poll_interval))
         self.ctx = ctx
+        self.scheduler = scheduler  # None: partitions unknown, so the partition guard cannot fire
         self.settings = ctx.settings
         self.on_change = on_change
         self.feed_position: int | None = None
         self.anomaly_position: int | None = None
         self.decisions = 0
+        self._partitions: dict[str, tuple[float, tuple[str, ...] | None]] = {}  # name -> (valid until, nodes)
 
     # ------------------------------------------------------------ finding work
 
@@ -200,12 +216,14 @@ class Advisor(Service):
                 return 0
             policy = await session.scalar(select(Policy).where(Policy.job_id == job.id))
             history = await self._history(session, job, attempt)
+            partition_nodes = await self.partition_nodes(job.partition)
             now = utcnow()
             decision = decide(
                 failure=failure,
                 policy=job_policy(policy.effective if policy else None, requeue_eligible=job.requeue_eligible if job.requeue_eligible is not None else attempt.requeue_eligible),
                 site=site_policy(self.settings),
                 history=history,
+                partition_nodes=partition_nodes,
                 now=now,
             )
             # Re-resolved with the current settings, so a changed ceiling or allowlist takes effect.
@@ -216,10 +234,29 @@ class Advisor(Service):
             )
             outcome = await advice_service.record_decision(
                 session, attempt=attempt, decision=decision, mode=mode, signal=signal.label,
-                evidence_refs=failure.evidence_refs, now=now,
+                evidence_refs=failure.evidence_refs, partition_nodes=partition_nodes, now=now,
             )
             self.decisions += 1
             return 1 if outcome.changed else 0
+
+    async def partition_nodes(self, partition: str | None) -> tuple[str, ...] | None:
+        """The partition's nodes for the exclusion guard, cached; None (no guard) when unknown or Slurm fails."""
+        if not partition or self.scheduler is None:
+            return None
+        cached = self._partitions.get(partition)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            nodes = await self.scheduler.partition_nodes(partition)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, a decision is never blocked by this lookup
+            kind = "Slurm failed" if isinstance(exc, SchedulerError) else type(exc).__name__
+            log.warning("advisor: nodes of partition %r unknown (%s: %s); deciding without the partition guard", partition, kind, exc)
+            self._partitions[partition] = (time.monotonic() + PARTITION_RETRY_SECONDS, None)
+            return None
+        if nodes is None:
+            log.info("advisor: Slurm lists no node in partition %r; deciding without the partition guard", partition)
+        self._partitions[partition] = (time.monotonic() + PARTITION_CACHE_SECONDS, nodes)
+        return nodes
 
     async def _failure(self, session: AsyncSession, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
         """The domain's Failure for this signal, with the attempt's checkpoints and the nodes its evidence names."""

@@ -19,7 +19,7 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
     scheduler = scheduler or CliScheduler(ctx.settings)
     # Changes wake the next stage at once: observer -> advisor -> controller (each also polls).
     controller = Controller(ctx, scheduler)
-    advisor = Advisor(ctx, on_change=controller.wake)
+    advisor = Advisor(ctx, scheduler, on_change=controller.wake)
     # Recorded anomalies wake the advisor; attempt changes make the collector rediscover files
     # and retry log events that wait for their attempt.
     collector = Collector(ctx)

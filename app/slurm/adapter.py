@@ -58,3 +58,7 @@ class Scheduler(Protocol):
     async def lookup_job(self, job_id: int) -> JobLookup:
         """Everything still known about a job that may have left squeue."""
         ...
+
+    async def partition_nodes(self, partition: str) -> tuple[str, ...] | None:
+        """Every node of the partition, sorted; None when Slurm knows no node in it (unknown partition)."""
+        ...

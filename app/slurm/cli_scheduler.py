@@ -1,4 +1,4 @@
-"""The Slurm implementation of Scheduler: squeue/scontrol/scancel/sacct as asyncio subprocesses."""
+"""The Slurm implementation of Scheduler: squeue/scontrol/scancel/sacct/sinfo as asyncio subprocesses."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from app.config import Settings
 from app.slurm.adapter import JobLookup
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
-from app.slurm.parse import ParseError, parse_sacct_pipe, parse_snapshot
+from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_pipe, parse_sinfo_node_names, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 
 # sacct columns for attempt history; Comment last because it may contain the `|` separator
@@ -22,6 +22,8 @@ SACCT_COLUMNS = "JobIDRaw,JobID,State,ExitCode,NodeList,Start,End,Reason,Submit,
 JOBCOMP_COLUMNS = "JobIDRaw,JobID,State,ExitCode,NodeList,Start,End,Submit"
 _ACCOUNTING_DISABLED = ("accounting storage is disabled", "slurm not configured with slurmdbd")
 _JOBCOMP_DISABLED = ("job completion is disabled", "jobcomp/none", "no job completion")
+# what an sinfo without --json (before 21.08) prints
+_NO_JSON_OPTION = ("unrecognized option", "invalid option")
 
 
 class CliScheduler:
@@ -148,6 +150,21 @@ class CliScheduler:
             raise TransientSchedulerError(f"unreadable squeue --json output: {exc}") from None
         history = await self.job_history(job_id)
         return JobLookup(job_id=job_id, job=job, history=tuple(history) if history is not None else None)
+
+    async def partition_nodes(self, partition: str) -> tuple[str, ...] | None:
+        """Nodes of one partition from `sinfo --json` (22.05 lists every node with its partitions and ignores -p)."""
+        result = await self.run("sinfo", "--json", check=False)
+        if result.returncode != 0 and not _mentions(result, _NO_JSON_OPTION):
+            raise classify(result.command, result.returncode, result.stderr or result.stdout, duration=result.duration)
+        if result.returncode == 0:
+            try:
+                return parse_partition_nodes(result.stdout, partition)
+            except ParseError:
+                pass  # a JSON shape we do not know (later releases group by partition): ask plainly instead
+        # The one plain-output read: with -N each line is one node name, which cannot be misread.
+        # -a includes hidden partitions, which -p alone would not show.
+        result = await self.run("sinfo", "-h", "-a", "-N", "-p", partition, "-o", "%N")
+        return parse_sinfo_node_names(result.stdout)
 
 
 def _mentions(result: CommandResult, needles: Sequence[str]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from app.slurm.adapter import JobLookup
 from app.slurm.errors import JobNotFound, JobStateConflict, OperationDisabled, SchedulerError
@@ -37,8 +37,14 @@ def make_job(job_id: int, **fields: object) -> SlurmJob:
 class FakeScheduler:
     """Scheduler double holding jobs in a dict; records every call in `calls`."""
 
-    def __init__(self, jobs: Sequence[SlurmJob] = (), *, accounting: bool = True) -> None:
+    def __init__(
+        self, jobs: Sequence[SlurmJob] = (), *, accounting: bool = True, partitions: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.jobs: dict[int, SlurmJob] = {job.job_id: job for job in jobs}
+        # the lab's layout unless a test says otherwise
+        self.partitions: dict[str, tuple[str, ...]] = {
+            name: tuple(nodes) for name, nodes in (partitions if partitions is not None else {"debug": ("node1", "node2", "node3")}).items()
+        }
         self.history: dict[int, list[AccountingRecord]] = {}
         self.accounting = accounting
         self.calls: list[tuple[str, int | None, tuple[str, ...]]] = []
@@ -124,6 +130,11 @@ class FakeScheduler:
         history = await self.job_history(job_id)
         self.calls.pop()  # the nested call is an implementation detail
         return JobLookup(job_id=int(job_id), job=self.jobs.get(int(job_id)), history=tuple(history) if history is not None else None)
+
+    async def partition_nodes(self, partition: str) -> tuple[str, ...] | None:
+        self._enter("partition_nodes", None, partition)
+        nodes = self.partitions.get(partition)
+        return tuple(sorted(nodes)) if nodes else None
 
     # ------------------------------------------------------------ internals
 

@@ -12,7 +12,8 @@ from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 
 __all__ = [
     "NO_ARRAY_TASK", "ParseError", "decode_wait_status", "expand_filename", "expand_hostlist", "parse_job",
-    "parse_jobs", "parse_sacct_json", "parse_sacct_pipe", "parse_snapshot",
+    "parse_jobs", "parse_partition_nodes", "parse_sacct_json", "parse_sacct_pipe", "parse_sinfo_node_names",
+    "parse_snapshot",
 ]
 
 UTC = timezone.utc
@@ -264,6 +265,40 @@ def parse_snapshot(raw: bytes | str | dict, *, taken_at: datetime | None = None,
 def parse_jobs(raw: bytes | str | dict) -> list[SlurmJob]:
     """The parsable jobs of one squeue/slurmrestd answer (see parse_snapshot for the problems)."""
     return list(parse_snapshot(raw).jobs)
+
+
+# ---------------------------------------------------------------- partitions
+
+
+def parse_partition_nodes(raw: bytes | str | dict, partition: str) -> tuple[str, ...] | None:
+    """The nodes of one partition from `sinfo --json` (22.05) or slurmrestd's nodes; None when no node is in it.
+
+    22.05's `sinfo --json` ignores `-p` and lists every node with the partitions it belongs to, so
+    the partition is picked here. Raises ParseError when the answer has no such node list (e.g. the
+    per-partition `sinfo` shape of later releases); the caller then falls back to plain output.
+    """
+    data = _load(raw)
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise ParseError("no `nodes` list with node partitions")
+    wanted = partition.strip()
+    found: set[str] = set()
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        name, partitions = node.get("name"), node.get("partitions")
+        if isinstance(name, str) and name.strip() and isinstance(partitions, list) and wanted in partitions:
+            found.add(name.strip())
+    return tuple(sorted(found)) or None
+
+
+def parse_sinfo_node_names(text: str) -> tuple[str, ...] | None:
+    """Node names from `sinfo -h -N -o %N` (one per line; a node in several partitions repeats); None when empty.
+
+    The one place we read Slurm's plain output: a node name has no spaces or separators to misread.
+    """
+    names = {host for line in text.splitlines() for host in expand_hostlist(line.strip())}
+    return tuple(sorted(names)) or None
 
 
 # ---------------------------------------------------------------- accounting

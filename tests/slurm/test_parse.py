@@ -15,8 +15,10 @@ from app.slurm.parse import (
     expand_filename,
     expand_hostlist,
     parse_jobs,
+    parse_partition_nodes,
     parse_sacct_json,
     parse_sacct_pipe,
+    parse_sinfo_node_names,
     parse_snapshot,
 )
 
@@ -341,3 +343,41 @@ def test_sacct_json_newer_versions() -> None:
     assert by_state["COMPLETED"].exit_code == 0
     [old] = parse_sacct_json(load("sacct-v0.0.39.json"))
     assert (old.state, old.exit_code, old.job_id) == ("COMPLETED", 0, 12079670)
+
+
+# ---------------------------------------------------------------- partitions (sinfo)
+
+
+def test_2205_sinfo_json_lists_the_partition_nodes() -> None:
+    raw = (FIXTURES / "sinfo-v0.0.38-lab.json").read_text()
+    in_debug = sorted(node["name"] for node in json.loads(raw)["nodes"] if "debug" in node["partitions"])
+    assert parse_partition_nodes(raw, "debug") == tuple(in_debug) == ("node1", "node2", "node3")
+    assert parse_partition_nodes(raw, "nosuch") is None  # 22.05 ignores -p: an unknown partition is simply absent
+    assert parse_partition_nodes(raw, "debu") is None  # whole names only
+
+
+def test_sinfo_json_node_in_several_partitions_and_odd_records() -> None:
+    data = {
+        "nodes": [
+            {"name": "gpu02", "partitions": ["gpu", "all"]},
+            {"name": "gpu01", "partitions": ["gpu"]},
+            {"name": "cpu01", "partitions": ["all"]},
+            {"name": "lost", "partitions": None},
+            {"partitions": ["gpu"]},
+            "not a node",
+        ]
+    }
+    assert parse_partition_nodes(data, "gpu") == ("gpu01", "gpu02")
+    assert parse_partition_nodes(data, "all") == ("cpu01", "gpu02")
+
+
+def test_sinfo_json_in_an_unknown_shape_is_a_parse_error() -> None:
+    with pytest.raises(ParseError):
+        parse_partition_nodes('{"sinfo": [{"partition": {"name": "debug"}}]}', "debug")
+    with pytest.raises(ParseError):
+        parse_partition_nodes("sinfo: unrecognized option '--json'", "debug")
+
+
+def test_plain_sinfo_node_names() -> None:
+    assert parse_sinfo_node_names("node2\nnode1\n\nnode2\n") == ("node1", "node2")
+    assert parse_sinfo_node_names("") is None

@@ -1,10 +1,13 @@
 """The advisor on both databases: one failure gives one Advice, generations move only with the decision."""
 
+import logging
+
 import pytest
 from sqlalchemy import func, select
 
 from app.context import AppContext
 from app.feed.models import ChangeFeedEntry
+from app.slurm.errors import TransientSchedulerError
 from tests.advice.factories import SlurmLikeFake, acting, add_anomaly, advice_of, events, submit
 from worker.advisor import Advisor
 from worker.observer import Observer
@@ -154,3 +157,57 @@ async def test_slowdown_needs_both_switches(ctx, fake, observer, advisor) -> Non
     assert await advice_of(ctx, 20) == []
     [event] = await events(ctx, "advice.not_needed")
     assert event.payload["rule"] == "slowdown_not_allowed"
+
+
+async def _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, job_id: int):  # type: ignore[no-untyped-def]
+    """Attempt 0 fails with evidence on node1 and node2; attempt 1 runs on node3 and crashes there."""
+    await submit(observer, fake, job_id)
+    await advisor.tick()
+    await add_anomaly(ctx, job_id, node="node1", category="xid")
+    await add_anomaly(ctx, job_id, node="node2", category="nccl")
+    fake.finish(job_id, "FAILED", exit_code=1)
+    await observer.tick()
+    await advisor.tick()
+    await fake.requeue_hold(job_id)
+    await fake.set_excluded_nodes(job_id, ["node1", "node2"])
+    await fake.release(job_id)
+    fake.start(job_id, ["node3"])
+    await observer.tick()
+    await add_anomaly(ctx, job_id, index=1, node="node3", category="xid")
+    await advisor.tick()
+    return await advice_of(ctx, job_id)
+
+
+async def test_partition_guard_keeps_the_newest_evidence_when_exclusions_would_cover_the_partition(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    assert await fake.partition_nodes("debug") == ("node1", "node2", "node3")  # the job's partition, as on the lab
+    fake.calls.clear()
+    advisor = Advisor(ctx, fake)
+    first, second = await _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, 21)
+    assert (first.operation, first.exclusions) == ("RESTART", ["node1", "node2"])
+    assert (second.attempt_index, second.operation, second.rule) == (1, "RESTART", "restart_allowed")
+    assert second.exclusions == ["node3"]  # not node1..node3: the job could never run again
+    assert "would leave no node in the partition" in second.reason
+    assert "only the newest evidence's nodes (node3) are excluded" in second.reason
+    assert fake.count("partition_nodes") == 1  # cached across the decisions
+
+
+async def test_unknown_partition_means_no_guard_and_still_a_decision(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    fake.partitions = {}  # Slurm lists no node in the job's partition
+    advisor = Advisor(ctx, fake)
+    first, second = await _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, 22)
+    assert await fake.partition_nodes("debug") is None
+    assert (second.operation, second.exclusions) == ("RESTART", ["node1", "node2", "node3"])
+    assert "partition" not in second.reason
+
+
+async def test_failed_partition_lookup_never_blocks_a_decision(ctx, fake, observer, caplog) -> None:  # type: ignore[no-untyped-def]
+    advisor = Advisor(ctx, fake)
+    await submit(observer, fake, 23)
+    await advisor.tick()
+    fake.fail_next("partition_nodes", TransientSchedulerError("timed out after 15s", command=("sinfo", "--json")))
+    await add_anomaly(ctx, 23, node="node2", category="xid")
+    with caplog.at_level(logging.WARNING, logger="recovery.advisor"):
+        await advisor.tick()
+    [advice] = await advice_of(ctx, 23)
+    assert (advice.operation, advice.exclusions) == ("RESTART", ["node2"])
+    assert any("deciding without the partition guard" in record.getMessage() for record in caplog.records)
