@@ -45,27 +45,26 @@ class Database:
                     await conn.execute(text(f"DELETE FROM {name}"))
 
 
-async def create_postgres_database() -> str:
-    """Create a fresh, uniquely named database on the test server and return its URL."""
-    name = f"recovery_test_{uuid.uuid4().hex[:10]}"
+async def _admin(statement: str) -> None:
+    """Run one statement on the test server outside a transaction (CREATE/DROP DATABASE need that)."""
     admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
     try:
         async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+            await conn.execute(text(statement))
     finally:
         await admin.dispose()
+
+
+async def create_postgres_database() -> str:
+    """Create a fresh, uniquely named database on the test server and return its URL."""
+    name = f"recovery_test_{uuid.uuid4().hex[:10]}"
+    await _admin(f'CREATE DATABASE "{name}"')
     return PG_SERVER.rsplit("/", 1)[0] + "/" + name
 
 
 async def drop_postgres_database(url: str) -> None:
     """Drop a database made by create_postgres_database."""
-    name = url.rsplit("/", 1)[1]
-    admin = create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
+    await _admin(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
 async def _open(backend: str, tmp_dir: str) -> Database:
