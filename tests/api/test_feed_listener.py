@@ -25,9 +25,13 @@ async def _until(predicate, timeout: float = 20) -> None:  # type: ignore[no-unt
         await asyncio.sleep(0.05)
 
 
+# LISTEN/NOTIFY exists only on PostgreSQL: these two run there alone; SQLite's polling has its own test.
+POSTGRES_ONLY = pytest.mark.parametrize("database", ["postgres"], indirect=True)
+SQLITE_ONLY = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+
+
+@POSTGRES_ONLY
 async def test_notification_wakes_every_waiting_reader_and_the_last_reader_stops_the_listener(database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
-    if database.backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY exists only on PostgreSQL (SQLite readers poll; see the next test)")
     waker = FeedWaker(database.url, listening_timeout=60)
     async with waker.reader(), waker.reader():
         await _until(lambda: waker.listening)
@@ -46,9 +50,8 @@ async def test_notification_wakes_every_waiting_reader_and_the_last_reader_stops
     assert waker.readers == 0 and not waker.listening
 
 
+@POSTGRES_ONLY
 async def test_listener_reconnects_after_the_database_drops_its_connection(database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
-    if database.backend != "postgres":
-        pytest.skip("the LISTEN connection exists only on PostgreSQL")
     waker = FeedWaker(database.url, listening_timeout=60, reconnect_min=0.1, health_interval=0.5)
     async with waker.reader():
         await _until(lambda: waker.listening)
@@ -66,9 +69,8 @@ async def test_listener_reconnects_after_the_database_drops_its_connection(datab
         assert await asyncio.wait_for(waiting, timeout=30) is True
 
 
+@SQLITE_ONLY
 async def test_sqlite_readers_poll(database: Database) -> None:
-    if database.backend != "sqlite":
-        pytest.skip("the PostgreSQL path is tested above")
     waker = FeedWaker(database.url, poll_interval=0.05)
     async with waker.reader():
         assert not waker.uses_notify and not waker.listening
