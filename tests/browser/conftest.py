@@ -8,6 +8,8 @@ from typing import Any, AsyncIterator
 
 import pytest
 
+from tests.plugins import require
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -16,15 +18,9 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-
 def _unavailable(reason: str) -> None:
     """CI must have the browser (its bootstrap installs Debian's chromium); elsewhere skip and say why."""
-    if _in_ci():
-        pytest.fail(f"CI=true but browser tests cannot run: {reason}", pytrace=False)
-    pytest.skip(f"browser tests skipped: {reason}")
+    require("the browser (Chromium)", reason)
 
 
 @pytest.fixture(scope="session")

@@ -16,13 +16,10 @@ from app.context import AppContext
 from app.db import create_engine, session_factory
 from app.migrate import upgrade
 from app.models import Base
+from tests.plugins import require
 
 PG_SERVER = os.environ.get("RECOVERY_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgres"]
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 @dataclass
@@ -74,9 +71,7 @@ async def _open(backend: str, tmp_dir: str) -> Database:
         try:
             url = await create_postgres_database()
         except Exception as exc:
-            if _in_ci():
-                pytest.fail(f"PostgreSQL at {PG_SERVER} is required in CI: {exc}")
-            pytest.skip(f"PostgreSQL not reachable at {PG_SERVER}: {exc}")
+            require(f"PostgreSQL at {PG_SERVER}", str(exc))
     engine = create_engine(url)
     await upgrade(engine)
     return Database(backend, url, engine, session_factory(engine))

@@ -29,6 +29,7 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 from app.config import Settings
+from tests.plugins import require
 
 OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
 AUDIENCE = "recovery"
@@ -39,15 +40,9 @@ MIN_NODE_MAJOR = 20
 START_TIMEOUT = 30.0
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-
 def _unavailable(reason: str) -> None:
     """Fail in CI (it must install node), skip elsewhere; either way say exactly why."""
-    if _in_ci():
-        pytest.fail(f"CI=true but the OIDC provider cannot run: {reason}", pytrace=False)
-    pytest.skip(f"OIDC provider unavailable: {reason}")
+    require("the OIDC provider", reason)
 
 
 def _check_node() -> str:

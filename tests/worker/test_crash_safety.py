@@ -12,7 +12,6 @@ shared by both processes, and on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from app.db import create_engine, session_factory
 from app.migrate import upgrade
 from tests.advice.factories import add_anomaly
 from tests.e2e.harness import advice_done, attempt_running, batch_script, eventually, milestones, policy_comment
+from tests.plugins import require
 from tests.plugins.database import create_postgres_database, drop_postgres_database
 from tests.plugins.slurm_lab import SlurmLab
 
@@ -53,9 +53,7 @@ async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         try:
             url = await create_postgres_database()
         except Exception as exc:
-            if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-                pytest.fail(f"PostgreSQL is required in CI: {exc}")
-            pytest.skip(f"PostgreSQL not reachable: {exc}")
+            require("PostgreSQL", str(exc))
     engine = create_engine(url)
     await upgrade(engine)
     settings = Settings.build(database_url=url, data_dir=str(tmp_path), cluster="crash", environment=f"crash-{uuid.uuid4().hex[:8]}")
