@@ -24,7 +24,7 @@ ATTEMPT_FIELDS = (
 )
 
 
-def derived_workflow_key(cluster: str, slurm_job_id: int) -> str:
+def derived_workflow_key(slurm_job_id: int) -> str:
     """The workflow of a job whose policy names none (SPEC §2)."""
     return f"job-{slurm_job_id}"
 
@@ -78,7 +78,7 @@ async def register_job(session: AsyncSession, *, registration: JobRegistration, 
     r = registration
     workflow: Workflow | None = None
     if r.enrolment == "ENROLLED":
-        key = r.workflow_key or derived_workflow_key(r.cluster, r.slurm_job_id)
+        key = r.workflow_key or derived_workflow_key(r.slurm_job_id)
         workflow = await ensure_workflow(session, cluster=r.cluster, environment=r.environment, workflow_key=key)
     job = Job(
         cluster=r.cluster,
