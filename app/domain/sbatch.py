@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 

@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest

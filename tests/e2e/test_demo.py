@@ -1,7 +1,6 @@
 """The README's run command end to end: `recovery demo` recovers a crash and a hang, and its printed commands work."""
 
 import json
-import os
 import re
 import signal
 import socket

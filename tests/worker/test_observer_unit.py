@@ -7,7 +7,6 @@ import pytest
 from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
 from app.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.errors import TransientSchedulerError
