@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,13 @@ def test_unknown_action_is_refused() -> None:
 
 
 @pytest.mark.slurm
-def test_up_again_is_a_fast_no_op(slurm_lab: SlurmLab) -> None:
+def test_up_again_is_a_no_op(slurm_lab: SlurmLab) -> None:
     before = _pids(slurm_lab.lab_dir)
     out = io.StringIO()
-    started = time.monotonic()
     assert run("up", lab_dir=str(slurm_lab.lab_dir), dbd=slurm_lab.accounting, out=out) == 0
-    elapsed = time.monotonic() - started
     assert f"export SLURM_CONF={slurm_lab.slurm_conf}" in out.getvalue().splitlines()
     assert _pids(slurm_lab.lab_dir) == before, "a second `up` must not restart anything"
     assert {"slurmctld.pid", "slurmd-node1.pid", "slurmd-node2.pid", "slurmd-node3.pid"} <= set(before)
-    assert elapsed < 10, f"`up` on a running lab took {elapsed:.1f}s"
     conf = Path(slurm_lab.slurm_conf).read_text()
     for line in ("ClusterName=lab", "AuthInfo=cred_expire=5", "SchedulerParameters=bf_interval=1,sched_interval=2",
                  "JobRequeue=1", "MinJobAge=86400", "JobCompType=jobcomp/filetxt"):

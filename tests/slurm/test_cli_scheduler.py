@@ -182,7 +182,7 @@ async def test_hanging_command_is_killed_and_transient(tmp_path: Path) -> None:
     with pytest.raises(TransientSchedulerError) as caught:
         await scheduler.list_jobs()
     elapsed = time.monotonic() - started
-    assert elapsed < 3, f"took {elapsed:.1f}s"
+    assert elapsed < 20, f"took {elapsed:.1f}s: the 30 s command was not killed at its 0.5 s timeout"
     assert "timed out" in str(caught.value) and str(tmp_path / "squeue") in caught.value.command
     child = int(marker.read_text())
     assert _gone_or_zombie(child, within=2.0), "the command's child outlived the timeout"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -281,17 +280,15 @@ def test_not_a_job_listing_raises_parse_error(raw: bytes | str) -> None:
         parse_snapshot(raw)
 
 
-def test_ten_thousand_jobs_parse_quickly() -> None:
+def test_ten_thousand_jobs_parse_in_one_snapshot() -> None:
+    """Speed is measured by bench/observer_tick.py; here only the result is checked."""
     template = load("squeue-v0.0.42.json")
     jobs = template["jobs"]
     template["jobs"] = [dict(jobs[i % len(jobs)], job_id=1_000_000 + i, nodes=f"gpu[{i % 90:02d}-{i % 90 + 3:02d}]") for i in range(10_000)]
     raw = json.dumps(template).encode()
-    started = time.perf_counter()
     snapshot = parse_snapshot(raw)
-    elapsed = time.perf_counter() - started
     assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()
     assert snapshot.get(1_000_005).nodes[0] == "gpu05"
-    assert elapsed < 5.0, f"10,000 jobs took {elapsed:.2f}s"
 
 
 # ---------------------------------------------------------------- accounting

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import time
 from typing import Any, Iterator
 
 from sqlalchemy import event, insert, select
@@ -59,19 +58,16 @@ async def _bulk_workflows(sessions: Any, count: int) -> None:
              "disposition": "PENDING", "reconcile_failures": 0, "created_at": T0, "updated_at": T0} for i in failed])
 
 
-async def test_overview_with_10000_workflows_is_fast_and_costs_a_fixed_number_of_statements(viewer, sessions, database) -> None:  # type: ignore[no-untyped-def]
+async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(viewer, sessions, database) -> None:  # type: ignore[no-untyped-def]
     await _bulk_workflows(sessions, WORKFLOWS)
     await viewer.get("/dashboard/workflow")  # warm caches (template compile, first connection)
     with count_statements(database.engine) as statements:
-        started = time.perf_counter()
         first = await viewer.get("/dashboard/workflow")
-        elapsed = time.perf_counter() - started
     doc = parse(first.text)
     rows = doc.find_all("tr", data_workflow=True)
     assert len(rows) == 50 and rows[0].attrs["data-workflow"] == "wf-09999"
     first_count = len(statements)
     assert first_count <= 8, statements
-    assert elapsed < 2.0, f"first page took {elapsed:.2f}s"
     # a deep page (keyset, not OFFSET) costs the same statements
     href = doc.find("a", rel="next").attrs["href"]
     for _ in range(3):
