@@ -77,7 +77,7 @@ class SlurmLab:
         )
         return result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
 
-    def wait_state(self, job_id: int, state: str | Collection[str], timeout: float = 30.0) -> str:
+    def wait_state(self, job_id: int, state: str | Collection[str], timeout: float = 120.0) -> str:
         """Poll until the job reaches `state` (or one of several); AssertionError with details on timeout."""
         wanted = {state} if isinstance(state, str) else set(state)
         deadline = time.monotonic() + timeout
