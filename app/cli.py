@@ -7,7 +7,8 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.config import Settings, SettingsError
 
@@ -93,6 +94,7 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
 
     ctx = AppContext.open(settings)
     runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
+
     async def background() -> None:
         if runner is not None:
             await runner.run()
@@ -100,7 +102,12 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
     app = create_app(settings, ctx=ctx, background=background if runner else None)
     config = uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on")
     server = uvicorn.Server(config)
-    log.info("serving on http://%s%s/ (dashboard: %s/dashboard/workflow)", settings.bind, settings.url_prefix, settings.url_prefix)
+    log.info(
+        "serving on http://%s%s/ (dashboard: %s/dashboard/workflow)",
+        settings.bind,
+        settings.url_prefix,
+        settings.url_prefix,
+    )
     await server.serve()
 
 
@@ -202,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Callable[[argparse.Namespace, Settings], int], help: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: Callable[[argparse.Namespace, Settings], int], help: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(handler=handler)
         return p
@@ -210,7 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("up", _cmd_up, "run the API, dashboard and worker in one process (migrates the database first)")
     command("serve", _cmd_serve, "run only the API and dashboard (stateless; any number of replicas)")
     command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
-    command("watchdog", _cmd_watchdog, "run only the watchdog, under its own lease (with RECOVERY_WATCHDOG_PROCESS=separate)")
+    command(
+        "watchdog",
+        _cmd_watchdog,
+        "run only the watchdog, under its own lease (with RECOVERY_WATCHDOG_PROCESS=separate)",
+    )
     db = command("db", _cmd_db, "database migrations")
     db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
     lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 class SettingsError(ValueError):
@@ -82,43 +83,177 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("data_dir", "", _str, "Directory for the embedded SQLite database and local state (default: $XDG_DATA_HOME/recovery or ~/.local/share/recovery)."),
-    Setting("database_url", "", _str, "SQLAlchemy async URL. Default: sqlite+aiosqlite:///<data_dir>/recovery.db. Production: postgresql+asyncpg://user@host/db."),
-    Setting("environment", "default", _str, "This installation's environment name; a job's APS `environment` must equal it exactly (case-sensitive)."),
-    Setting("cluster", "default", _str, "Name of the Slurm cluster this worker observes and acts on; stored on every job."),
-    Setting("managed_partitions", "*", _list, "Comma-separated partitions whose jobs are enrolled and may be acted on; `*` means every partition."),
-    Setting("site_max_requeue", "3", _int, "Site retry ceiling: the effective limit is min(this, the job's max_requeue_times)."),
-    Setting("early_stop_failures", "3", _int, "Stop retrying after this many failures in a row with no new checkpoint since the previous attempt (0 disables)."),
-    Setting("acknowledge_scheduler_actions", "false", _bool, "The operator's ceiling: without it every job's `act` resolves to observe. Also read from SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.", ("SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS",)),
-    Setting("log_dirs", "", _list, "Extra output directories the collector reads (comma- or colon-separated), besides each attempt's StdOut/StdErr."),
-    Setting("collector_poll_interval", "2.0", _float, "Seconds between polls of every tracked log file: the fallback when file-change (inotify) wake-ups do not arrive, e.g. on network filesystems."),
-    Setting("collector_inotify", "true", _bool, "Wake the log collector on file changes (inotify through watchfiles) instead of waiting for the next poll."),
-    Setting("collector_ended_grace", "30", _float, "Seconds an ended attempt's log files are still read (late writes) before the collector stops tracking them."),
+    Setting(
+        "data_dir",
+        "",
+        _str,
+        "Directory for the embedded SQLite database and local state (default: $XDG_DATA_HOME/recovery or ~/.local/share/recovery).",
+    ),
+    Setting(
+        "database_url",
+        "",
+        _str,
+        "SQLAlchemy async URL. Default: sqlite+aiosqlite:///<data_dir>/recovery.db. Production: postgresql+asyncpg://user@host/db.",
+    ),
+    Setting(
+        "environment",
+        "default",
+        _str,
+        "This installation's environment name; a job's APS `environment` must equal it exactly (case-sensitive).",
+    ),
+    Setting(
+        "cluster", "default", _str, "Name of the Slurm cluster this worker observes and acts on; stored on every job."
+    ),
+    Setting(
+        "managed_partitions",
+        "*",
+        _list,
+        "Comma-separated partitions whose jobs are enrolled and may be acted on; `*` means every partition.",
+    ),
+    Setting(
+        "site_max_requeue",
+        "3",
+        _int,
+        "Site retry ceiling: the effective limit is min(this, the job's max_requeue_times).",
+    ),
+    Setting(
+        "early_stop_failures",
+        "3",
+        _int,
+        "Stop retrying after this many failures in a row with no new checkpoint since the previous attempt (0 disables).",
+    ),
+    Setting(
+        "acknowledge_scheduler_actions",
+        "false",
+        _bool,
+        "The operator's ceiling: without it every job's `act` resolves to observe. Also read from SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.",
+        ("SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS",),
+    ),
+    Setting(
+        "log_dirs",
+        "",
+        _list,
+        "Extra output directories the collector reads (comma- or colon-separated), besides each attempt's StdOut/StdErr.",
+    ),
+    Setting(
+        "collector_poll_interval",
+        "2.0",
+        _float,
+        "Seconds between polls of every tracked log file: the fallback when file-change (inotify) wake-ups do not arrive, e.g. on network filesystems.",
+    ),
+    Setting(
+        "collector_inotify",
+        "true",
+        _bool,
+        "Wake the log collector on file changes (inotify through watchfiles) instead of waiting for the next poll.",
+    ),
+    Setting(
+        "collector_ended_grace",
+        "30",
+        _float,
+        "Seconds an ended attempt's log files are still read (late writes) before the collector stops tracking them.",
+    ),
     Setting("bind", "127.0.0.1:8000", _str, "Address the HTTP service listens on (host:port)."),
-    Setting("url_prefix", "", _prefix, "Path prefix under which every route is served (e.g. /mission-control/recovery-engine-api)."),
+    Setting(
+        "url_prefix",
+        "",
+        _prefix,
+        "Path prefix under which every route is served (e.g. /mission-control/recovery-engine-api).",
+    ),
     Setting("poll_interval", "1.0", _float, "Seconds between observer ticks (one bulk `squeue --json` per tick)."),
-    Setting("slurm_command_timeout", "15", _float, "Seconds before a Slurm command is killed and treated as a transient failure."),
+    Setting(
+        "slurm_command_timeout",
+        "15",
+        _float,
+        "Seconds before a Slurm command is killed and treated as a transient failure.",
+    ),
     Setting("slurm_bin_dir", "", _str, "Directory holding squeue/scontrol/sacct/scancel (default: found on PATH)."),
-    Setting("unknown_grace_seconds", "120", _float, "How long a job may be missing from squeue (and accounting) before its attempt is marked UNKNOWN."),
-    Setting("hang_query_delay", "60", _float, "Seconds the no-output detector waits after a timer expires before checking for recent output."),
-    Setting("straggler_enabled", "false", _bool, "Operator switch for slowdown (straggler) detection and recovery; jobs must also opt in."),
-    Setting("straggler_drop_ratio", "0.7", _float, "A throughput below this fraction of the attempt's baseline counts as slow."),
+    Setting(
+        "unknown_grace_seconds",
+        "120",
+        _float,
+        "How long a job may be missing from squeue (and accounting) before its attempt is marked UNKNOWN.",
+    ),
+    Setting(
+        "hang_query_delay",
+        "60",
+        _float,
+        "Seconds the no-output detector waits after a timer expires before checking for recent output.",
+    ),
+    Setting(
+        "straggler_enabled",
+        "false",
+        _bool,
+        "Operator switch for slowdown (straggler) detection and recovery; jobs must also opt in.",
+    ),
+    Setting(
+        "straggler_drop_ratio",
+        "0.7",
+        _float,
+        "A throughput below this fraction of the attempt's baseline counts as slow.",
+    ),
     Setting("straggler_duration", "300", _float, "Seconds a slowdown must last before it is an anomaly."),
-    Setting("signatures_file", "", _str, "TOML file that adds or overrides crash signatures, checkpoint and progress markers."),
-    Setting("advice_ttl", "3600", _float, "Seconds after which unreconciled Advice expires (ABANDONED/ADVICE_EXPIRED)."),
-    Setting("watchdog_mode", "observe", _choice("observe", "act"), "The watchdog's own switch: `act` lets it release stale holds it finds."),
-    Setting("watchdog_hold_bound", "900", _float, "Seconds a job may stay held by our requeue before the watchdog releases it."),
-    Setting("watchdog_process", "embedded", _choice("embedded", "separate"), "`embedded`: the worker runs the watchdog; `separate`: it does not, and `recovery watchdog` runs it under its own lease (so a dead worker still fails open)."),
-    Setting("lease_seconds", "15", _float, "Length of the worker's database lease; another worker takes over after it lapses."),
+    Setting(
+        "signatures_file",
+        "",
+        _str,
+        "TOML file that adds or overrides crash signatures, checkpoint and progress markers.",
+    ),
+    Setting(
+        "advice_ttl", "3600", _float, "Seconds after which unreconciled Advice expires (ABANDONED/ADVICE_EXPIRED)."
+    ),
+    Setting(
+        "watchdog_mode",
+        "observe",
+        _choice("observe", "act"),
+        "The watchdog's own switch: `act` lets it release stale holds it finds.",
+    ),
+    Setting(
+        "watchdog_hold_bound",
+        "900",
+        _float,
+        "Seconds a job may stay held by our requeue before the watchdog releases it.",
+    ),
+    Setting(
+        "watchdog_process",
+        "embedded",
+        _choice("embedded", "separate"),
+        "`embedded`: the worker runs the watchdog; `separate`: it does not, and `recovery watchdog` runs it under its own lease (so a dead worker still fails open).",
+    ),
+    Setting(
+        "lease_seconds",
+        "15",
+        _float,
+        "Length of the worker's database lease; another worker takes over after it lapses.",
+    ),
     Setting("audit_views_enabled", "true", _bool, "Show the Timeline and Audit Events dashboard views."),
-    Setting("dev_no_auth", "false", _bool, "Development only: serve without authentication. Refused unless bound to loopback; logs a warning."),
-    Setting("oidc_issuer", "", _str, "OIDC issuer URL; its discovery document gives the JWKS used to verify bearer tokens."),
+    Setting(
+        "dev_no_auth",
+        "false",
+        _bool,
+        "Development only: serve without authentication. Refused unless bound to loopback; logs a warning.",
+    ),
+    Setting(
+        "oidc_issuer", "", _str, "OIDC issuer URL; its discovery document gives the JWKS used to verify bearer tokens."
+    ),
     Setting("oidc_audience", "recovery", _str, "Expected `aud` of access tokens."),
     Setting("oidc_client_id", "", _str, "Client id for the dashboard's login (authorization code + PKCE)."),
     Setting("oidc_client_secret", "", _str, "Client secret for the dashboard's login (empty for a public client)."),
-    Setting("oidc_roles_claim", "roles", _str, "Claim holding the user's roles (`viewer`, `operator`); dotted paths like realm_access.roles work."),
-    Setting("oidc_algorithms", "RS256,ES256,PS256,EdDSA", _list, "Signature algorithms accepted on tokens; `none` and HMAC are never accepted."),
-    Setting("session_secret", "", _str, "Secret that signs dashboard session cookies (default: a random one per start)."),
+    Setting(
+        "oidc_roles_claim",
+        "roles",
+        _str,
+        "Claim holding the user's roles (`viewer`, `operator`); dotted paths like realm_access.roles work.",
+    ),
+    Setting(
+        "oidc_algorithms",
+        "RS256,ES256,PS256,EdDSA",
+        _list,
+        "Signature algorithms accepted on tokens; `none` and HMAC are never accepted.",
+    ),
+    Setting(
+        "session_secret", "", _str, "Secret that signs dashboard session cookies (default: a random one per start)."
+    ),
 )
 
 
@@ -165,7 +300,7 @@ class Settings:
     session_secret: str = ""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read every setting from the environment (first matching name wins), then apply overrides."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
@@ -183,7 +318,7 @@ class Settings:
         return cls.build(**values)
 
     @classmethod
-    def build(cls, **values: Any) -> "Settings":
+    def build(cls, **values: Any) -> Settings:
         """Fill in derived defaults (data dir, database URL) and return frozen settings."""
         data_dir = values.get("data_dir") or default_data_dir()
         values["data_dir"] = data_dir

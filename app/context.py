@@ -19,7 +19,7 @@ class AppContext:
     sessions: async_sessionmaker[AsyncSession]
 
     @classmethod
-    def open(cls, settings: Settings) -> "AppContext":
+    def open(cls, settings: Settings) -> AppContext:
         """Create the engine (no connection is made until first use)."""
         engine = create_engine(settings.database_url)
         return cls(settings=settings, engine=engine, sessions=session_factory(engine))

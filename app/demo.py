@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TextIO
+from typing import Any, TextIO
 
 from sqlalchemy import select
 
@@ -123,7 +124,11 @@ def submit_example(run_dir: Path, scenario: str) -> Submitted:
     # Submitted from the run directory: the scripts find train.py through SLURM_SUBMIT_DIR.
     result = subprocess.run(
         ["sbatch", "--parsable", f"--chdir={run_dir}", str(run_dir / f"{scenario}.sbatch")],
-        capture_output=True, text=True, timeout=30, check=False, cwd=run_dir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=run_dir,
     )
     if result.returncode != 0:
         raise RuntimeError(f"sbatch {scenario}.sbatch failed: {result.stderr.strip()}")
@@ -148,7 +153,11 @@ async def follow(
         async with ctx.sessions() as session:
             entries = await feed.read_since(session, after_id=position, topics=["audit"], limit=500)
             ids = [e.entity_id for e in entries if e.entity_id is not None]
-            events = (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(ids)).order_by(AuditEvent.id))).all() if ids else []
+            events = (
+                (await session.scalars(select(AuditEvent).where(AuditEvent.id.in_(ids)).order_by(AuditEvent.id))).all()
+                if ids
+                else []
+            )
         for event in events:
             narrator.event(event)
         if entries:
@@ -171,13 +180,22 @@ async def recovered_and_completed(ctx: AppContext, job: Submitted) -> tuple[bool
     from app.jobs.models import Attempt
 
     async with ctx.sessions() as session:
-        attempts = (await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job.job_id, Attempt.cluster == ctx.settings.cluster).order_by(Attempt.attempt_index))).all()
+        attempts = (
+            await session.scalars(
+                select(Attempt)
+                .where(Attempt.slurm_job_id == job.job_id, Attempt.cluster == ctx.settings.cluster)
+                .order_by(Attempt.attempt_index)
+            )
+        ).all()
     if not attempts:
         return None
     last = attempts[-1]
     if last.state == "COMPLETED":
         retries = len(attempts) - 1
-        return retries > 0, f"attempt {last.attempt_index} COMPLETED after {retries} automatic retr{'y' if retries == 1 else 'ies'}"
+        return (
+            retries > 0,
+            f"attempt {last.attempt_index} COMPLETED after {retries} automatic retr{'y' if retries == 1 else 'ies'}",
+        )
     if last.state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "UNKNOWN") and last.attempt_index >= 1:
         return False, f"attempt {last.attempt_index} ended {last.state}"
     return None
@@ -227,16 +245,17 @@ GraphQL (the query is graphql/operations/RecoveryStory.graphql):
     )
 
 
-async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float = 300.0, keep_serving: bool = True) -> int:
+async def run_demo(
+    base: Settings, *, out: TextIO = sys.stdout, timeout: float = 300.0, keep_serving: bool = True
+) -> int:
     """Start lab + service, submit the examples, narrate what happens, then keep serving."""
     import uvicorn
 
+    from app.cli import check_auth_configuration
     from app.main import create_app
     from app.migrate import upgrade
     from worker.registry import build_services
     from worker.runner import WorkerRunner
-
-    from app.cli import check_auth_configuration
 
     narrator = Narrator(out)
     narrator.line("starting the local Slurm lab (3 emulated nodes; installs Debian's slurm packages if missing) …")
@@ -250,29 +269,39 @@ async def run_demo(base: Settings, *, out: TextIO = sys.stdout, timeout: float =
     narrator.line(f"database ready: {settings.database_url}")
     runner = WorkerRunner(ctx, build_services(ctx))
     app = create_app(settings, ctx=ctx, background=runner.run)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="warning", lifespan="on")
+    )
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():
             await serving
             return 1
         await asyncio.sleep(0.05)
-    narrator.line(f"service listening on http://{settings.bind}{settings.url_prefix}/ (API, dashboard and worker in one process)")
+    narrator.line(
+        f"service listening on http://{settings.bind}{settings.url_prefix}/ (API, dashboard and worker in one process)"
+    )
 
     run_dir = _prepare_run_dir(lab_dir)
     jobs = [submit_example(run_dir, scenario) for scenario in SCENARIOS]
     narrator.job_ids.update(job.job_id for job in jobs)
     for job in jobs:
         narrator.line(f"submitted examples/{job.scenario}.sbatch as job {job.job_id} (log: {job.log})")
-    narrator.line("watching: the crash example fails at step 25 after saving checkpoints; the hang example goes silent at step 22")
+    narrator.line(
+        "watching: the crash example fails at step 25 after saving checkpoints; the hang example goes silent at step 22"
+    )
     settled = await follow(ctx, narrator, jobs, timeout=timeout, is_done=recovered_and_completed)
     finished = settled and all(job.recovered for job in jobs)
     if finished:
         narrator.line("both examples were recovered automatically and completed from their checkpoints")
     elif settled:
-        narrator.line("the examples ended without a full recovery; see the dashboard and the troubleshooting section of README")
+        narrator.line(
+            "the examples ended without a full recovery; see the dashboard and the troubleshooting section of README"
+        )
     else:
-        narrator.line(f"not finished after {timeout:.0f} s; see the dashboard and the troubleshooting section of README")
+        narrator.line(
+            f"not finished after {timeout:.0f} s; see the dashboard and the troubleshooting section of README"
+        )
     print_inspection_help(out, settings, jobs)
     try:
         if keep_serving:

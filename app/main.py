@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from sqlalchemy import text
 from starlette.applications import Starlette
@@ -15,9 +16,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
+from app.api.routes import api_routes
 from app.config import Settings
 from app.context import AppContext
-from app.api.routes import api_routes
 from app.migrate import current_revision, head_revision
 from views.routes import dashboard_routes
 
@@ -69,11 +70,16 @@ async def readyz(request: Request) -> JSONResponse:
             await asyncio.wait_for(conn.execute(text("SELECT 1")), timeout=5)
         revision = await current_revision(ctx.engine)
     except Exception as exc:  # the database went away: say so, keep serving
-        return JSONResponse({"status": "unavailable", "database": f"{type(exc).__name__}: {exc}"[:300]}, status_code=503)
+        return JSONResponse(
+            {"status": "unavailable", "database": f"{type(exc).__name__}: {exc}"[:300]}, status_code=503
+        )
     head = head_revision()
     if revision != head:
         return JSONResponse(
-            {"status": "unavailable", "database": f"at revision {revision}, code expects {head}: run `recovery db upgrade`"},
+            {
+                "status": "unavailable",
+                "database": f"at revision {revision}, code expects {head}: run `recovery db upgrade`",
+            },
             status_code=503,
         )
     return JSONResponse({"status": "ready", "revision": revision})

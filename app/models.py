@@ -9,6 +9,18 @@ from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.leases.models import WorkerLease
 
 __all__ = [
-    "Advice", "Anomaly", "Attempt", "AuditEvent", "Base", "ChangeFeedEntry", "Checkpoint",
-    "Job", "LogSource", "PendingLogEvent", "Policy", "SchedulerAction", "WorkerLease", "Workflow",
+    "Advice",
+    "Anomaly",
+    "Attempt",
+    "AuditEvent",
+    "Base",
+    "ChangeFeedEntry",
+    "Checkpoint",
+    "Job",
+    "LogSource",
+    "PendingLogEvent",
+    "Policy",
+    "SchedulerAction",
+    "WorkerLease",
+    "Workflow",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,7 +55,7 @@ class PageRequest:
         before: str | None = None,
         default_size: int = 50,
         max_size: int = 100,
-    ) -> "PageRequest":
+    ) -> PageRequest:
         """Validate and cap the arguments; with neither first nor last, take the default first page."""
         if first is not None and last is not None:
             raise PageArgumentError("pass either first or last, not both")

@@ -37,9 +37,7 @@ PG_SERVER = os.environ.get("RECOVERY_TEST_PG", "postgresql+asyncpg://postgres@12
 JOBS = 1000
 QUERY = (ROOT / "graphql" / "operations" / "AuditEventsPage.graphql").read_text()
 # The statement audit.service.query issues for a DESC page of one job (filter, keyset bound, limit n+1).
-RAW_FIRST = (
-    "SELECT * FROM audit_events WHERE slurm_job_id = $1 ORDER BY produced_at DESC, id DESC LIMIT 101"
-)
+RAW_FIRST = "SELECT * FROM audit_events WHERE slurm_job_id = $1 ORDER BY produced_at DESC, id DESC LIMIT 101"
 RAW_AFTER = (
     "SELECT * FROM audit_events WHERE slurm_job_id = $1 AND (produced_at, id) < ($2, $3) "
     "ORDER BY produced_at DESC, id DESC LIMIT 101"
@@ -73,20 +71,42 @@ async def fill(url: str, count: int) -> float:
     engine = create_engine(url)
     await upgrade(engine)
     await engine.dispose()
-    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     started = time.perf_counter()
     conn = await asyncpg.connect(dsn(url))
     try:
         batch = 100_000
         for start in range(0, count, batch):
             rows = [
-                ("watcher" if n % 3 else "controller", "anomaly.detected" if n % 3 else "scheduler.release", "INFO",
-                 f"event {n}", "{}", "bench", 100_000 + n % JOBS, n % 4, base + dt.timedelta(milliseconds=n), base)
+                (
+                    "watcher" if n % 3 else "controller",
+                    "anomaly.detected" if n % 3 else "scheduler.release",
+                    "INFO",
+                    f"event {n}",
+                    "{}",
+                    "bench",
+                    100_000 + n % JOBS,
+                    n % 4,
+                    base + dt.timedelta(milliseconds=n),
+                    base,
+                )
                 for n in range(start, min(start + batch, count))
             ]
             await conn.copy_records_to_table(
-                "audit_events", records=rows,
-                columns=["component", "event_type", "level", "message", "payload", "cluster", "slurm_job_id", "attempt_index", "produced_at", "recorded_at"],
+                "audit_events",
+                records=rows,
+                columns=[
+                    "component",
+                    "event_type",
+                    "level",
+                    "message",
+                    "payload",
+                    "cluster",
+                    "slurm_job_id",
+                    "attempt_index",
+                    "produced_at",
+                    "recorded_at",
+                ],
             )
         await conn.execute("ANALYZE audit_events")
     finally:
@@ -100,8 +120,20 @@ def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "RECOVERY_DATABASE_URL": url, "RECOVERY_DEV_NO_AUTH": "true", "RECOVERY_BIND": f"127.0.0.1:{port}", "RECOVERY_DATA_DIR": tmp}
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "RECOVERY_DATABASE_URL": url,
+        "RECOVERY_DEV_NO_AUTH": "true",
+        "RECOVERY_BIND": f"127.0.0.1:{port}",
+        "RECOVERY_DATA_DIR": tmp,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -119,7 +151,9 @@ async def time_http(http: httpx.AsyncClient, job_id: int | None, after: str | No
     for _ in range(repeats):
         started = time.perf_counter()
         flt = {"jobId": job_id} if job_id is not None else {}
-        response = await http.post("/graphql", json={"query": QUERY, "variables": {"filter": flt, "first": 100, "after": after}})
+        response = await http.post(
+            "/graphql", json={"query": QUERY, "variables": {"filter": flt, "first": 100, "after": after}}
+        )
         response.raise_for_status()
         samples.append(time.perf_counter() - started)
     return statistics.median(samples) * 1000
@@ -187,7 +221,9 @@ async def main() -> None:
                 http_deep_samples = []
                 for _ in range(args.repeats):
                     started = time.perf_counter()
-                    (await http.post("/graphql", json={"query": QUERY, "variables": {"first": 100, "after": cursor}})).raise_for_status()
+                    (
+                        await http.post("/graphql", json={"query": QUERY, "variables": {"first": 100, "after": cursor}})
+                    ).raise_for_status()
                     http_deep_samples.append(time.perf_counter() - started)
                 http_deep = statistics.median(http_deep_samples) * 1000
                 raw_deep_samples = []
@@ -195,16 +231,22 @@ async def main() -> None:
                     started = time.perf_counter()
                     await conn.fetch(
                         "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY produced_at DESC, id DESC LIMIT 101",
-                        *(key or (dt.datetime.now(dt.timezone.utc), 2**62)),
+                        *(key or (dt.datetime.now(dt.UTC), 2**62)),
                     )
                     raw_deep_samples.append(time.perf_counter() - started)
                 raw_deep = statistics.median(raw_deep_samples) * 1000
             await conn.close()
         print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
-        print(f"{'first page, filter {jobId}':<38} {http_first:>16.2f} {raw_first:>11.2f} {http_first / raw_first:>7.1f}")
+        print(
+            f"{'first page, filter {jobId}':<38} {http_first:>16.2f} {raw_first:>11.2f} {http_first / raw_first:>7.1f}"
+        )
         print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
-        print(f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} {http_deep / raw_deep:>7.1f}")
-        print(f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: depth adds no cost)")
+        print(
+            f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} {http_deep / raw_deep:>7.1f}"
+        )
+        print(
+            f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: depth adds no cost)"
+        )
     finally:
         if process is not None:
             process.terminate()

@@ -21,8 +21,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,7 +45,7 @@ class Clock:
     """The collector's clock, moved by the benchmark so that a poll is due only when it wants one."""
 
     def __init__(self) -> None:
-        self.now = dt.datetime.now(dt.timezone.utc)
+        self.now = dt.datetime.now(dt.UTC)
 
     def __call__(self) -> dt.datetime:
         return self.now
@@ -54,16 +54,33 @@ class Clock:
 async def enrol(ctx: AppContext, directory: Path, count: int) -> list[Path]:
     """N enrolled jobs with one RUNNING attempt each, each attempt writing its own file (setup, not measured)."""
     paths = [directory / f"out-{200000 + i}.log" for i in range(count)]
-    started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=10)
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
     async with ctx.sessions() as session, session.begin():
         for i, path in enumerate(paths):
             path.write_text("".join(ITERATION.format(i=n) for n in range(20)))
-            job = await jobs.register_job(session, registration=jobs.JobRegistration(
-                cluster=ctx.settings.cluster, slurm_job_id=200000 + i, environment="bench", enrolment="ENROLLED", enrolment_reason=None,
-                workflow_key=f"wf-{i % 200}", policy_valid=True, policy_effective={"mode": "observe"}, state="RUNNING",
-            ))
-            await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING", stdout_path=str(path), stderr_path=str(path),
-                                      start_time=started)
+            job = await jobs.register_job(
+                session,
+                registration=jobs.JobRegistration(
+                    cluster=ctx.settings.cluster,
+                    slurm_job_id=200000 + i,
+                    environment="bench",
+                    enrolment="ENROLLED",
+                    enrolment_reason=None,
+                    workflow_key=f"wf-{i % 200}",
+                    policy_valid=True,
+                    policy_effective={"mode": "observe"},
+                    state="RUNNING",
+                ),
+            )
+            await jobs.create_attempt(
+                session,
+                job=job,
+                attempt_index=0,
+                state="RUNNING",
+                stdout_path=str(path),
+                stderr_path=str(path),
+                start_time=started,
+            )
     return paths
 
 
@@ -124,12 +141,16 @@ async def main(args: argparse.Namespace) -> None:
         root = Path(tmp)
         logs = root / "logs"
         logs.mkdir()
-        settings = Settings.build(data_dir=tmp, environment="bench", cluster="bench", collector_poll_interval=POLL_INTERVAL)
+        settings = Settings.build(
+            data_dir=tmp, environment="bench", cluster="bench", collector_poll_interval=POLL_INTERVAL
+        )
         ctx = AppContext.open(settings)
         await upgrade(ctx.engine)
         t0 = time.perf_counter()
         paths = await enrol(ctx, logs, args.files)
-        print(f"setup: {args.files} enrolled RUNNING attempts, one log file each ({time.perf_counter() - t0:.1f} s, not measured)")
+        print(
+            f"setup: {args.files} enrolled RUNNING attempts, one log file each ({time.perf_counter() - t0:.1f} s, not measured)"
+        )
 
         clock = Clock()
         collector = Collector(ctx, clock=clock, use_inotify=False)
@@ -149,14 +170,16 @@ async def main(args: argparse.Namespace) -> None:
             await collector.tick()
 
         step = max(1, args.files // 100)
-        rows: dict[str, list[tuple[float, int]]] = {key: [] for key in ("idle_inotify", "idle_poll", "changed_inotify", "changed_poll", "poke", "baseline")}
+        rows: dict[str, list[tuple[float, int]]] = {
+            key: [] for key in ("idle_inotify", "idle_poll", "changed_inotify", "changed_poll", "poke", "baseline")
+        }
         for round_ in range(1, args.repeat + 1):
             poll_not_due()
             rows["idle_inotify"].append(await timed(lambda: inotify_tick([]), counter))
             poll_due()
             rows["idle_poll"].append(await timed(collector.tick, counter))
 
-            changed = paths[round_ % step::step][: max(1, args.files // 100)]
+            changed = paths[round_ % step :: step][: max(1, args.files // 100)]
             append_lines(changed, 2 * round_)
             poll_not_due()
             rows["changed_inotify"].append(await timed(lambda: inotify_tick(changed), counter))
@@ -183,7 +206,9 @@ async def main(args: argparse.Namespace) -> None:
 
         base, _ = median("baseline")
         changed_count = max(1, args.files // 100)
-        print(f"baseline (plain Python: stat {args.files} files + read the new bytes of {changed_count}): {base * 1000:9.2f} ms")
+        print(
+            f"baseline (plain Python: stat {args.files} files + read the new bytes of {changed_count}): {base * 1000:9.2f} ms"
+        )
         labels = {
             "idle_inotify": "tick, nothing changed (inotify)",
             "idle_poll": f"tick, nothing changed (poll: stat {args.files})",

@@ -53,7 +53,9 @@ def generate(path: Path, target_bytes: int, seed: int = 7) -> None:
     with open(path, "w", encoding="utf-8") as out:
         out.write("using world size: 1024, data-parallel size: 128, tensor-model-parallel size: 8\n")
         for rank in range(64):
-            out.write(f"node{rank // 8:03d}:{1000 + rank}:{1000 + rank} [{rank % 8}] NCCL INFO Bootstrap : Using ib0:10.0.{rank // 8}.1<0>\n")
+            out.write(
+                f"node{rank // 8:03d}:{1000 + rank}:{1000 + rank} [{rank % 8}] NCCL INFO Bootstrap : Using ib0:10.0.{rank // 8}.1<0>\n"
+            )
         out.write(" loading checkpoint from /ckpt/gpt3 at iteration 1000\n")
         out.write("  successfully loaded checkpoint from /ckpt/gpt3 [ t 1/8, p 1/4 ] at iteration 1000\n")
         out.write("training ...\n[before the start of training step] datetime: 2026-11-30 02:00:00\n")
@@ -67,19 +69,37 @@ def generate(path: Path, target_bytes: int, seed: int = 7) -> None:
                 lines.append(_iteration_line(rng, when, iteration, total))
                 if rng.random() < 0.08:
                     template = rng.choice(NOISE)
-                    lines.append(template.format(n=rng.randrange(128), pid=rng.randrange(10**5), gpu=rng.randrange(8), peer=rng.randrange(8),
-                                                 rank=rng.randrange(1024), md=when.strftime("%m%d"), hms=when.strftime("%H:%M:%S"),
-                                                 ts=f"{when:%Y-%m-%d %H:%M:%S}", it=iteration))
+                    lines.append(
+                        template.format(
+                            n=rng.randrange(128),
+                            pid=rng.randrange(10**5),
+                            gpu=rng.randrange(8),
+                            peer=rng.randrange(8),
+                            rank=rng.randrange(1024),
+                            md=when.strftime("%m%d"),
+                            hms=when.strftime("%H:%M:%S"),
+                            ts=f"{when:%Y-%m-%d %H:%M:%S}",
+                            it=iteration,
+                        )
+                    )
                 if iteration % 1000 == 0:
                     lines.append(f"saving checkpoint at iteration {iteration:7d} to /ckpt/gpt3 in torch_dist format\n")
-                    lines.append(f"  successfully saved checkpoint from iteration {iteration:7d} to /ckpt/gpt3 [ t 1/8, p 1/4 ]\n")
+                    lines.append(
+                        f"  successfully saved checkpoint from iteration {iteration:7d} to /ckpt/gpt3 [ t 1/8, p 1/4 ]\n"
+                    )
             chunk = "".join(lines)
             out.write(chunk)
             written += len(chunk.encode())
-        out.write("[rank17]:[E1130 09:00:00.000000 ProcessGroupNCCL.cpp:616] [Rank 17] Watchdog caught collective operation timeout: "
-                  "WorkNCCL(SeqNum=81, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n")
-        out.write("Nov 30 09:00:01 node012 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU has fallen off the bus.\n")
-        out.write("slurmstepd: error: *** JOB 4242 ON node000 CANCELLED AT 2026-11-30T09:00:05 DUE TO NODE FAILURE ***\n")
+        out.write(
+            "[rank17]:[E1130 09:00:00.000000 ProcessGroupNCCL.cpp:616] [Rank 17] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=81, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n"
+        )
+        out.write(
+            "Nov 30 09:00:01 node012 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU has fallen off the bus.\n"
+        )
+        out.write(
+            "slurmstepd: error: *** JOB 4242 ON node000 CANCELLED AT 2026-11-30T09:00:05 DUE TO NODE FAILURE ***\n"
+        )
 
 
 def grep_pattern() -> str:
@@ -105,8 +125,13 @@ def run_reader(path: Path, engine: str) -> tuple[float, dict[str, object]]:
             break
     elapsed = time.perf_counter() - started
     tailer.close()
-    return elapsed, {"engine": tailer.engine, "events": events, "lines": position.line_number,
-                     "progress": progress.signal.phase if progress else None, "throughput_samples": throughput}
+    return elapsed, {
+        "engine": tailer.engine,
+        "events": events,
+        "lines": position.line_number,
+        "progress": progress.signal.phase if progress else None,
+        "throughput_samples": throughput,
+    }
 
 
 def run_grep(path: Path) -> tuple[float, str] | None:
@@ -114,7 +139,9 @@ def run_grep(path: Path) -> tuple[float, str] | None:
     if grep is None:
         return None
     started = time.perf_counter()
-    proc = subprocess.run([grep, "-E", "-c", grep_pattern(), str(path)], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    proc = subprocess.run(
+        [grep, "-E", "-c", grep_pattern(), str(path)], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}
+    )
     return time.perf_counter() - started, proc.stdout.strip()
 
 
@@ -144,10 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                 grep_count = grepped[1]
         reader_rate = size_mb / min(reader_times)
         print(f"file: {path} ({size_mb:.1f} MB)")
-        print(f"reader+signatures+progress [{facts['engine']}]: {reader_rate:8.1f} MB/s  ({min(reader_times):.3f} s; {facts})")
+        print(
+            f"reader+signatures+progress [{facts['engine']}]: {reader_rate:8.1f} MB/s  ({min(reader_times):.3f} s; {facts})"
+        )
         if grep_times:
             grep_rate = size_mb / min(grep_times)
-            print(f"grep -E -c (same crash patterns):           {grep_rate:8.1f} MB/s  ({min(grep_times):.3f} s; count {grep_count})")
+            print(
+                f"grep -E -c (same crash patterns):           {grep_rate:8.1f} MB/s  ({min(grep_times):.3f} s; count {grep_count})"
+            )
             print(f"ratio reader/grep: {reader_rate / grep_rate:.2f}")
         else:
             print("grep not found; no comparison")

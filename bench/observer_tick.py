@@ -45,7 +45,16 @@ def build_snapshot(jobs: int, enrolled: int) -> dict:
         record["job_state"] = "RUNNING"
         record["restart_cnt"] = 0
         if i < enrolled:
-            record["comment"] = json.dumps({"APS": {"workflow_id": f"wf-{i % 200}", "environment": "bench", "mode": "observe", "max_requeue_times": 2}})
+            record["comment"] = json.dumps(
+                {
+                    "APS": {
+                        "workflow_id": f"wf-{i % 200}",
+                        "environment": "bench",
+                        "mode": "observe",
+                        "max_requeue_times": 2,
+                    }
+                }
+            )
         else:
             record["comment"] = "" if i % 3 else "nightly evaluation"
         records.append(record)

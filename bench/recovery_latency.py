@@ -39,7 +39,8 @@ from sqlalchemy import select  # noqa: E402
 from app.advice.models import Advice, SchedulerAction  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.context import AppContext  # noqa: E402
-from app.lab.cli import default_lab_dir, run as lab_run  # noqa: E402
+from app.lab.cli import default_lab_dir  # noqa: E402
+from app.lab.cli import run as lab_run
 from app.migrate import upgrade  # noqa: E402
 from app.slurm.cli_scheduler import CliScheduler  # noqa: E402
 from worker.registry import build_services  # noqa: E402
@@ -92,7 +93,9 @@ def lab_up(extra_conf: str | None) -> str:
 
 
 def requeue_exit_configured() -> bool:
-    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30, check=False).stdout
+    shown = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
     match = re.search(r"^RequeueExit\s*=\s*(\S+)", shown, re.M)
     return bool(match) and str(REQUEUE_EXIT) in match.group(1).split(",")
 
@@ -100,7 +103,13 @@ def requeue_exit_configured() -> bool:
 def submit(directory: Path, *, name: str, comment: str, code: int = 0, template: str = SCRIPT) -> int:
     script = directory / f"{name}-{uuid.uuid4().hex[:6]}.sh"
     script.write_text(template.format(name=name, comment=comment, code=code))
-    result = subprocess.run(["sbatch", "--parsable", f"--chdir={directory}", str(script)], capture_output=True, text=True, timeout=30, check=True)
+    result = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={directory}", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return int(result.stdout.strip().split(";", 1)[0])
 
 
@@ -119,8 +128,13 @@ async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> floa
     while time.monotonic() < deadline:
         async with ctx.sessions() as session:
             finished = await session.scalar(
-                select(SchedulerAction.finished_at).join(Advice, Advice.id == SchedulerAction.advice_id)
-                .where(Advice.slurm_job_id == job_id, SchedulerAction.step == "release", SchedulerAction.status == "SUCCEEDED")
+                select(SchedulerAction.finished_at)
+                .join(Advice, Advice.id == SchedulerAction.advice_id)
+                .where(
+                    Advice.slurm_job_id == job_id,
+                    SchedulerAction.step == "release",
+                    SchedulerAction.status == "SUCCEEDED",
+                )
             )
         if finished is not None:
             return finished.timestamp()
@@ -129,9 +143,24 @@ async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> floa
 
 
 async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: bool) -> dict[str, float]:
-    policy = json.dumps({"APS": {"workflow_id": "bench", "environment": environment, "mode": "act", "auto_resume_mode": "requeue", "max_requeue_times": 1}}, separators=(",", ":"))
+    policy = json.dumps(
+        {
+            "APS": {
+                "workflow_id": "bench",
+                "environment": environment,
+                "mode": "act",
+                "auto_resume_mode": "requeue",
+                "max_requeue_times": 1,
+            }
+        },
+        separators=(",", ":"),
+    )
     ours = submit(directory, name="bench-recovery", comment=policy, code=1)
-    theirs = submit(directory, name="bench-requeueexit", comment="benchmark baseline, not enrolled", code=REQUEUE_EXIT) if baseline else None
+    theirs = (
+        submit(directory, name="bench-requeueexit", comment="benchmark baseline, not enrolled", code=REQUEUE_EXIT)
+        if baseline
+        else None
+    )
     exited = await wait_file(directory / f"exit-{ours}", 120)
     released = await release_returned(ctx, ours, 120)
     started = await wait_file(directory / f"start-{ours}", 180)
@@ -140,7 +169,9 @@ async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: 
         their_exit = await wait_file(directory / f"exit-{theirs}", 120)
         their_start = await wait_file(directory / f"start-{theirs}", 180)
         row["requeueexit_exit_to_running"] = their_start - their_exit
-        subprocess.run(["scancel", str(theirs)], capture_output=True, timeout=30, check=False)  # RequeueExit would loop forever
+        subprocess.run(
+            ["scancel", str(theirs)], capture_output=True, timeout=30, check=False
+        )  # RequeueExit would loop forever
     crashing = submit(directory, name="bench-crashline", comment=policy, template=CRASH_SCRIPT)
     crashed = await wait_file(directory / f"crash-{crashing}", 120)
     row["crash_line_to_release"] = await release_returned(ctx, crashing, 120) - crashed
@@ -157,8 +188,13 @@ async def bench(runs: int, configure_lab: bool) -> int:
         directory = Path(tmp)
         environment = f"bench-{uuid.uuid4().hex[:6]}"
         settings = Settings.build(
-            data_dir=str(directory), database_url=f"sqlite+aiosqlite:///{directory}/bench.db", cluster="bench", environment=environment,
-            acknowledge_scheduler_actions=True, poll_interval=0.2, lease_seconds=5.0,
+            data_dir=str(directory),
+            database_url=f"sqlite+aiosqlite:///{directory}/bench.db",
+            cluster="bench",
+            environment=environment,
+            acknowledge_scheduler_actions=True,
+            poll_interval=0.2,
+            lease_seconds=5.0,
         )
         ctx = AppContext.open(settings)
         await upgrade(ctx.engine)
@@ -181,8 +217,12 @@ async def bench(runs: int, configure_lab: bool) -> int:
     print(f"  job exit -> next attempt RUNNING (ours)    : {med['exit_to_running']:.2f} s")
     if "requeueexit_exit_to_running" in med:
         print(f"  job exit -> next attempt RUNNING (Slurm RequeueExit=75): {med['requeueexit_exit_to_running']:.2f} s")
-        print(f"  ratio ours / RequeueExit (exit -> RUNNING): {med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}")
-    print(f"  crash line written -> our scontrol release returned (attempt still running): {med['crash_line_to_release']:.2f} s")
+        print(
+            f"  ratio ours / RequeueExit (exit -> RUNNING): {med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}"
+        )
+    print(
+        f"  crash line written -> our scontrol release returned (attempt still running): {med['crash_line_to_release']:.2f} s"
+    )
     return 0
 
 
@@ -190,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="2 runs instead of 5")
     parser.add_argument("--runs", type=int, help="number of runs")
-    parser.add_argument("--configure-lab", action="store_true", help="bring the lab up with RequeueExit=75 (restarts its daemons if the config changes)")
+    parser.add_argument(
+        "--configure-lab",
+        action="store_true",
+        help="bring the lab up with RequeueExit=75 (restarts its daemons if the config changes)",
+    )
     args = parser.parse_args(argv)
     runs = args.runs or (2 if args.smoke else 5)
     return asyncio.run(bench(runs, args.configure_lab))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 
 def stamp() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("[%Y-%m-%d %H:%M:%S]")
+    return dt.datetime.now(dt.UTC).strftime("[%Y-%m-%d %H:%M:%S]")
 
 
 def say(text: str, *, attempt: int, shared: bool) -> None:
@@ -76,7 +76,7 @@ def main() -> int:
     log("[before the start of training step] datetime: " + dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
 
     rng = random.Random(int(job) if job.isdigit() else 0)
-    loss = 4.0 * (0.97 ** start)
+    loss = 4.0 * (0.97**start)
     for step in range(start + 1, args.steps + 1):
         time.sleep(args.step_seconds)
         loss = max(0.5, loss * 0.97 + rng.uniform(-0.02, 0.02))
@@ -93,8 +93,12 @@ def main() -> int:
             log(f"  successfully saved checkpoint from iteration {step:7d} to {ckpt_dir}")
         if attempt == 0 and step == args.crash_at_step:
             # Shaped like NCCL's own warning (host:pid:tid prefix), so the failing node is named.
-            log(f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)")
-            log(f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5 (on {node})")
+            log(
+                f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)"
+            )
+            log(
+                f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5 (on {node})"
+            )
             return 1
         if attempt == 0 and step == args.hang_at_step:
             # Holds its allocation but prints nothing more: what a deadlocked collective looks like.

@@ -48,7 +48,9 @@ def _free_port() -> int:
 
 
 def _recovery(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_db_upgrade_command(tmp_path: Path) -> None:
@@ -79,7 +81,14 @@ def test_up_serves_healthz(tmp_path: Path) -> None:
         "RECOVERY_BIND": f"127.0.0.1:{port}",
         "RECOVERY_CLUSTER": "healthz-test",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "up"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

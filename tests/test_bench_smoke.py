@@ -9,8 +9,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(("script", "expected"), [("bench/ingest.py", "ratio reader/grep:"), ("bench/observer_tick.py", "ratio tick / json.loads:"),
-                                                      ("bench/collector_files.py", "ratio changed tick / baseline:")])
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("bench/ingest.py", "ratio reader/grep:"),
+        ("bench/observer_tick.py", "ratio tick / json.loads:"),
+        ("bench/collector_files.py", "ratio changed tick / baseline:"),
+    ],
+)
 def test_benchmark_smoke_mode_prints_its_ratio(script: str, expected: str) -> None:
     result = subprocess.run([sys.executable, script, "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

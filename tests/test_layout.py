@@ -20,7 +20,18 @@ def test_graphql_folder_holds_no_python() -> None:
 
 
 def test_top_level_layout() -> None:
-    for name in ["app", "graphql", "views", "migrations", "worker", "tests", "static", "alembic.ini", "pyproject.toml", "README.md"]:
+    for name in [
+        "app",
+        "graphql",
+        "views",
+        "migrations",
+        "worker",
+        "tests",
+        "static",
+        "alembic.ini",
+        "pyproject.toml",
+        "README.md",
+    ]:
         assert (ROOT / name).exists(), name
 
 

@@ -29,7 +29,16 @@ async def advice_list(request: Request) -> Response:
             page = await advice_queries.list_advice(session, filter=flt, page=page_request(request))
         except (CursorError, PageArgumentError):
             page = await advice_queries.list_advice(session, filter=flt, page=PageRequest.build(first=50))
-    return render(request, "advice.html", {"page": page, "show": show, "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else "")}, partial="_advice_table.html")
+    return render(
+        request,
+        "advice.html",
+        {
+            "page": page,
+            "show": show,
+            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        },
+        partial="_advice_table.html",
+    )
 
 
 @guarded(OPERATOR)
@@ -38,7 +47,12 @@ async def advice_action(request: Request) -> Response:
     dashboard = dashboard_of(request)
     action, advice_id = request.path_params["action"], request.path_params["advice_id"]
     if action not in ACTIONS:
-        return explain(request, title="Unknown action", status=404, message=f"{action!r} is not an Advice action ({', '.join(ACTIONS)}).")
+        return explain(
+            request,
+            title="Unknown action",
+            status=404,
+            message=f"{action!r} is not an Advice action ({', '.join(ACTIONS)}).",
+        )
     principal = request.state.principal
     form = await request.form()
     reason = form.get("reason")
@@ -50,7 +64,12 @@ async def advice_action(request: Request) -> Response:
                     advice = await review.approve_advice(session, advice_id=advice_id, user=principal.name)
                     message = "Approved."
                 elif action == "veto":
-                    advice = await review.veto_advice(session, advice_id=advice_id, user=principal.name, reason=reason if isinstance(reason, str) else "")
+                    advice = await review.veto_advice(
+                        session,
+                        advice_id=advice_id,
+                        user=principal.name,
+                        reason=reason if isinstance(reason, str) else "",
+                    )
                     message = "Vetoed."
                 else:
                     advice = await review.rerun_reconciliation(session, advice_id=advice_id, user=principal.name)
@@ -63,6 +82,11 @@ async def advice_action(request: Request) -> Response:
     if is_partial_request(request):
         return render(request, "_advice_row.html", {"advice": advice, "message": message, "failed": failed}, status=200)
     if failed:
-        return explain(request, title="Action refused", status=409, message=message,
-                       links=[("Advice", request.url_for("dashboard:advice").path)])
+        return explain(
+            request,
+            title="Action refused",
+            status=409,
+            message=message,
+            links=[("Advice", request.url_for("dashboard:advice").path)],
+        )
     return RedirectResponse(request.url_for("dashboard:advice").path + "?show=all", status_code=303)

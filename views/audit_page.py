@@ -26,7 +26,7 @@ def parse_time(text: str) -> dt.datetime:
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     parsed = dt.datetime.fromisoformat(value)
-    return parsed.replace(tzinfo=dt.timezone.utc) if parsed.tzinfo is None else parsed.astimezone(dt.timezone.utc)
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
 def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[str, str]]:
@@ -56,7 +56,11 @@ def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[
                 kwargs[key] = parse_time(values[field])
             except ValueError:
                 errors[field] = "expected a UTC time such as 2025-01-31T12:00"
-    if "produced_after" in kwargs and "produced_before" in kwargs and kwargs["produced_after"] >= kwargs["produced_before"]:
+    if (
+        "produced_after" in kwargs
+        and "produced_before" in kwargs
+        and kwargs["produced_after"] >= kwargs["produced_before"]
+    ):
         errors["to"] = "must be later than From"
     if values["order"] not in ("", "newest", "oldest"):
         errors["order"] = "order is newest or oldest"
@@ -79,15 +83,32 @@ async def audit_events(request: Request) -> Response:
     before = request.query_params.get("before") or None
     after = request.query_params.get("after") or None
     if flt is not None:
-        request_page = PageRequest.build(last=PAGE_SIZE, before=before) if before else PageRequest.build(first=PAGE_SIZE, after=after)
+        request_page = (
+            PageRequest.build(last=PAGE_SIZE, before=before)
+            if before
+            else PageRequest.build(first=PAGE_SIZE, after=after)
+        )
         async with dashboard.ctx.sessions() as session:
             try:
                 page = await audit.query(session, filter=flt, page=request_page, descending=values["order"] != "oldest")
             except (CursorError, PageArgumentError):
                 errors["page"] = "That page link is not valid (it may belong to other filters); showing the first page."
-                page = await audit.query(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE), descending=values["order"] != "oldest")
+                page = await audit.query(
+                    session, filter=flt, page=PageRequest.build(first=PAGE_SIZE), descending=values["order"] != "oldest"
+                )
     applied = {k: v for k, v in values.items() if v}
-    return render(request, "audit.html", {
-        "values": values, "errors": errors, "page": page, "applied": applied, "components": COMPONENTS, "levels": LEVELS,
-        "filtered": bool(applied), "on_first_page": not (before or after) or "page" in errors,
-    }, partial="_audit.html")
+    return render(
+        request,
+        "audit.html",
+        {
+            "values": values,
+            "errors": errors,
+            "page": page,
+            "applied": applied,
+            "components": COMPONENTS,
+            "levels": LEVELS,
+            "filtered": bool(applied),
+            "on_first_page": not (before or after) or "page" in errors,
+        },
+        partial="_audit.html",
+    )

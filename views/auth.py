@@ -7,7 +7,8 @@ import hmac
 import logging
 import secrets
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -16,7 +17,17 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.auth import DEV_PRINCIPAL, OPERATOR, VIEWER, AuthError, Principal, TokenVerifier, authenticate_request, build_authenticator, effective_roles
+from app.auth import (
+    DEV_PRINCIPAL,
+    OPERATOR,
+    VIEWER,
+    AuthError,
+    Principal,
+    TokenVerifier,
+    authenticate_request,
+    build_authenticator,
+    effective_roles,
+)
 from app.config import Settings
 
 log = logging.getLogger("recovery.dashboard")
@@ -35,7 +46,9 @@ class DashboardSessions:
     """SessionMiddleware for the dashboard mount whose cookie is `Secure` exactly when the request is https."""
 
     def __init__(self, app: ASGIApp, *, secret: str, path: str) -> None:
-        common: dict[str, Any] = dict(secret_key=secret, session_cookie=SESSION_COOKIE, max_age=SESSION_MAX_AGE, path=path or "/", same_site="lax")
+        common: dict[str, Any] = dict(
+            secret_key=secret, session_cookie=SESSION_COOKIE, max_age=SESSION_MAX_AGE, path=path or "/", same_site="lax"
+        )
         self.plain = SessionMiddleware(app, https_only=False, **common)
         self.secure = SessionMiddleware(app, https_only=True, **common)
 
@@ -52,7 +65,9 @@ def make_verifier(settings: Settings) -> Any:
     """
     if settings.dev_no_auth:
         return build_authenticator(settings)
-    http = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(10.0), follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
+    )
     return TokenVerifier(settings, http=http)
 
 
@@ -81,7 +96,9 @@ class DashboardAuth:
         """TokenVerifier (or DevVerifier), built on first use so an unconfigured issuer only fails when needed."""
         if self._verifier is None:
             if not self.settings.oidc_issuer and not self.settings.dev_no_auth:
-                raise AuthError(503, "authentication is not configured: set RECOVERY_OIDC_ISSUER (or dev mode on loopback)")
+                raise AuthError(
+                    503, "authentication is not configured: set RECOVERY_OIDC_ISSUER (or dev mode on loopback)"
+                )
             self._verifier = make_verifier(self.settings)
         return self._verifier
 
@@ -113,7 +130,12 @@ class DashboardAuth:
             return await authenticate_request(request, self.verifier()), "bearer"
         user = request.session.get("user")
         if isinstance(user, dict) and float(user.get("exp", 0)) > time.time():
-            return Principal(subject=user["sub"], name=user.get("name") or user["sub"], email=None, roles=effective_roles(user.get("roles", []))), "session"
+            return Principal(
+                subject=user["sub"],
+                name=user.get("name") or user["sub"],
+                email=None,
+                roles=effective_roles(user.get("roles", [])),
+            ), "session"
         if user is not None:
             request.session.pop("user", None)  # expired: log in again
         return None, ""
@@ -170,17 +192,29 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
             try:
                 principal, how = await auth.principal(request)
             except AuthError as exc:
-                return PlainTextResponse(exc.message, status_code=exc.status, headers={"WWW-Authenticate": exc.www_authenticate} if exc.status == 401 else None)
+                return PlainTextResponse(
+                    exc.message,
+                    status_code=exc.status,
+                    headers={"WWW-Authenticate": exc.www_authenticate} if exc.status == 401 else None,
+                )
             if principal is None:
                 if wants_html_redirect(request):
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                     login = request.url_for("dashboard:login").path
                     return RedirectResponse(f"{login}?next={_quote(target)}", status_code=303)
-                return PlainTextResponse("login required: sign in at the dashboard or send Authorization: Bearer <token>", status_code=401, headers={"WWW-Authenticate": 'Bearer realm="recovery"'})
+                return PlainTextResponse(
+                    "login required: sign in at the dashboard or send Authorization: Bearer <token>",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="recovery"'},
+                )
             if role == OPERATOR and not principal.can_act:
-                return PlainTextResponse(f"{principal.name} lacks the operator role needed for this action", status_code=403)
+                return PlainTextResponse(
+                    f"{principal.name} lacks the operator role needed for this action", status_code=403
+                )
             if not principal.can_read:
-                return PlainTextResponse(f"{principal.name} has neither the viewer nor the operator role", status_code=403)
+                return PlainTextResponse(
+                    f"{principal.name} has neither the viewer nor the operator role", status_code=403
+                )
             request.state.principal = principal
             request.state.auth_via = how
             csrf_token(request)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
@@ -81,9 +82,15 @@ async def match_for(request: Request) -> FeedMatch | None:
         workflow_id = int(q["workflow"])
         async with dashboard_of(request).ctx.sessions() as session:
             jobs = await job_queries.workflow_job_ids(session, workflow_id=workflow_id)
-        return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly", "checkpoint"}), workflow_id=workflow_id, jobs=frozenset(jobs))
+        return FeedMatch(
+            frozenset({"workflow", "attempt", "job", "advice", "anomaly", "checkpoint"}),
+            workflow_id=workflow_id,
+            jobs=frozenset(jobs),
+        )
     if view == "attempt" and (q.get("job") or "").isdigit():
-        return FeedMatch(frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=int(q["job"]))
+        return FeedMatch(
+            frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=int(q["job"])
+        )
     return None
 
 
@@ -112,7 +119,11 @@ async def changes(
                 hits = [e for e in entries if match(e)]
                 if hits:
                     topics = sorted({e.topic for e in hits})
-                    yield {"event": "changed", "data": json.dumps({"topics": topics, "position": after_id}), "id": str(after_id)}
+                    yield {
+                        "event": "changed",
+                        "data": json.dumps({"topics": topics, "position": after_id}),
+                        "id": str(after_id),
+                    }
                 if len(entries) == READ_BATCH:
                     continue
             await waker.wait(mark)
@@ -124,13 +135,16 @@ async def live(request: Request) -> Response:
     dashboard = dashboard_of(request)
     match = await match_for(request)
     if match is None:
-        return PlainTextResponse(f"unknown live view: pass view= one of {', '.join(VIEWS)} (workflow= or job= where needed)", status_code=400)
+        return PlainTextResponse(
+            f"unknown live view: pass view= one of {', '.join(VIEWS)} (workflow= or job= where needed)", status_code=400
+        )
     key = stream_key(request)
     limiter: StreamLimiter = dashboard.streams
     if not limiter.acquire(key):
         return PlainTextResponse(
             f"too many live streams for this session (at most {limiter.limit}); close other dashboard tabs. Pages fall back to polling.",
-            status_code=429, headers={"Retry-After": "30"},
+            status_code=429,
+            headers={"Retry-After": "30"},
         )
     last = request.headers.get("last-event-id", "")
     after_id = int(last) if last.isdigit() else None
@@ -153,6 +167,8 @@ async def live(request: Request) -> Response:
             await release()
 
     return EventSourceResponse(
-        stream(), ping=PING_SECONDS, background=BackgroundTask(release),
+        stream(),
+        ping=PING_SECONDS,
+        background=BackgroundTask(release),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

@@ -24,17 +24,25 @@ async def login(request: Request) -> Response:
     if dashboard.auth.dev_mode:
         return RedirectResponse(home, status_code=303)
     if not dashboard.auth.login_configured:
-        return explain(request, title="Login is not configured", status=503,
-                       message="The dashboard needs RECOVERY_OIDC_ISSUER and RECOVERY_OIDC_CLIENT_ID to sign you in.",
-                       hint="Scripts can still call dashboard pages with an Authorization: Bearer header.")
+        return explain(
+            request,
+            title="Login is not configured",
+            status=503,
+            message="The dashboard needs RECOVERY_OIDC_ISSUER and RECOVERY_OIDC_CLIENT_ID to sign you in.",
+            hint="Scripts can still call dashboard pages with an Authorization: Bearer header.",
+        )
     request.session[NEXT_KEY] = safe_next(request.query_params.get("next")) or home
     client = dashboard.auth.oauth_client()
     try:
         return await client.authorize_redirect(request, str(request.url_for("dashboard:callback")))
     except Exception as exc:  # the issuer is down or its metadata is broken: say so, do not 500
         log.warning("cannot start login at %s: %s", dashboard.settings.oidc_issuer, exc)
-        return explain(request, title="Cannot reach the identity provider", status=503,
-                       message=f"Starting the login at {dashboard.settings.oidc_issuer} failed: {type(exc).__name__}: {exc}"[:500])
+        return explain(
+            request,
+            title="Cannot reach the identity provider",
+            status=503,
+            message=f"Starting the login at {dashboard.settings.oidc_issuer} failed: {type(exc).__name__}: {exc}"[:500],
+        )
 
 
 async def callback(request: Request) -> Response:
@@ -43,26 +51,45 @@ async def callback(request: Request) -> Response:
     if not dashboard.auth.login_configured:
         return explain(request, title="Login is not configured", status=503, message="No OIDC client is configured.")
     if request.query_params.get("error"):
-        return explain(request, title="Login failed", status=400,
-                       message=f"The identity provider answered: {request.query_params.get('error')}: {request.query_params.get('error_description', '')}"[:500],
-                       links=[("Try again", request.url_for("dashboard:login").path)])
+        return explain(
+            request,
+            title="Login failed",
+            status=400,
+            message=f"The identity provider answered: {request.query_params.get('error')}: {request.query_params.get('error_description', '')}"[
+                :500
+            ],
+            links=[("Try again", request.url_for("dashboard:login").path)],
+        )
     client = dashboard.auth.oauth_client()
     try:
         token = await client.authorize_access_token(request)
     except Exception as exc:  # a stale or forged state, a reused code, an unreachable issuer
-        return explain(request, title="Login failed", status=400,
-                       message=f"The login could not be completed: {getattr(exc, 'description', None) or exc}"[:500],
-                       links=[("Try again", request.url_for("dashboard:login").path)])
+        return explain(
+            request,
+            title="Login failed",
+            status=400,
+            message=f"The login could not be completed: {getattr(exc, 'description', None) or exc}"[:500],
+            links=[("Try again", request.url_for("dashboard:login").path)],
+        )
     try:
         principal = await dashboard.auth.verifier().verify(token.get("access_token", ""))
     except AuthError as exc:
-        return explain(request, title="Not allowed", status=exc.status if exc.status in (401, 403) else 403,
-                       message=f"Your access token was refused: {exc.message}",
-                       hint="You need the viewer or operator role for the Recovery dashboard; ask the operator.")
+        return explain(
+            request,
+            title="Not allowed",
+            status=exc.status if exc.status in (401, 403) else 403,
+            message=f"Your access token was refused: {exc.message}",
+            hint="You need the viewer or operator role for the Recovery dashboard; ask the operator.",
+        )
     expires = float(token.get("expires_at") or time.time() + 3600)
     destination = request.session.pop(NEXT_KEY, None) or request.url_for("dashboard:workflows").path
     request.session.clear()  # drop the login state; start a fresh session (and a fresh CSRF token)
-    request.session["user"] = {"sub": principal.subject, "name": principal.name, "roles": sorted(principal.roles), "exp": min(expires, time.time() + 8 * 3600)}
+    request.session["user"] = {
+        "sub": principal.subject,
+        "name": principal.name,
+        "roles": sorted(principal.roles),
+        "exp": min(expires, time.time() + 8 * 3600),
+    }
     request.session["csrf"] = secrets.token_urlsafe(32)
     log.info("dashboard login: %s (%s) roles %s", principal.name, principal.subject, sorted(principal.roles))
     return RedirectResponse(safe_next(destination) or request.url_for("dashboard:workflows").path, status_code=303)
@@ -71,5 +98,10 @@ async def callback(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     """Forget the session; the identity provider's own session is left alone."""
     request.session.clear()
-    return explain(request, title="Signed out", status=200, message="You are signed out of the Recovery dashboard.",
-                   links=[("Sign in again", request.url_for("dashboard:login").path)])
+    return explain(
+        request,
+        title="Signed out",
+        status=200,
+        message="You are signed out of the Recovery dashboard.",
+        links=[("Sign in again", request.url_for("dashboard:login").path)],
+    )

@@ -22,7 +22,21 @@ from views.timeline import Mark, Row, legend_items, render_timeline, state_spans
 
 PAGE_SIZE = 50
 ATTEMPTS_PER_JOB = 100
-STATES = ("PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REQUEUE_HOLD", "REQUEUED", "UNKNOWN")
+STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "REQUEUE_HOLD",
+    "REQUEUED",
+    "UNKNOWN",
+)
 
 
 def page_request(request: Request, size: int = PAGE_SIZE) -> PageRequest:
@@ -66,12 +80,28 @@ async def workflows(request: Request) -> Response:
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
             clusters, environments = await job_queries.workflow_filter_choices(session)
-            extra = {"clusters": clusters, "environments": environments, "not_enrolled": await job_queries.not_enrolled_jobs(session)}
+            extra = {
+                "clusters": clusters,
+                "environments": environments,
+                "not_enrolled": await job_queries.not_enrolled_jobs(session),
+            }
     query = _query_without_cursor(request)
-    return render(request, "workflows.html", {
-        "page": page, "summaries": summaries, "filter": flt, "filtered": filtered, "query": query, "error": error,
-        "states": STATES, "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""), **extra,
-    }, partial="_workflow_table.html")
+    return render(
+        request,
+        "workflows.html",
+        {
+            "page": page,
+            "summaries": summaries,
+            "filter": flt,
+            "filtered": filtered,
+            "query": query,
+            "error": error,
+            "states": STATES,
+            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            **extra,
+        },
+        partial="_workflow_table.html",
+    )
 
 
 @guarded()
@@ -82,15 +112,33 @@ async def workflow(request: Request) -> Response:
     async with dashboard.ctx.sessions() as session:
         found = (await job_queries.workflows_by_ids(session, ids=[workflow_id])).get(workflow_id)
         if found is None:
-            return explain(request, title="Unknown workflow", status=404,
-                           message=f"No workflow with id {workflow_id} is recorded.",
-                           links=[("Workflows Overview", request.url_for("dashboard:workflows").path)])
+            return explain(
+                request,
+                title="Unknown workflow",
+                status=404,
+                message=f"No workflow with id {workflow_id} is recorded.",
+                links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+            )
         try:
-            jobs = await job_queries.list_jobs(session, filter=JobFilter(workflow_id=workflow_id), page=page_request(request, 25))
+            jobs = await job_queries.list_jobs(
+                session, filter=JobFilter(workflow_id=workflow_id), page=page_request(request, 25)
+            )
         except (CursorError, PageArgumentError):
-            jobs = await job_queries.list_jobs(session, filter=JobFilter(workflow_id=workflow_id), page=PageRequest.build(first=25))
+            jobs = await job_queries.list_jobs(
+                session, filter=JobFilter(workflow_id=workflow_id), page=PageRequest.build(first=25)
+            )
         blocks = await _job_blocks(session, list(jobs.items))
-    return render(request, "workflow.html", {"workflow": found, "jobs": jobs, "blocks": blocks, "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else "")}, partial="_workflow_jobs.html")
+    return render(
+        request,
+        "workflow.html",
+        {
+            "workflow": found,
+            "jobs": jobs,
+            "blocks": blocks,
+            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        },
+        partial="_workflow_jobs.html",
+    )
 
 
 async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
@@ -124,16 +172,20 @@ async def job(request: Request) -> Response:
         if found is None:
             return _unknown_job(request, slurm_job_id)
         blocks = await _job_blocks(session, [found])
-        workflow = (await job_queries.workflows_by_ids(session, ids=[found.workflow_id] if found.workflow_id else [])).get(found.workflow_id or 0)
+        workflow = (
+            await job_queries.workflows_by_ids(session, ids=[found.workflow_id] if found.workflow_id else [])
+        ).get(found.workflow_id or 0)
     return render(request, "job.html", {"block": blocks[0], "workflow": workflow})
 
 
 def _unknown_job(request: Request, slurm_job_id: int, detail: str = "") -> Response:
     return explain(
-        request, title="Unknown job", status=404,
+        request,
+        title="Unknown job",
+        status=404,
         message=f"No job {slurm_job_id} is recorded{detail}.",
         hint="Jobs appear after the observer sees them in squeue with an APS policy in their --comment. "
-             "Check the job id, the stored comment (scontrol show job) and that its partition is managed.",
+        "Check the job id, the stored comment (scontrol show job) and that its partition is managed.",
         links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
     )
 
@@ -143,8 +195,13 @@ async def _load_attempt(request: Request, session: Any) -> tuple[Any, Response |
     if "uuid" in params:
         attempt = await job_queries.find_attempt_by_uuid(session, uuid=params["uuid"])
         if attempt is None:
-            return None, explain(request, title="Unknown attempt", status=404, message=f"No attempt has the id {params['uuid']}.",
-                                 links=[("Workflows Overview", request.url_for("dashboard:workflows").path)])
+            return None, explain(
+                request,
+                title="Unknown attempt",
+                status=404,
+                message=f"No attempt has the id {params['uuid']}.",
+                links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+            )
         return attempt, None
     slurm_job_id, index = params["job_id"], params["attempt_index"]
     attempt = await job_queries.find_attempt(session, slurm_job_id=slurm_job_id, attempt_index=index)
@@ -154,7 +211,9 @@ async def _load_attempt(request: Request, session: Any) -> tuple[Any, Response |
             return None, _unknown_job(request, slurm_job_id)
         known = await job_queries.count_attempts_of_jobs(session, job_ids=[job.id])
         return None, explain(
-            request, title="Unknown attempt", status=404,
+            request,
+            title="Unknown attempt",
+            status=404,
             message=f"Job {slurm_job_id} has no attempt {index}; {known.get(job.id, 0)} attempt(s) are recorded (attempt 0 is the first execution).",
             links=[(f"Job {slurm_job_id}", request.url_for("dashboard:job", job_id=slurm_job_id).path)],
         )
@@ -171,27 +230,59 @@ async def attempt_details(request: Request) -> Response:
             return problem
         job = (await job_queries.jobs_by_ids(session, ids=[attempt.job_id]))[attempt.job_id]
         policy = (await job_queries.policies_by_job_ids(session, job_ids=[job.id])).get(job.id)
-        workflow = (await job_queries.workflows_by_ids(session, ids=[attempt.workflow_id] if attempt.workflow_id else [])).get(attempt.workflow_id or 0)
+        workflow = (
+            await job_queries.workflows_by_ids(session, ids=[attempt.workflow_id] if attempt.workflow_id else [])
+        ).get(attempt.workflow_id or 0)
         siblings = await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))
-        checkpoints = await job_queries.list_checkpoints(session, attempt_id=attempt.id, page=PageRequest.build(first=100))
+        checkpoints = await job_queries.list_checkpoints(
+            session, attempt_id=attempt.id, page=PageRequest.build(first=100)
+        )
         anomalies = await job_queries.list_anomalies(session, attempt_id=attempt.id, page=PageRequest.build(first=100))
         advice = (await advice_queries.advice_of_attempts(session, attempt_ids=[attempt.id])).get(attempt.id)
-        milestones = (await advice_queries.milestones_of_advice(session, advice_ids=[advice.id])).get(advice.id, []) if advice else []
-    raw = attempt_json(attempt=attempt, job=job, policy=policy, workflow=workflow, checkpoints=list(checkpoints.items),
-                       anomalies=list(anomalies.items), advice=advice, milestones=milestones)
+        milestones = (
+            (await advice_queries.milestones_of_advice(session, advice_ids=[advice.id])).get(advice.id, [])
+            if advice
+            else []
+        )
+    raw = attempt_json(
+        attempt=attempt,
+        job=job,
+        policy=policy,
+        workflow=workflow,
+        checkpoints=list(checkpoints.items),
+        anomalies=list(anomalies.items),
+        advice=advice,
+        milestones=milestones,
+    )
     if request.query_params.get("format") == "json":
         return JSONResponse(raw, headers={"Cache-Control": "no-store"})
-    return render(request, "attempt.html", {
-        "attempt": attempt, "job": job, "policy": policy, "workflow": workflow, "siblings": siblings.items,
-        "checkpoints": checkpoints, "anomalies": anomalies, "advice": advice, "milestones": milestones, "raw": raw, "now": utcnow(),
-        "self_url": request.url.path,
-    }, partial="_attempt_details.html")
+    return render(
+        request,
+        "attempt.html",
+        {
+            "attempt": attempt,
+            "job": job,
+            "policy": policy,
+            "workflow": workflow,
+            "siblings": siblings.items,
+            "checkpoints": checkpoints,
+            "anomalies": anomalies,
+            "advice": advice,
+            "milestones": milestones,
+            "raw": raw,
+            "now": utcnow(),
+            "self_url": request.url.path,
+        },
+        partial="_attempt_details.html",
+    )
 
 
 def audit_views_off(request: Request, view: str) -> Response:
     """Timeline and Audit Events when the operator turned them off: say so (404 with the reason)."""
     return explain(
-        request, title=f"{view} is turned off", status=404,
+        request,
+        title=f"{view} is turned off",
+        status=404,
         message=f"The operator has turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false), so {view} is not available on this installation.",
         hint="Job Details still shows each attempt's state, checkpoints, anomalies and Advice. Ask the operator to enable audit views to see events.",
         links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
@@ -209,24 +300,60 @@ async def timeline(request: Request) -> Response:
         if problem is not None:
             return problem
         job = (await job_queries.jobs_by_ids(session, ids=[attempt.job_id]))[attempt.job_id]
-        siblings = list((await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))).items)
+        siblings = list(
+            (await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))).items
+        )
         ids = [a.id for a in siblings]
-        events = await audit_service.timeline_events(session, cluster=job.cluster, slurm_job_id=job.slurm_job_id, since=job.created_at if job.incarnation else None)
+        events = await audit_service.timeline_events(
+            session,
+            cluster=job.cluster,
+            slurm_job_id=job.slurm_job_id,
+            since=job.created_at if job.incarnation else None,
+        )
         anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=ids, limit=200)
         checkpoints = await job_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
         advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
         milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in advice.values()])
     now = utcnow()
-    rows = build_rows(request, focus=attempt, attempts=siblings, events=events, anomalies=anomalies, checkpoints=checkpoints, advice=advice, milestones=milestones)
+    rows = build_rows(
+        request,
+        focus=attempt,
+        attempts=siblings,
+        events=events,
+        anomalies=anomalies,
+        checkpoints=checkpoints,
+        advice=advice,
+        milestones=milestones,
+    )
     marks = sorted(((row.attempt_index, m) for row in rows for m in row.marks), key=lambda item: item[1].at)
-    return render(request, "timeline.html", {
-        "attempt": attempt, "job": job, "svg": render_timeline(rows, now=now), "marks": marks, "legend": legend_items(),
-        "now": now, "running": any(row.open_ended for row in rows), "self_url": request.url.path,
-    }, partial="_timeline.html")
+    return render(
+        request,
+        "timeline.html",
+        {
+            "attempt": attempt,
+            "job": job,
+            "svg": render_timeline(rows, now=now),
+            "marks": marks,
+            "legend": legend_items(),
+            "now": now,
+            "running": any(row.open_ended for row in rows),
+            "self_url": request.url.path,
+        },
+        partial="_timeline.html",
+    )
 
 
-def build_rows(request: Request, *, focus: Any, attempts: list[Any], events: list[Any], anomalies: dict[int, list[Any]],
-               checkpoints: dict[int, list[Any]], advice: dict[int, Any], milestones: dict[int, list[Any]]) -> list[Row]:
+def build_rows(
+    request: Request,
+    *,
+    focus: Any,
+    attempts: list[Any],
+    events: list[Any],
+    anomalies: dict[int, list[Any]],
+    checkpoints: dict[int, list[Any]],
+    advice: dict[int, Any],
+    milestones: dict[int, list[Any]],
+) -> list[Row]:
     """Timeline rows from stored records: state spans from state-change events, everything else as marks."""
     history: dict[int, list[tuple[dt.datetime, str]]] = {}
     verifications: dict[int, list[Mark]] = {}
@@ -238,22 +365,56 @@ def build_rows(request: Request, *, focus: Any, attempts: list[Any], events: lis
             if state:
                 history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))
         else:
-            verifications.setdefault(event.attempt_index, []).append(Mark("verification", event.produced_at, f"{event.event_type}: {event.message}"))
+            verifications.setdefault(event.attempt_index, []).append(
+                Mark("verification", event.produced_at, f"{event.event_type}: {event.message}")
+            )
     rows = []
     for a in attempts:
-        spans, terminal = state_spans(state=a.state, start=a.start_time, end=a.end_time, created=a.created_at, history=history.get(a.attempt_index, []))
-        marks = [Mark("anomaly", x.source_time or x.detected_at, f"{x.kind} {x.category}: {x.message or x.line or ''}".strip()) for x in anomalies.get(a.id, [])]
-        marks += [Mark("checkpoint", c.source_time or c.read_time, f"{c.kind} {c.path or ''} iteration {c.iteration if c.iteration is not None else '?'}") for c in checkpoints.get(a.id, [])]
+        spans, terminal = state_spans(
+            state=a.state,
+            start=a.start_time,
+            end=a.end_time,
+            created=a.created_at,
+            history=history.get(a.attempt_index, []),
+        )
+        marks = [
+            Mark(
+                "anomaly", x.source_time or x.detected_at, f"{x.kind} {x.category}: {x.message or x.line or ''}".strip()
+            )
+            for x in anomalies.get(a.id, [])
+        ]
+        marks += [
+            Mark(
+                "checkpoint",
+                c.source_time or c.read_time,
+                f"{c.kind} {c.path or ''} iteration {c.iteration if c.iteration is not None else '?'}",
+            )
+            for c in checkpoints.get(a.id, [])
+        ]
         found = advice.get(a.id)
         if found is not None:
             excl = f", exclude {', '.join(found.exclusions)}" if found.exclusions else ""
-            marks.append(Mark("advice", found.created_at, f"{found.operation} generation {found.generation}{excl} ({found.mode}): {found.reason}"))
+            marks.append(
+                Mark(
+                    "advice",
+                    found.created_at,
+                    f"{found.operation} generation {found.generation}{excl} ({found.mode}): {found.reason}",
+                )
+            )
             for m in milestones.get(found.id, []):
-                marks.append(Mark("action", m.started_at, f"{m.step} {m.status} (generation {m.generation})", end=m.finished_at))
+                marks.append(
+                    Mark("action", m.started_at, f"{m.step} {m.status} (generation {m.generation})", end=m.finished_at)
+                )
         marks += verifications.get(a.attempt_index, [])
-        rows.append(Row(
-            label=f"attempt {a.attempt_index}", attempt_index=a.attempt_index, focus=a.id == focus.id,
-            href=request.url_for("dashboard:timeline", job_id=a.slurm_job_id, attempt_index=a.attempt_index).path,
-            spans=spans, marks=marks, terminal=terminal,
-        ))
+        rows.append(
+            Row(
+                label=f"attempt {a.attempt_index}",
+                attempt_index=a.attempt_index,
+                focus=a.id == focus.id,
+                href=request.url_for("dashboard:timeline", job_id=a.slurm_job_id, attempt_index=a.attempt_index).path,
+                spans=spans,
+                marks=marks,
+                terminal=terminal,
+            )
+        )
     return rows

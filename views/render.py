@@ -37,7 +37,9 @@ def is_partial_request(request: Request) -> bool:
     return bool(request.headers.get("hx-request")) and not request.headers.get("hx-history-restore-request")
 
 
-def render(request: Request, template: str, context: dict[str, Any], *, partial: str | None = None, status: int = 200) -> Response:
+def render(
+    request: Request, template: str, context: dict[str, Any], *, partial: str | None = None, status: int = 200
+) -> Response:
     """The full page, or only `partial` when htmx asks for a fragment (the page includes the same partial)."""
     dashboard = dashboard_of(request)
     name = partial if partial and is_partial_request(request) else template
@@ -60,6 +62,16 @@ def render(request: Request, template: str, context: dict[str, Any], *, partial:
     return response
 
 
-def explain(request: Request, *, title: str, message: str, status: int, hint: str | None = None, links: list[tuple[str, str]] | None = None) -> Response:
+def explain(
+    request: Request,
+    *,
+    title: str,
+    message: str,
+    status: int,
+    hint: str | None = None,
+    links: list[tuple[str, str]] | None = None,
+) -> Response:
     """A page that says what went wrong and what to do (unknown ids, disabled views, failed logins)."""
-    return render(request, "message.html", {"title": title, "message": message, "hint": hint, "links": links or []}, status=status)
+    return render(
+        request, "message.html", {"title": title, "message": message, "hint": hint, "links": links or []}, status=status
+    )

@@ -29,7 +29,9 @@ class _WithDashboard:
 def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     """The dashboard's pages, fragments and live-update streams."""
     settings = ctx.settings
-    dashboard = Dashboard(ctx=ctx, auth=DashboardAuth(settings), templates=build_templates(), streams=live.StreamLimiter())
+    dashboard = Dashboard(
+        ctx=ctx, auth=DashboardAuth(settings), templates=build_templates(), streams=live.StreamLimiter()
+    )
     routes = [
         Route("/", pages.dashboard_home, name="home"),
         Route("/workflow", pages.workflows, name="workflows"),

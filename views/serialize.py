@@ -16,13 +16,22 @@ def row_dict(row: Any) -> dict[str, Any] | None:
     for column in inspect(row).mapper.column_attrs:
         value = getattr(row, column.key)
         if isinstance(value, dt.datetime):
-            value = value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+            value = value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
         values[column.key] = value
     return values
 
 
-def attempt_json(*, attempt: Any, job: Any, policy: Any, workflow: Any, checkpoints: list[Any], anomalies: list[Any],
-                 advice: Any, milestones: list[Any]) -> dict[str, Any]:
+def attempt_json(
+    *,
+    attempt: Any,
+    job: Any,
+    policy: Any,
+    workflow: Any,
+    checkpoints: list[Any],
+    anomalies: list[Any],
+    advice: Any,
+    milestones: list[Any],
+) -> dict[str, Any]:
     """One attempt as stored, with its job, policy, workflow, evidence, Advice and milestones."""
     return {
         "attempt": row_dict(attempt),

@@ -44,7 +44,7 @@ def utc_text(value: dt.datetime | None, *, seconds: bool = True) -> str:
     """`2025-01-31 12:00:05Z`: every time on the dashboard is UTC; local time is shown on hover."""
     if value is None:
         return "—"
-    value = value.astimezone(dt.timezone.utc)
+    value = value.astimezone(dt.UTC)
     return value.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + "Z"
 
 
@@ -52,7 +52,7 @@ def iso(value: dt.datetime | None) -> str:
     """ISO 8601 in UTC (for `<time datetime>` and data attributes)."""
     if value is None:
         return ""
-    return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def time_tag(value: dt.datetime | None) -> Markup:
@@ -80,7 +80,9 @@ def duration_text(seconds: float | None) -> str:
 
 def pretty_json(value: Any) -> str:
     """Indented JSON for the raw views (datetimes as ISO text)."""
-    return json.dumps(value, indent=2, sort_keys=True, default=lambda v: iso(v) if isinstance(v, dt.datetime) else str(v))
+    return json.dumps(
+        value, indent=2, sort_keys=True, default=lambda v: iso(v) if isinstance(v, dt.datetime) else str(v)
+    )
 
 
 def state_class(state: str | None) -> str:
@@ -91,7 +93,7 @@ def state_class(state: str | None) -> str:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def build_templates() -> Jinja2Templates:
@@ -99,7 +101,9 @@ def build_templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
     env = templates.env
     env.globals.update(url=_url, static=_static, now_utc=_now, htmx_file=HTMX_FILE, htmx_sse_file=HTMX_SSE_FILE)
-    env.filters.update(utc=utc_text, iso=iso, time=time_tag, duration=duration_text, pretty_json=pretty_json, state_class=state_class)
+    env.filters.update(
+        utc=utc_text, iso=iso, time=time_tag, duration=duration_text, pretty_json=pretty_json, state_class=state_class
+    )
     env.trim_blocks = True
     env.lstrip_blocks = True
     return templates

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from markupsafe import Markup, escape
 
 # Kept here (not imported from app.jobs) so this module stays pure and importable without a database.
 FAILED = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
-ACTIVE = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "STOPPED", "REQUEUE_HOLD",
-    "REQUEUE_FED", "SIGNALING", "STAGE_OUT",
-})
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "RESIZING",
+        "STOPPED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "SIGNALING",
+        "STAGE_OUT",
+    }
+)
 MARK_KINDS = ("anomaly", "advice", "action", "verification", "checkpoint")
 MARK_LABELS = {
     "anomaly": "detection (anomaly)",
@@ -24,11 +36,42 @@ MARK_LABELS = {
     "checkpoint": "checkpoint",
 }
 STATE_COLOURS = {
-    "running": "#2563eb", "pending": "#a3acb9", "completed": "#16a34a", "failed": "#dc2626",
-    "cancelled": "#6b7280", "other": "#9ca3af",
+    "running": "#2563eb",
+    "pending": "#a3acb9",
+    "completed": "#16a34a",
+    "failed": "#dc2626",
+    "cancelled": "#6b7280",
+    "other": "#9ca3af",
 }
-MARK_COLOURS = {"anomaly": "#dc2626", "advice": "#7c3aed", "action": "#ea580c", "verification": "#059669", "checkpoint": "#0284c7"}
-_NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
+MARK_COLOURS = {
+    "anomaly": "#dc2626",
+    "advice": "#7c3aed",
+    "action": "#ea580c",
+    "verification": "#059669",
+    "checkpoint": "#0284c7",
+}
+_NICE_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)
 
 
 def state_group(state: str | None) -> str:
@@ -97,7 +140,11 @@ class Row:
 
 
 def state_spans(
-    *, state: str, start: dt.datetime | None, end: dt.datetime | None, created: dt.datetime,
+    *,
+    state: str,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    created: dt.datetime,
     history: Sequence[tuple[dt.datetime, str]],
 ) -> tuple[list[Span], tuple[str, dt.datetime] | None]:
     """Spans from an attempt's recorded state changes (time, new state); ended states become a terminal mark."""
@@ -131,11 +178,11 @@ def _nice_step(seconds: float, target_ticks: int = 7) -> int:
 
 
 def _fmt(at: dt.datetime) -> str:
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _iso(at: dt.datetime) -> str:
-    return at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _human(seconds: float) -> str:
@@ -177,11 +224,13 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
     if total > 2 * 86400:
         tick_fmt = "%m-%d %H:%M"
     axis_y = top + axis_h - 6
-    out.append(f'<line class="axis" x1="{label_w}" y1="{axis_y}" x2="{width - right_pad}" y2="{axis_y}" stroke="#8a94a6"/>')
+    out.append(
+        f'<line class="axis" x1="{label_w}" y1="{axis_y}" x2="{width - right_pad}" y2="{axis_y}" stroke="#8a94a6"/>'
+    )
     out.append(f'<text class="axis-label" x="4" y="{axis_y - 6}" font-size="11" fill="#5b6475">UTC</text>')
     tick = first
     while tick <= t1.timestamp():
-        at = dt.datetime.fromtimestamp(tick, dt.timezone.utc)
+        at = dt.datetime.fromtimestamp(tick, dt.UTC)
         tx = x(at)
         out.append(f'<line class="grid" x1="{tx}" y1="{axis_y}" x2="{tx}" y2="{height - 4}" stroke="#e3e7ee"/>')
         out.append(
@@ -202,7 +251,9 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
             out.append(f'<rect class="row-focus" x="0" y="{y}" width="{width}" height="{row_h}" fill="#eef4ff"/>')
         label = escape(row.label)
         if row.href:
-            out.append(f'<a href="{escape(row.href)}"><text x="6" y="{y + 16}" font-size="12" fill="#1d4ed8">{label}</text></a>')
+            out.append(
+                f'<a href="{escape(row.href)}"><text x="6" y="{y + 16}" font-size="12" fill="#1d4ed8">{label}</text></a>'
+            )
         else:
             out.append(f'<text x="6" y="{y + 16}" font-size="12" fill="#1f2937">{label}</text>')
         bar_y, bar_h = y + 6, 14
@@ -214,7 +265,7 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
             secs = ((span.end or now) - span.start).total_seconds()
             out.append(
                 f'<g class="span state-{state_group(span.state)}{" open" if span.end is None else ""}" data-utc="{_iso(span.start)}">'
-                f'<title>{escape(span.state)} from {_fmt(span.start)} until {escape(until)} ({_human(secs)})</title>'
+                f"<title>{escape(span.state)} from {_fmt(span.start)} until {escape(until)} ({_human(secs)})</title>"
                 f'<rect x="{sx}" y="{bar_y}" width="{round(w, 1)}" height="{bar_h}" rx="2" fill="{STATE_COLOURS[state_group(span.state)]}"/>'
             )
             if span.end is None:  # an arrow head says "still going"
@@ -223,7 +274,9 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
                     f'fill="{STATE_COLOURS[state_group(span.state)]}"/>'
                 )
             if w > 60:
-                out.append(f'<text class="span-label" x="{sx + 4}" y="{bar_y + 11}" font-size="10" fill="#fff">{escape(span.state)}</text>')
+                out.append(
+                    f'<text class="span-label" x="{sx + 4}" y="{bar_y + 11}" font-size="10" fill="#fff">{escape(span.state)}</text>'
+                )
             out.append("</g>")
         if row.terminal:
             state, at = row.terminal

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -153,15 +154,28 @@ class Advisor(Service):
                 AuditEvent.cluster == Attempt.cluster,
             )
             active_advice = exists().where(Advice.attempt_id == Attempt.id, Advice.active.is_(True))
-            enrolled = and_(Job.id == Attempt.job_id, Job.enrolment == "ENROLLED", Job.retired_at.is_(None), Job.cluster == self.settings.cluster)
-            failed = select(Attempt.id).join(Job, enrolled).where(
-                or_(and_(Attempt.state.in_(FAILURE_STATES), ~has_advice, ~not_needed), active_advice)
+            enrolled = and_(
+                Job.id == Attempt.job_id,
+                Job.enrolment == "ENROLLED",
+                Job.retired_at.is_(None),
+                Job.cluster == self.settings.cluster,
+            )
+            failed = (
+                select(Attempt.id)
+                .join(Job, enrolled)
+                .where(or_(and_(Attempt.state.in_(FAILURE_STATES), ~has_advice, ~not_needed), active_advice))
             )
             attempt_ids = (await session.scalars(failed)).all()
-            undecided = select(Anomaly.id, Anomaly.attempt_id).join(Attempt, Attempt.id == Anomaly.attempt_id).join(Job, enrolled).where(
-                Anomaly.kind.in_(ANOMALY_KINDS),
-                or_(Attempt.state.in_(ACTIVE_STATES), active_advice, and_(~has_advice, ~not_needed)),
-            ).order_by(Anomaly.id)
+            undecided = (
+                select(Anomaly.id, Anomaly.attempt_id)
+                .join(Attempt, Attempt.id == Anomaly.attempt_id)
+                .join(Job, enrolled)
+                .where(
+                    Anomaly.kind.in_(ANOMALY_KINDS),
+                    or_(Attempt.state.in_(ACTIVE_STATES), active_advice, and_(~has_advice, ~not_needed)),
+                )
+                .order_by(Anomaly.id)
+            )
             anomalies = (await session.execute(undecided)).all()
         # Anomalies first: a crash line usually precedes the state it causes, and its reason says more.
         signals = [Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id in anomalies]
@@ -178,7 +192,11 @@ class Advisor(Service):
             entries = await feed.read_since(session, after_id=self.feed_position, topics=["attempt"], limit=BATCH * 4)
             if entries:
                 self.feed_position = entries[-1].id
-            ended = {e.entity_id for e in entries if e.entity_id is not None and (e.payload or {}).get("state") in ENDED_STATES}
+            ended = {
+                e.entity_id
+                for e in entries
+                if e.entity_id is not None and (e.payload or {}).get("state") in ENDED_STATES
+            }
             if ended:
                 rows = (
                     await session.execute(
@@ -188,15 +206,24 @@ class Advisor(Service):
                     )
                 ).all()
                 # A failure state starts a decision; any end of an attempt that has Advice is folded into it.
-                signals += [Signal(attempt_id) for attempt_id, state, advice_id in rows if state in FAILURE_STATES or advice_id is not None]
+                signals += [
+                    Signal(attempt_id)
+                    for attempt_id, state, advice_id in rows
+                    if state in FAILURE_STATES or advice_id is not None
+                ]
             anomalies = (
                 await session.execute(
-                    select(Anomaly.id, Anomaly.attempt_id, Anomaly.kind).where(Anomaly.id > self.anomaly_position).order_by(Anomaly.id).limit(BATCH)
+                    select(Anomaly.id, Anomaly.attempt_id, Anomaly.kind)
+                    .where(Anomaly.id > self.anomaly_position)
+                    .order_by(Anomaly.id)
+                    .limit(BATCH)
                 )
             ).all()
             if anomalies:
                 self.anomaly_position = anomalies[-1][0]
-            signals += [Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id, kind in anomalies if kind in ANOMALY_KINDS]
+            signals += [
+                Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id, kind in anomalies if kind in ANOMALY_KINDS
+            ]
         return signals
 
     # ------------------------------------------------------------ deciding
@@ -208,7 +235,12 @@ class Advisor(Service):
             if attempt is None:
                 return 0
             job = await session.get(Job, attempt.job_id)
-            if job is None or job.enrolment != "ENROLLED" or job.retired_at is not None or job.cluster != self.settings.cluster:
+            if (
+                job is None
+                or job.enrolment != "ENROLLED"
+                or job.retired_at is not None
+                or job.cluster != self.settings.cluster
+            ):
                 return 0
             anomaly = await session.get(Anomaly, signal.anomaly_id) if signal.anomaly_id is not None else None
             failure = await self._failure(session, attempt, anomaly)
@@ -220,7 +252,12 @@ class Advisor(Service):
             now = utcnow()
             decision = decide(
                 failure=failure,
-                policy=job_policy(policy.effective if policy else None, requeue_eligible=job.requeue_eligible if job.requeue_eligible is not None else attempt.requeue_eligible),
+                policy=job_policy(
+                    policy.effective if policy else None,
+                    requeue_eligible=job.requeue_eligible
+                    if job.requeue_eligible is not None
+                    else attempt.requeue_eligible,
+                ),
                 site=site_policy(self.settings),
                 history=history,
                 partition_nodes=partition_nodes,
@@ -233,8 +270,14 @@ class Advisor(Service):
                 partition_managed=self.settings.partition_managed(job.partition),
             )
             outcome = await advice_service.record_decision(
-                session, attempt=attempt, decision=decision, mode=mode, signal=signal.label,
-                evidence_refs=failure.evidence_refs, partition_nodes=partition_nodes, now=now,
+                session,
+                attempt=attempt,
+                decision=decision,
+                mode=mode,
+                signal=signal.label,
+                evidence_refs=failure.evidence_refs,
+                partition_nodes=partition_nodes,
+                now=now,
             )
             self.decisions += 1
             return 1 if outcome.changed else 0
@@ -250,7 +293,12 @@ class Advisor(Service):
             nodes = await self.scheduler.partition_nodes(partition)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, a decision is never blocked by this lookup
             kind = "Slurm failed" if isinstance(exc, SchedulerError) else type(exc).__name__
-            log.warning("advisor: nodes of partition %r unknown (%s: %s); deciding without the partition guard", partition, kind, exc)
+            log.warning(
+                "advisor: nodes of partition %r unknown (%s: %s); deciding without the partition guard",
+                partition,
+                kind,
+                exc,
+            )
             self._partitions[partition] = (time.monotonic() + PARTITION_RETRY_SECONDS, None)
             return None
         if nodes is None:
@@ -260,7 +308,9 @@ class Advisor(Service):
 
     async def _failure(self, session: AsyncSession, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
         """The domain's Failure for this signal, with the attempt's checkpoints and the nodes its evidence names."""
-        anomalies = (await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id).order_by(Anomaly.id))).all()
+        anomalies = (
+            await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id).order_by(Anomaly.id))
+        ).all()
         named: set[str] = set()
         for row in anomalies:
             if anomaly is None or row.id <= anomaly.id:
@@ -275,20 +325,35 @@ class Advisor(Service):
                 named |= set(attempt.nodes)  # the one node it ran on is the node that failed
             refs = [f"attempt_state:{attempt.id}:{state}"] + ([f"anomaly:{anomaly.id}"] if anomaly is not None else [])
             return Failure(
-                attempt_index=attempt.attempt_index, kind=FailureKind.SCHEDULER_FAILURE, state=state, exit_code=attempt.exit_code,
-                implicated_nodes=tuple(sorted(named)), evidence_refs=tuple(refs), attempt_running=False,
-                checkpoints_saved=saved, latest_checkpoint_iteration=iteration,
+                attempt_index=attempt.attempt_index,
+                kind=FailureKind.SCHEDULER_FAILURE,
+                state=state,
+                exit_code=attempt.exit_code,
+                implicated_nodes=tuple(sorted(named)),
+                evidence_refs=tuple(refs),
+                attempt_running=False,
+                checkpoints_saved=saved,
+                latest_checkpoint_iteration=iteration,
             )
         return Failure(
-            attempt_index=attempt.attempt_index, kind=FailureKind(anomaly.kind), category=anomaly.category,
-            implicated_nodes=tuple(sorted(named)), evidence_refs=(f"anomaly:{anomaly.id}",),
-            attempt_running=state == "RUNNING", checkpoints_saved=saved, latest_checkpoint_iteration=iteration,
+            attempt_index=attempt.attempt_index,
+            kind=FailureKind(anomaly.kind),
+            category=anomaly.category,
+            implicated_nodes=tuple(sorted(named)),
+            evidence_refs=(f"anomaly:{anomaly.id}",),
+            attempt_running=state == "RUNNING",
+            checkpoints_saved=saved,
+            latest_checkpoint_iteration=iteration,
         )
 
     async def _history(self, session: AsyncSession, job: Job, attempt: Attempt) -> list[AttemptRecord]:
         """The job's attempts before this one, as the retry rules see them."""
         earlier = (
-            await session.scalars(select(Attempt).where(Attempt.job_id == job.id, Attempt.attempt_index < attempt.attempt_index).order_by(Attempt.attempt_index))
+            await session.scalars(
+                select(Attempt)
+                .where(Attempt.job_id == job.id, Attempt.attempt_index < attempt.attempt_index)
+                .order_by(Attempt.attempt_index)
+            )
         ).all()
         if not earlier:
             return []
@@ -297,7 +362,10 @@ class Advisor(Service):
         nodes: dict[int, set[str]] = {}
         for row in (await session.scalars(select(Anomaly).where(Anomaly.attempt_id.in_(ids)))).all():
             nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
-        advice = {row.attempt_id: row for row in (await session.scalars(select(Advice).where(Advice.attempt_id.in_(ids)))).all()}
+        advice = {
+            row.attempt_id: row
+            for row in (await session.scalars(select(Advice).where(Advice.attempt_id.in_(ids)))).all()
+        }
         records = []
         for a in earlier:
             saved, iteration = checkpoints.get(a.id, (0, None))
@@ -327,7 +395,10 @@ async def _checkpoint_summary(session: AsyncSession, attempt_ids: Iterable[int])
             .group_by(Checkpoint.attempt_id)
         )
     ).all()
-    return {attempt_id: (int(count), int(iteration) if iteration is not None else None) for attempt_id, count, iteration in rows}
+    return {
+        attempt_id: (int(count), int(iteration) if iteration is not None else None)
+        for attempt_id, count, iteration in rows
+    }
 
 
 def _dedupe(signals: list[Signal]) -> list[Signal]:

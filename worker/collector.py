@@ -23,7 +23,8 @@ import asyncio
 import datetime as dt
 import logging
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from app.config import Settings
 from app.context import AppContext
@@ -53,8 +54,14 @@ class Collector(Service):
 
     name = "collector"
 
-    def __init__(self, ctx: AppContext, *, tailer: LogTailer | None = None, clock: Callable[[], dt.datetime] = utcnow,
-                 use_inotify: bool | None = None) -> None:
+    def __init__(
+        self,
+        ctx: AppContext,
+        *,
+        tailer: LogTailer | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+        use_inotify: bool | None = None,
+    ) -> None:
         super().__init__(interval=min(1.0, ctx.settings.collector_poll_interval))
         self.ctx = ctx
         self.settings = ctx.settings
@@ -117,7 +124,9 @@ class Collector(Service):
             candidates = list(self.tracked.values())
         else:  # only what inotify named, and final reads
             ids = {i for path in self._dirty for i in self.discovery.by_path.get(path, ())}
-            candidates = [self.tracked[i] for i in sorted(ids)] + [t for t in self.tracked.values() if t.closing and t.source_id not in ids]
+            candidates = [self.tracked[i] for i in sorted(ids)] + [
+                t for t in self.tracked.values() if t.closing and t.source_id not in ids
+            ]
         self._dirty.difference_update(t.path for t in candidates)
         reads, left = await asyncio.to_thread(read_files, self.tailer, candidates[:MAX_FILES_PER_TICK])
         left += [t.path for t in candidates[MAX_FILES_PER_TICK:]]
@@ -130,7 +139,12 @@ class Collector(Service):
         anomalies += await self.recorder.retry_pending(now, free=free)
         if self.use_inotify:
             self._ensure_watching()
-        self.last_tick = {"read": len(reads), "candidates": len(candidates), "unfinished": unfinished, "anomalies": anomalies}
+        self.last_tick = {
+            "read": len(reads),
+            "candidates": len(candidates),
+            "unfinished": unfinished,
+            "anomalies": anomalies,
+        }
         if anomalies:
             self._notify_anomaly()
         if unfinished or self._dirty:
@@ -183,8 +197,16 @@ class Collector(Service):
 
         log_dirs = {os.path.abspath(d) for d in self.settings.log_dirs}
         try:
-            async for changes in awatch(*sorted(dirs), watch_filter=None, debounce=50, step=10, stop_event=stop, recursive=False,
-                                        rust_timeout=500, ignore_permission_denied=True):
+            async for changes in awatch(
+                *sorted(dirs),
+                watch_filter=None,
+                debounce=50,
+                step=10,
+                stop_event=stop,
+                recursive=False,
+                rust_timeout=500,
+                ignore_permission_denied=True,
+            ):
                 for _, path in changes:
                     self._dirty.add(path)
                     if path not in self.discovery.by_path and os.path.dirname(path) in log_dirs:
@@ -193,4 +215,8 @@ class Collector(Service):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # inotify limits, vanished directories: polling still covers everything
-            log.warning("file-change notifications stopped (%s); polling every %.1f s", exc, self.settings.collector_poll_interval)
+            log.warning(
+                "file-change notifications stopped (%s); polling every %.1f s",
+                exc,
+                self.settings.collector_poll_interval,
+            )

@@ -12,8 +12,9 @@ import asyncio
 import datetime as dt
 import os
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -67,7 +68,9 @@ class JobInfo:
 
     def attempt_for_line(self, event: LogEvent) -> AttemptInfo | None:
         """The attempt a line of a shared file belongs to, when its label or time decides it now."""
-        decision = assoc.attribute_shared_event(label=event.attempt, source_time=event.source_time, windows=self.windows(), now=event.read_at)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt, source_time=event.source_time, windows=self.windows(), now=event.read_at
+        )
         return next((a for a in self.attempts if a.index == decision.attempt_index), None)
 
 
@@ -88,11 +91,16 @@ class Tracked:
 def chunks(ids: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
     """`ids` in slices short enough for one IN (...) list."""
     for start in range(0, len(ids), size):
-        yield ids[start:start + size]
+        yield ids[start : start + size]
 
 
-async def scalars_in(session: AsyncSession, query: Select[Any], column: InstrumentedAttribute[Any], ids: Sequence[int],
-                     size: int = IN_CHUNK) -> list[Any]:
+async def scalars_in(
+    session: AsyncSession,
+    query: Select[Any],
+    column: InstrumentedAttribute[Any],
+    ids: Sequence[int],
+    size: int = IN_CHUNK,
+) -> list[Any]:
     """The query's scalars where `column` is one of `ids`: one query per `size` ids."""
     found: list[Any] = []
     for chunk in chunks(ids, size):
@@ -134,7 +142,9 @@ class Discovery:
     def tracked_dirs(self) -> frozenset[str]:
         """Directories holding tracked files, and the log directories (recomputed only after the tracked set changed)."""
         if self._tracked_dirs is None:
-            self._tracked_dirs = frozenset({os.path.dirname(path) or "." for path in self.by_path} | set(self.settings.log_dirs))
+            self._tracked_dirs = frozenset(
+                {os.path.dirname(path) or "." for path in self.by_path} | set(self.settings.log_dirs)
+            )
         return self._tracked_dirs
 
     # ---- refreshing -------------------------------------------------------------------------
@@ -143,7 +153,9 @@ class Discovery:
         """Bring the tracked set in line with every live attempt and the log directories (at start; a safety net)."""
         grace = self.grace
         async with self.ctx.sessions() as session, session.begin():
-            cursor = await feed.latest_id(session)  # read first: a change committed meanwhile is read again, never missed
+            cursor = await feed.latest_id(
+                session
+            )  # read first: a change committed meanwhile is read again, never missed
             self.jobs = await self._live_jobs(session, now - grace)
             self._grace_ends = {}
             for job in self.jobs.values():
@@ -172,7 +184,9 @@ class Discovery:
             found: Wanted = {}
             if self.rescan or scope:
                 found = await asyncio.to_thread(self._scan_log_dirs)
-                scope |= {job_id for (path, job_id) in found if not self._tracks(path, job_id)}  # a new file joins this round
+                scope |= {
+                    job_id for (path, job_id) in found if not self._tracks(path, job_id)
+                }  # a new file joins this round
             if scope:
                 wanted = self._wanted_sources(now, grace, [self.jobs[j] for j in scope if j in self.jobs])
                 for key, attempt_id in found.items():
@@ -202,7 +216,11 @@ class Discovery:
 
     def _note_grace(self, job: JobInfo, now: dt.datetime, grace: dt.timedelta) -> None:
         """Remember when an ended attempt's files stop being read: the clock decides that, not a change."""
-        ends = [a.end + grace for a in job.attempts if a.state not in jobs.ACTIVE_STATES and a.end is not None and a.end + grace > now]
+        ends = [
+            a.end + grace
+            for a in job.attempts
+            if a.state not in jobs.ACTIVE_STATES and a.end is not None and a.end + grace > now
+        ]
         if ends:
             self._grace_ends[job.id] = min(ends)
 
@@ -212,12 +230,18 @@ class Discovery:
     def _tracks(self, path: str, job_id: int) -> bool:
         return any(self.tracked[i].job_id == job_id for i in self.by_path.get(path, ()))
 
-    async def _live_jobs(self, session: AsyncSession, ended_after: dt.datetime, only: set[int] | None = None) -> dict[int, JobInfo]:
+    async def _live_jobs(
+        self, session: AsyncSession, ended_after: dt.datetime, only: set[int] | None = None
+    ) -> dict[int, JobInfo]:
         query = (
             select(Attempt, Job)
             .join(Job, Job.id == Attempt.job_id)
             .where(Job.cluster == self.settings.cluster, Job.retired_at.is_(None), Job.enrolment == "ENROLLED")
-            .where(Attempt.state.in_(sorted(jobs.ACTIVE_STATES)) | Attempt.end_time.is_(None) | (Attempt.end_time > ended_after))
+            .where(
+                Attempt.state.in_(sorted(jobs.ACTIVE_STATES))
+                | Attempt.end_time.is_(None)
+                | (Attempt.end_time > ended_after)
+            )
         )
         rows: list[Any] = []
         if only is None:
@@ -230,16 +254,29 @@ class Discovery:
         if not job_ids:
             return live
         size = len(job_ids) if only is None else IN_CHUNK  # the full load keeps its one query per table
-        policies = {p.job_id: p.effective or {} for p in await scalars_in(session, select(Policy), Policy.job_id, job_ids, size)}
+        policies = {
+            p.job_id: p.effective or {} for p in await scalars_in(session, select(Policy), Policy.job_id, job_ids, size)
+        }
         # All attempts of these jobs (also ended ones): shared-path attribution needs every window.
-        every = await scalars_in(session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, job_ids, size)
+        every = await scalars_in(
+            session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, job_ids, size
+        )
         for _, job in rows:
             if job.id not in live:
                 config = policies.get(job.id, {}).get("anomaly_detection_config") or {}
-                live[job.id] = JobInfo(job.id, job.slurm_job_id, bool(job.shared_log_paths), bool(config.get("straggler_detection_enabled")))
+                live[job.id] = JobInfo(
+                    job.id,
+                    job.slurm_job_id,
+                    bool(job.shared_log_paths),
+                    bool(config.get("straggler_detection_enabled")),
+                )
         for attempt in every:
             paths = tuple(dict.fromkeys(p for p in (attempt.stdout_path, attempt.stderr_path) if p))
-            live[attempt.job_id].attempts.append(AttemptInfo(attempt.id, attempt.attempt_index, attempt.state, attempt.start_time, attempt.end_time, paths))
+            live[attempt.job_id].attempts.append(
+                AttemptInfo(
+                    attempt.id, attempt.attempt_index, attempt.state, attempt.start_time, attempt.end_time, paths
+                )
+            )
         return live
 
     @staticmethod
@@ -319,7 +356,9 @@ class Discovery:
 
     # ---- the tracked set --------------------------------------------------------------------
 
-    async def _sync_sources(self, session: AsyncSession, wanted: Wanted, now: dt.datetime, scope: set[int] | None) -> None:
+    async def _sync_sources(
+        self, session: AsyncSession, wanted: Wanted, now: dt.datetime, scope: set[int] | None
+    ) -> None:
         """Create, reopen, close and (un)track log sources; `scope`: only these jobs' sources (None: all)."""
         job_ids = sorted({job_id for _, job_id in wanted} if scope is None else scope)
         rows: list[LogSource] = await scalars_in(session, select(LogSource), LogSource.job_id, job_ids)
@@ -329,7 +368,9 @@ class Discovery:
         for (path, job_id), attempt_id in wanted.items():
             row = existing.get((path, job_id))
             if row is None:
-                row = LogSource(path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0)
+                row = LogSource(
+                    path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0
+                )
                 session.add(row)
                 existing[(path, job_id)] = row
             elif row.closed_at is not None and row.attempt_id is None:
@@ -339,11 +380,15 @@ class Discovery:
         for key, row in existing.items():
             if row.closed_at is not None:
                 continue
-            live = key in wanted and (row.attempt_id is None or row.attempt_id == wanted[key] or self._owner_live(row, now))
+            live = key in wanted and (
+                row.attempt_id is None or row.attempt_id == wanted[key] or self._owner_live(row, now)
+            )
             live_ids.add(row.id)
             tracked = self.tracked.get(row.id)
             if tracked is None:
-                tracked = self._track(Tracked(row.id, row.path, row.job_id, row.attempt_id, row.attempt_id is None, _position_of(row)))
+                tracked = self._track(
+                    Tracked(row.id, row.path, row.job_id, row.attempt_id, row.attempt_id is None, _position_of(row))
+                )
             tracked.closing = not live
         in_scope = self.tracked if scope is None else {i for job_id in scope for i in self._by_job.get(job_id, ())}
         for source_id in [s for s in in_scope if s not in live_ids]:
@@ -378,5 +423,13 @@ class Discovery:
 
 
 def _position_of(row: LogSource) -> FilePosition:
-    return FilePosition(path=row.path, offset=row.offset or 0, inode=row.inode, device=row.device, head_digest=row.head_digest or "",
-                        head_length=row.head_length or 0, line_number=row.line_number or 0, skipping=bool(row.skipping))
+    return FilePosition(
+        path=row.path,
+        offset=row.offset or 0,
+        inode=row.inode,
+        device=row.device,
+        head_digest=row.head_digest or "",
+        head_length=row.head_length or 0,
+        line_number=row.line_number or 0,
+        skipping=bool(row.skipping),
+    )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -39,7 +40,9 @@ class Recorder:
         self.ctx = ctx
         self.settings = ctx.settings
 
-    async def apply(self, reads: list[FileRead], jobs_by_id: Mapping[int, JobInfo], now: dt.datetime) -> tuple[int, list[FileRead]]:
+    async def apply(
+        self, reads: list[FileRead], jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
+    ) -> tuple[int, list[FileRead]]:
         """(anomalies recorded, reads stored): one transaction per tick; one per file only when that fails."""
         applied = reads
         try:
@@ -62,7 +65,9 @@ class Recorder:
                     read.tracked.mtime = None
         return anomalies, applied
 
-    async def _apply_one(self, session: AsyncSession, read: FileRead, jobs_by_id: Mapping[int, JobInfo], now: dt.datetime) -> int:
+    async def _apply_one(
+        self, session: AsyncSession, read: FileRead, jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
+    ) -> int:
         tracked = read.tracked
         row = await session.get(LogSource, tracked.source_id)
         if row is None:
@@ -91,7 +96,13 @@ class Recorder:
             if marker is not None and isinstance(marker.signal, ProgressMarker):
                 changed |= _observe_progress(row, job, marker)
             sample = result.latest_throughput
-            if sample is not None and isinstance(sample.signal, ThroughputSample) and job is not None and job.straggler and self.settings.straggler_enabled:
+            if (
+                sample is not None
+                and isinstance(sample.signal, ThroughputSample)
+                and job is not None
+                and job.straggler
+                and self.settings.straggler_enabled
+            ):
                 attempt = owner or await _attempt_for_line(session, job, sample)
                 if attempt is not None and await self._observe_throughput(session, row, attempt, sample):
                     anomalies += 1
@@ -102,35 +113,69 @@ class Recorder:
             tracked.closing = True
         return anomalies
 
-    async def _observe_throughput(self, session: AsyncSession, row: LogSource, attempt: Attempt, sample: LogEvent) -> bool:
+    async def _observe_throughput(
+        self, session: AsyncSession, row: LogSource, attempt: Attempt, sample: LogEvent
+    ) -> bool:
         assert isinstance(sample.signal, ThroughputSample)
-        return await evidence.observe_throughput(
-            session, source=row, attempt=attempt, values=sample.signal.values, at=sample.source_time or sample.read_at,
-            line_number=sample.line_number, line=sample.text, source_time=sample.source_time,
-            drop_ratio=self.settings.straggler_drop_ratio, duration=self.settings.straggler_duration,
-        ) is not None
+        return (
+            await evidence.observe_throughput(
+                session,
+                source=row,
+                attempt=attempt,
+                values=sample.signal.values,
+                at=sample.source_time or sample.read_at,
+                line_number=sample.line_number,
+                line=sample.text,
+                source_time=sample.source_time,
+                drop_ratio=self.settings.straggler_drop_ratio,
+                duration=self.settings.straggler_duration,
+            )
+            is not None
+        )
 
     @staticmethod
-    async def _attribute(session: AsyncSession, row: LogSource, job: JobInfo | None, owner: Attempt | None,
-                         event: evidence.LineEvent, now: dt.datetime, *, foreign: bool = False) -> int:
+    async def _attribute(
+        session: AsyncSession,
+        row: LogSource,
+        job: JobInfo | None,
+        owner: Attempt | None,
+        event: evidence.LineEvent,
+        now: dt.datetime,
+        *,
+        foreign: bool = False,
+    ) -> int:
         """Record an event on its attempt, keep it waiting, or drop it (with an audit event)."""
         if owner is not None:
             ended = owner.state not in jobs.ACTIVE_STATES
             if foreign or (ended and assoc.written_after_end(source_time=event.source_time, end=owner.end_time)):
                 job_row = await session.get(Job, owner.job_id)
-                await evidence.drop_event(session, job=job_row, log_path=row.path, event=event, reason=assoc.AFTER_ATTEMPT_END, tries=0,
-                                          attempt_index=owner.attempt_index)
+                await evidence.drop_event(
+                    session,
+                    job=job_row,
+                    log_path=row.path,
+                    event=event,
+                    reason=assoc.AFTER_ATTEMPT_END,
+                    tries=0,
+                    attempt_index=owner.attempt_index,
+                )
                 return 0
             return await _record(session, owner, event)
         windows = job.windows() if job else await _windows_of(session, row.job_id)
-        decision = assoc.attribute_shared_event(label=event.attempt_label, source_time=event.source_time, windows=windows, now=now)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+        )
         if decision.decided:
             attempt = await _attempt_at(session, row.job_id, decision.attempt_index)
             if attempt is not None:
                 return await _record(session, attempt, event)
         delay = assoc.next_retry_delay(0) or 0.0
-        await evidence.defer_event(session, source=row, event=event, reason=decision.reason or assoc.NO_ATTEMPTS,
-                                   next_try_at=now + dt.timedelta(seconds=delay))
+        await evidence.defer_event(
+            session,
+            source=row,
+            event=event,
+            reason=decision.reason or assoc.NO_ATTEMPTS,
+            next_try_at=now + dt.timedelta(seconds=delay),
+        )
         return 0
 
     # ---- waiting events ---------------------------------------------------------------------
@@ -144,7 +189,9 @@ class Recorder:
                 scheduled = pending.next_try_at <= now
                 event = evidence.pending_to_event(pending, source.path)
                 windows = await _windows_of(session, source.job_id)
-                decision = assoc.attribute_shared_event(label=event.attempt_label, source_time=event.source_time, windows=windows, now=now)
+                decision = assoc.attribute_shared_event(
+                    label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+                )
                 if decision.decided:
                     attempt = await _attempt_at(session, source.job_id, decision.attempt_index)
                     if attempt is not None:
@@ -158,7 +205,9 @@ class Recorder:
                 delay = assoc.next_retry_delay(pending.tries)
                 if delay is None:
                     job = await session.get(Job, source.job_id) if source.job_id is not None else None
-                    await evidence.drop_event(session, job=job, log_path=source.path, event=event, reason=decision.reason, tries=pending.tries)
+                    await evidence.drop_event(
+                        session, job=job, log_path=source.path, event=event, reason=decision.reason, tries=pending.tries
+                    )
                     await session.delete(pending)
                 else:
                     pending.next_try_at = now + dt.timedelta(seconds=delay)
@@ -167,7 +216,9 @@ class Recorder:
 
 async def _load_for(session: AsyncSession, reads: list[FileRead]) -> list[Any]:
     """The reads' log sources and owning attempts in two queries per 500 files (later gets hit the identity map)."""
-    loaded: list[Any] = await scalars_in(session, select(LogSource), LogSource.id, sorted({read.tracked.source_id for read in reads}))
+    loaded: list[Any] = await scalars_in(
+        session, select(LogSource), LogSource.id, sorted({read.tracked.source_id for read in reads})
+    )
     owners = sorted({row.attempt_id for row in loaded if row.attempt_id is not None})
     loaded += await scalars_in(session, select(Attempt), Attempt.id, owners)
     return loaded
@@ -190,7 +241,12 @@ async def _attempt_for_line(session: AsyncSession, job: JobInfo, event: LogEvent
 
 def _observe_progress(row: LogSource, job: JobInfo | None, marker: LogEvent) -> bool:
     """Arm the hang detector for the file (and the attempt the marker belongs to)."""
-    state = ProgressState(armed=row.progress_phase is not None, phase=row.progress_phase, marker_offset=row.progress_offset, marker_at=row.progress_at)
+    state = ProgressState(
+        armed=row.progress_phase is not None,
+        phase=row.progress_phase,
+        marker_offset=row.progress_offset,
+        marker_at=row.progress_at,
+    )
     at = marker.source_time or marker.read_at
     new = state.observe(marker.signal, line_number=marker.line_number, offset=marker.offset, at=at)  # type: ignore[arg-type]
     if new is state:
@@ -208,13 +264,22 @@ def _observe_progress(row: LogSource, job: JobInfo | None, marker: LogEvent) -> 
 async def _windows_of(session: AsyncSession, job_id: int | None) -> list[assoc.AttemptWindow]:
     if job_id is None:
         return []
-    rows = (await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all()
+    rows = (
+        await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))
+    ).all()
     return [assoc.AttemptWindow(a.attempt_index, a.start_time, a.end_time) for a in rows]
 
 
 def _store_position(row: LogSource, position: FilePosition) -> bool:
-    values = {"offset": position.offset, "inode": position.inode, "device": position.device, "head_digest": position.head_digest or None,
-              "head_length": position.head_length, "line_number": position.line_number, "skipping": position.skipping}
+    values = {
+        "offset": position.offset,
+        "inode": position.inode,
+        "device": position.device,
+        "head_digest": position.head_digest or None,
+        "head_length": position.head_length,
+        "line_number": position.line_number,
+        "skipping": position.skipping,
+    }
     changed = False
     for name, value in values.items():
         if getattr(row, name) != value:
@@ -225,6 +290,12 @@ def _store_position(row: LogSource, position: FilePosition) -> bool:
 
 def _line_event(event: LogEvent) -> evidence.LineEvent:
     return evidence.LineEvent(
-        event_key=event.event_id, log_path=event.path, line_number=event.line_number, line=event.text, source_time=event.source_time,
-        read_at=event.read_at, signal=event.signal, attempt_label=event.attempt,  # type: ignore[arg-type]
+        event_key=event.event_id,
+        log_path=event.path,
+        line_number=event.line_number,
+        line=event.text,
+        source_time=event.source_time,
+        read_at=event.read_at,
+        signal=event.signal,
+        attempt_label=event.attempt,  # type: ignore[arg-type]
     )

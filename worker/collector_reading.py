@@ -78,6 +78,10 @@ def _unchanged(tracked: Tracked) -> bool:
         st = os.stat(tracked.path)
     except OSError:
         return position.inode is None  # still missing; a vanished file must be read to notice it
-    same = (st.st_ino, st.st_dev) == (position.inode, position.device) and st.st_size == position.offset and st.st_mtime == tracked.mtime
+    same = (
+        (st.st_ino, st.st_dev) == (position.inode, position.device)
+        and st.st_size == position.offset
+        and st.st_mtime == tracked.mtime
+    )
     tracked.mtime = st.st_mtime
     return same and not position.skipping

@@ -31,7 +31,7 @@ import logging
 import os
 import signal
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import or_, select
 
@@ -125,7 +125,14 @@ class Controller(Service):
     name = "controller"
     needs_lease = True
 
-    def __init__(self, ctx: AppContext, scheduler: Scheduler, *, interval: float | None = None, faults: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        ctx: AppContext,
+        scheduler: Scheduler,
+        *,
+        interval: float | None = None,
+        faults: frozenset[str] | None = None,
+    ) -> None:
         super().__init__(interval=interval if interval is not None else max(0.5, ctx.settings.poll_interval))
         self.ctx = ctx
         self.settings = ctx.settings
@@ -176,7 +183,9 @@ class Controller(Service):
             sent += await self.reconcile_one(advice_id, snapshot, complete=complete)
         return sent
 
-    async def _observe(self, advice: Advice, snapshot: Snapshot, complete: bool) -> tuple[bool, JobObservation | None, str]:
+    async def _observe(
+        self, advice: Advice, snapshot: Snapshot, complete: bool
+    ) -> tuple[bool, JobObservation | None, str]:
         """(observed, observation, note): not observed means "could not tell" - never "gone"."""
         job = snapshot.get(advice.slurm_job_id)
         if job is not None:
@@ -229,10 +238,26 @@ class Controller(Service):
             if note and step.kind in {StepKind.DONE, StepKind.ABANDON}:
                 step = Step(step.kind, f"{step.message} ({note})", step.reason)
             if step.kind in {StepKind.DONE, StepKind.ABANDON}:
-                await advice_service.set_status(session, advice=advice, disposition=step.disposition, reason=step.reason.value if step.reason else None, message=step.message, next_reconcile_at=None, now=now)
+                await advice_service.set_status(
+                    session,
+                    advice=advice,
+                    disposition=step.disposition,
+                    reason=step.reason.value if step.reason else None,
+                    message=step.message,
+                    next_reconcile_at=None,
+                    now=now,
+                )
                 return 0
             if step.kind is StepKind.WAIT:
-                await advice_service.set_status(session, advice=advice, disposition=Disposition.PENDING, reason=None, message=step.message, next_reconcile_at=now + dt.timedelta(seconds=self.interval), now=now)
+                await advice_service.set_status(
+                    session,
+                    advice=advice,
+                    disposition=Disposition.PENDING,
+                    reason=None,
+                    message=step.message,
+                    next_reconcile_at=now + dt.timedelta(seconds=self.interval),
+                    now=now,
+                )
                 return 0
             allowed, why_not = self.authorized(review=review, mode=mode, mode_reason=mode_reason, partition=partition)
             if not allowed:
@@ -240,13 +265,20 @@ class Controller(Service):
                 await advice_service.record_shadow(session, advice=advice, steps=plan, now=now)
                 would = ", then ".join(advice_service.command_text(s, advice.slurm_job_id) for s in plan if s.is_action)
                 await advice_service.set_status(
-                    session, advice=advice, disposition=Disposition.PENDING, reason=DispositionReason.NOT_AUTHORIZED.value,
-                    message=f"{why_not}; would run: {would}", next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK), now=now,
+                    session,
+                    advice=advice,
+                    disposition=Disposition.PENDING,
+                    reason=DispositionReason.NOT_AUTHORIZED.value,
+                    message=f"{why_not}; would run: {would}",
+                    next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
+                    now=now,
                 )
                 return 0
         return await self.execute(advice_id, state, step)
 
-    def authorized(self, *, review: str | None, mode: str, mode_reason: str | None, partition: str | None) -> tuple[bool, str]:
+    def authorized(
+        self, *, review: str | None, mode: str, mode_reason: str | None, partition: str | None
+    ) -> tuple[bool, str]:
         """Act only on act-mode Advice while the ceiling is on, the partition managed and no veto given."""
         if review == advice_service.VETOED:
             return False, "vetoed by an operator"
@@ -267,12 +299,16 @@ class Controller(Service):
             return 0
         assert step.idempotency_key is not None
         async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql", populate_existing=True)
+            advice = await session.get(
+                Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql", populate_existing=True
+            )
             if advice is None or advice.generation != state.generation or not advice_service.is_active(advice):
                 return 0  # vetoed, superseded or closed since the plan: do not act
             job_id = advice.slurm_job_id
             command = advice_service.command_text(step, job_id)
-            action = await advice_service.begin_action(session, advice=advice, step=step.kind, key=step.idempotency_key, command=command)
+            action = await advice_service.begin_action(
+                session, advice=advice, step=step.kind, key=step.idempotency_key, command=command
+            )
             action_id = action.id
         self._fault("before", step)
         started = time.monotonic()
@@ -293,19 +329,45 @@ class Controller(Service):
             now = utcnow()
             if error is None:
                 detail = (result.stderr or result.stdout).strip() if result else ""
-                await advice_service.finish_action(session, action=action, advice=advice, succeeded=True, duration_ms=duration_ms, detail=f"{step.message}" + (f"; {detail}" if detail else ""), now=now)
+                await advice_service.finish_action(
+                    session,
+                    action=action,
+                    advice=advice,
+                    succeeded=True,
+                    duration_ms=duration_ms,
+                    detail=f"{step.message}" + (f"; {detail}" if detail else ""),
+                    now=now,
+                )
                 advice.disposition_message = f"sent: {command}"
                 advice.next_reconcile_at = now
                 advice.reconcile_failures = 0
                 advice.updated_at = now
                 return 1
-            await advice_service.finish_action(session, action=action, advice=advice, succeeded=False, duration_ms=duration_ms, detail=str(error), now=now)
+            await advice_service.finish_action(
+                session,
+                action=action,
+                advice=advice,
+                succeeded=False,
+                duration_ms=duration_ms,
+                detail=str(error),
+                now=now,
+            )
             if isinstance(error, OperationDisabled):
-                await advice_service.set_status(session, advice=advice, disposition=Disposition.ABANDONED, reason=DispositionReason.REQUEUE_DISABLED.value, message=f"Slurm refused {command}: {error.message}", next_reconcile_at=None, now=now)
+                await advice_service.set_status(
+                    session,
+                    advice=advice,
+                    disposition=Disposition.ABANDONED,
+                    reason=DispositionReason.REQUEUE_DISABLED.value,
+                    message=f"Slurm refused {command}: {error.message}",
+                    next_reconcile_at=None,
+                    now=now,
+                )
                 return 0
             # Not found, state conflicts and outages: look again (fresh observation) after a backoff.
             delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
-            await advice_service.record_reconcile_failure(session, advice=advice, error=str(error), retry_at=now + dt.timedelta(seconds=delay), now=now)
+            await advice_service.record_reconcile_failure(
+                session, advice=advice, error=str(error), retry_at=now + dt.timedelta(seconds=delay), now=now
+            )
             return 0
 
     async def _send(self, step: Step, job_id: int) -> CommandResult:
@@ -333,4 +395,6 @@ class Controller(Service):
                 return
             now = utcnow()
             delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
-            await advice_service.record_reconcile_failure(session, advice=advice, error=error, retry_at=now + dt.timedelta(seconds=delay), now=now)
+            await advice_service.record_reconcile_failure(
+                session, advice=advice, error=error, retry_at=now + dt.timedelta(seconds=delay), now=now
+            )

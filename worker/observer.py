@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -111,7 +111,9 @@ class Observer(Service):
         work = 0
         if changed:
             async with self.ctx.sessions() as session, session.begin():
-                records = await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed])
+                records = await jobs.current_jobs(
+                    session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed]
+                )
                 latest = await self._latest_attempts(session, [r.id for r in records.values()])
                 for job in changed:
                     record = records.get(job.job_id)
@@ -134,7 +136,9 @@ class Observer(Service):
     async def _latest_attempts(self, session: AsyncSession, job_ids: list[int]) -> dict[int, Attempt]:
         if not job_ids:
             return {}
-        rows = (await session.scalars(select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.attempt_index))).all()
+        rows = (
+            await session.scalars(select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.attempt_index))
+        ).all()
         return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
 
     async def _observe(self, session: AsyncSession, job: SlurmJob, record: Job | None, latest: Attempt | None) -> None:
@@ -212,7 +216,12 @@ class Observer(Service):
         index = job.restart_count
         values = attempt_values(job)
         if latest is not None and latest.attempt_index > index:
-            log.warning("job %s: restart count %s is below recorded attempt %s; ignoring", job.job_id, index, latest.attempt_index)
+            log.warning(
+                "job %s: restart count %s is below recorded attempt %s; ignoring",
+                job.job_id,
+                index,
+                latest.attempt_index,
+            )
             return
         if latest is not None and latest.attempt_index == index:
             values.update(self._paths_for(job, record, latest_index=index, previous=None))
@@ -236,7 +245,9 @@ class Observer(Service):
                 workflow_id=record.workflow_id,
             )
 
-    def _paths_for(self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None) -> dict[str, str | None]:
+    def _paths_for(
+        self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None
+    ) -> dict[str, str | None]:
         """Log paths for the attempt; a path the previous attempt used is stale unless paths are shared."""
         paths = {"stdout_path": job.stdout, "stderr_path": job.stderr}
         if previous is None or record.shared_log_paths:
@@ -257,9 +268,13 @@ class Observer(Service):
         final = _final_record(await self._history(record.slurm_job_id), attempt.attempt_index)
         if final is not None and final.state not in ("REQUEUED", "PENDING"):
             await jobs.update_attempt(
-                session, attempt=attempt, job=record, state=final.state,
+                session,
+                attempt=attempt,
+                job=record,
+                state=final.state,
                 exit_code=final.exit_code if final.exit_code is not None else attempt.exit_code,
-                exit_signal=final.exit_signal or attempt.exit_signal, end_time=final.end or attempt.end_time or utcnow(),
+                exit_signal=final.exit_signal or attempt.exit_signal,
+                end_time=final.end or attempt.end_time or utcnow(),
                 ended_reason=f"ended before it was observed; final state from accounting ({final.source}), then requeued",
             )
             return
@@ -280,7 +295,9 @@ class Observer(Service):
         work = 0
         for job_id, missing in list(self.state.missing.items()):
             async with self.ctx.sessions() as session, session.begin():
-                record = (await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[job_id])).get(job_id)
+                record = (await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[job_id])).get(
+                    job_id
+                )
                 attempt = await jobs.latest_attempt(session, job_id=record.id) if record else None
                 if attempt is None or attempt.state in jobs.ENDED_STATES:
                     done.append(job_id)
@@ -291,8 +308,13 @@ class Observer(Service):
                     final = _final_record(history, attempt.attempt_index)
                     if final is not None:
                         await jobs.update_attempt(
-                            session, attempt=attempt, job=record, state=final.state, exit_code=final.exit_code,
-                            exit_signal=final.exit_signal, end_time=final.end or utcnow(),
+                            session,
+                            attempt=attempt,
+                            job=record,
+                            state=final.state,
+                            exit_code=final.exit_code,
+                            exit_signal=final.exit_signal,
+                            end_time=final.end or utcnow(),
                             ended_reason=f"left squeue; final state from accounting ({final.source})",
                         )
                         work += 1
@@ -300,7 +322,10 @@ class Observer(Service):
                         continue
                 if now - missing.since >= grace:
                     await jobs.update_attempt(
-                        session, attempt=attempt, job=record, state="UNKNOWN",
+                        session,
+                        attempt=attempt,
+                        job=record,
+                        state="UNKNOWN",
                         ended_reason=f"not listed by squeue for {grace:.0f} s and unknown to accounting",
                     )
                     work += 1
@@ -324,8 +349,12 @@ class Observer(Service):
         try:
             async with self.ctx.sessions() as session, session.begin():
                 await audit.record(
-                    session, component="observer", event_type="scheduler.unreachable", level="WARNING",
-                    message=f"Slurm did not answer: {exc}"[:500], cluster=self.settings.cluster,
+                    session,
+                    component="observer",
+                    event_type="scheduler.unreachable",
+                    level="WARNING",
+                    message=f"Slurm did not answer: {exc}"[:500],
+                    cluster=self.settings.cluster,
                     payload={"error": type(exc).__name__},
                 )
         except Exception:
@@ -338,8 +367,11 @@ class Observer(Service):
         self.state.unreachable_since = None
         async with self.ctx.sessions() as session, session.begin():
             await audit.record(
-                session, component="observer", event_type="scheduler.reachable",
-                message=f"Slurm answers again after {outage:.0f} s", cluster=self.settings.cluster,
+                session,
+                component="observer",
+                event_type="scheduler.reachable",
+                message=f"Slurm answers again after {outage:.0f} s",
+                cluster=self.settings.cluster,
                 payload={"outageSeconds": round(outage, 1)},
             )
 

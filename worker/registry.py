@@ -10,8 +10,8 @@ from worker.collector import Collector
 from worker.controller import Controller
 from worker.observer import Observer
 from worker.service import Service
-from worker.watcher import Watcher
 from worker.watchdog import Watchdog
+from worker.watcher import Watcher
 
 
 def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:

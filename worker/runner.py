@@ -23,7 +23,9 @@ def lease_name(cluster: str, role: str = "worker") -> str:
 class WorkerRunner:
     """Holds the lease and starts/stops lease-bound services as it is won or lost."""
 
-    def __init__(self, ctx: AppContext, services: list[Service], *, holder: str | None = None, role: str = "worker") -> None:
+    def __init__(
+        self, ctx: AppContext, services: list[Service], *, holder: str | None = None, role: str = "worker"
+    ) -> None:
         self.ctx = ctx
         self.services = services
         self.role = role
@@ -78,7 +80,7 @@ class WorkerRunner:
                 await self._refresh_lease()
                 try:
                     await asyncio.wait_for(self._stop.wait(), timeout=max(0.2, self.ctx.settings.lease_seconds / 3))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             await asyncio.gather(*(s.stop() for s in self.services))

@@ -52,7 +52,7 @@ class Service:
         self._wake.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         finally:
@@ -83,5 +83,5 @@ class Service:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self._delay())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

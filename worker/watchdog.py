@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import select
 
@@ -53,9 +53,9 @@ class Watchdog(Service):
     async def candidates(self) -> list[tuple[Advice, AdviceHoldState, SchedulerAction]]:
         """Advice whose job may still carry a hold our requeue placed (from our milestones; no Slurm call)."""
         async with self.ctx.sessions() as session:
-            held_ids = (
-                select(SchedulerAction.advice_id)
-                .where(SchedulerAction.step == StepKind.REQUEUE_HOLD.value, SchedulerAction.status.in_([advice_service.STARTED, advice_service.SUCCEEDED]))
+            held_ids = select(SchedulerAction.advice_id).where(
+                SchedulerAction.step == StepKind.REQUEUE_HOLD.value,
+                SchedulerAction.status.in_([advice_service.STARTED, advice_service.SUCCEEDED]),
             )
             rows = (
                 await session.execute(
@@ -71,10 +71,20 @@ class Watchdog(Service):
         out = []
         for advice, _ in rows:
             milestones = advice_service.as_milestones(actions[advice.id])
-            hold_state, _since = advice_hold_state(active=advice_service.is_active(advice), generation=advice.generation, attempt_index=advice.attempt_index, milestones=milestones)
+            hold_state, _since = advice_hold_state(
+                active=advice_service.is_active(advice),
+                generation=advice.generation,
+                attempt_index=advice.attempt_index,
+                milestones=milestones,
+            )
             if not hold_state.caused_hold:
                 continue
-            hold_action = next(a for a in reversed(actions[advice.id]) if a.step == StepKind.REQUEUE_HOLD.value and a.status in {advice_service.STARTED, advice_service.SUCCEEDED})
+            hold_action = next(
+                a
+                for a in reversed(actions[advice.id])
+                if a.step == StepKind.REQUEUE_HOLD.value
+                and a.status in {advice_service.STARTED, advice_service.SUCCEEDED}
+            )
             out.append((advice, hold_state, hold_action))
         return out
 
@@ -88,7 +98,11 @@ class Watchdog(Service):
             job = snapshot.get(advice.slurm_job_id)
             if job is None:
                 continue
-            held = HeldJob(job_id=job.job_id, observation=observation_of(job), held_since=hold_action.finished_at or hold_action.started_at)
+            held = HeldJob(
+                job_id=job.job_id,
+                observation=observation_of(job),
+                held_since=hold_action.finished_at or hold_action.started_at,
+            )
             verdict = judge_hold(held, hold_state, now=now, hold_bound=self.settings.watchdog_hold_bound)
             if not verdict.release:
                 continue
@@ -101,21 +115,39 @@ class Watchdog(Service):
         """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
         key = f"watchdog-shadow:{advice_id}:{hold_action_id}:release"
         async with self.ctx.sessions() as session, session.begin():
-            if await session.scalar(select(SchedulerAction.id).where(SchedulerAction.idempotency_key == key)) is not None:
+            if (
+                await session.scalar(select(SchedulerAction.id).where(SchedulerAction.idempotency_key == key))
+                is not None
+            ):
                 return
             advice = await session.get(Advice, advice_id)
             assert advice is not None
             now = utcnow()
-            session.add(SchedulerAction(
-                advice_id=advice_id, generation=advice.generation, step=StepKind.RELEASE.value, idempotency_key=key,
-                status=advice_service.SHADOW, actor="watchdog", command=f"scontrol release {advice.slurm_job_id}",
-                detail=message, started_at=now, finished_at=now, duration_ms=0.0,
-            ))
+            session.add(
+                SchedulerAction(
+                    advice_id=advice_id,
+                    generation=advice.generation,
+                    step=StepKind.RELEASE.value,
+                    idempotency_key=key,
+                    status=advice_service.SHADOW,
+                    actor="watchdog",
+                    command=f"scontrol release {advice.slurm_job_id}",
+                    detail=message,
+                    started_at=now,
+                    finished_at=now,
+                    duration_ms=0.0,
+                )
+            )
             await advice_service.audit.record(
-                session, component="watchdog", event_type="watchdog.would_release", level="WARNING",
+                session,
+                component="watchdog",
+                event_type="watchdog.would_release",
+                level="WARNING",
                 message=f"watchdog (observe) would release job {advice.slurm_job_id}: {message}",
                 payload={"adviceId": advice_id, "generation": advice.generation, "reason": reason, "mode": "observe"},
-                cluster=advice.cluster, slurm_job_id=advice.slurm_job_id, attempt_index=advice.attempt_index,
+                cluster=advice.cluster,
+                slurm_job_id=advice.slurm_job_id,
+                attempt_index=advice.attempt_index,
             )
 
     async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
@@ -128,7 +160,14 @@ class Watchdog(Service):
             advice = await session.get(Advice, advice_id)
             assert advice is not None
             job_id = advice.slurm_job_id
-            action = await advice_service.begin_action(session, advice=advice, step=StepKind.RELEASE, key=key, command=f"scontrol release {job_id}", actor="watchdog")
+            action = await advice_service.begin_action(
+                session,
+                advice=advice,
+                step=StepKind.RELEASE,
+                key=key,
+                command=f"scontrol release {job_id}",
+                actor="watchdog",
+            )
             action_id = action.id
         started = time.monotonic()
         error: SchedulerError | None = None
@@ -143,8 +182,14 @@ class Watchdog(Service):
             assert advice is not None and action is not None
             detail = f"{reason}: {message}" if error is None else f"{reason}: {message}; failed: {error}"
             await advice_service.finish_action(
-                session, action=action, advice=advice, succeeded=error is None, duration_ms=duration_ms, detail=detail,
-                component="watchdog", event_type="watchdog.release",
+                session,
+                action=action,
+                advice=advice,
+                succeeded=error is None,
+                duration_ms=duration_ms,
+                detail=detail,
+                component="watchdog",
+                event_type="watchdog.release",
             )
         if error is None:
             self.releases += 1

@@ -14,8 +14,9 @@ import asyncio
 import datetime as dt
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -51,7 +52,7 @@ class HangPolicy:
     thresholds: HangThresholds
 
     @classmethod
-    def from_effective(cls, effective: dict[str, Any] | None) -> "HangPolicy":
+    def from_effective(cls, effective: dict[str, Any] | None) -> HangPolicy:
         config = (effective or {}).get("anomaly_detection_config") or {}
         defaults = HangThresholds()
         return cls(
@@ -101,14 +102,22 @@ class Watcher(Service):
     async def _armed(self, session: AsyncSession) -> list[tuple[LogSource, Attempt]]:
         """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest): one query."""
         newest = aliased(Attempt)
-        newest_id = (select(newest.id).where(newest.job_id == LogSource.job_id)
-                     .order_by(newest.attempt_index.desc()).limit(1).correlate(LogSource).scalar_subquery())
-        rows = (await session.execute(
-            select(LogSource, Attempt)
-            .join(Attempt, Attempt.id == func.coalesce(LogSource.attempt_id, newest_id))
-            .where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None))
-            .order_by(LogSource.id)
-        )).all()
+        newest_id = (
+            select(newest.id)
+            .where(newest.job_id == LogSource.job_id)
+            .order_by(newest.attempt_index.desc())
+            .limit(1)
+            .correlate(LogSource)
+            .scalar_subquery()
+        )
+        rows = (
+            await session.execute(
+                select(LogSource, Attempt)
+                .join(Attempt, Attempt.id == func.coalesce(LogSource.attempt_id, newest_id))
+                .where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None))
+                .order_by(LogSource.id)
+            )
+        ).all()
         return [(row[0], row[1]) for row in rows]
 
     async def _load_policies(self, session: AsyncSession, job_ids: set[int]) -> None:
@@ -123,7 +132,9 @@ class Watcher(Service):
         since = row.last_output_at or row.progress_at
         return (row.id, attempt.id, since.isoformat() if since else "")
 
-    async def _check(self, session: AsyncSession, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime) -> bool:
+    async def _check(
+        self, session: AsyncSession, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime
+    ) -> bool:
         policy = self._policies.get(row.job_id or -1, HangPolicy.from_effective(None))
         if not policy.enabled:
             return False  # log_based_timeout_enabled: false suppresses only this detector
@@ -133,7 +144,11 @@ class Watcher(Service):
         expiry = self._expired.get(key)
         if expiry is None:
             # The timer expired: the attempt must be running and the file among its log paths.
-            if attempt.state != RUNNING or not self._armed_for(row, attempt) or not await self._among_log_paths(session, row, attempt):
+            if (
+                attempt.state != RUNNING
+                or not self._armed_for(row, attempt)
+                or not await self._among_log_paths(session, row, attempt)
+            ):
                 self._expired[key] = Expiry(check_at=now, done=True)
                 return False
             self._expired[key] = Expiry(check_at=now + dt.timedelta(seconds=self.settings.hang_query_delay))
@@ -152,15 +167,29 @@ class Watcher(Service):
         silent = (now - silent_since).total_seconds() if silent_since else None
         phase = row.progress_phase or ""
         anomaly = await evidence.record_anomaly(
-            session, attempt=attempt, kind=evidence.NO_PROGRESS, category="NO_OUTPUT_" + phase.upper(), detector="noprogress",
+            session,
+            attempt=attempt,
+            kind=evidence.NO_PROGRESS,
+            category="NO_OUTPUT_" + phase.upper(),
+            detector="noprogress",
             event_key=evidence.derived_key("noprogress", attempt.id, row.id, key[2]),
-            message=f"no output in {os.path.basename(row.path)} for {silent:.0f} s ({phase} threshold {threshold:.0f} s)" if silent is not None
+            message=f"no output in {os.path.basename(row.path)} for {silent:.0f} s ({phase} threshold {threshold:.0f} s)"
+            if silent is not None
             else f"no output in {os.path.basename(row.path)} ({phase} threshold {threshold:.0f} s)",
-            log_path=row.path, line_number=row.progress_line_number, line=row.progress_line, source_time=row.progress_at,
-            details={"phase": phase, "thresholdSeconds": threshold, "queryDelaySeconds": self.settings.hang_query_delay,
-                     "lastOutputAt": last_output.isoformat() if last_output else None, "silentSeconds": silent,
-                     "fileModifiedAt": mtime.isoformat() if mtime else None, "linesRead": row.line_number,
-                     "trainingLoop": phase == TRAININGLOOP},
+            log_path=row.path,
+            line_number=row.progress_line_number,
+            line=row.progress_line,
+            source_time=row.progress_at,
+            details={
+                "phase": phase,
+                "thresholdSeconds": threshold,
+                "queryDelaySeconds": self.settings.hang_query_delay,
+                "lastOutputAt": last_output.isoformat() if last_output else None,
+                "silentSeconds": silent,
+                "fileModifiedAt": mtime.isoformat() if mtime else None,
+                "linesRead": row.line_number,
+                "trainingLoop": phase == TRAININGLOOP,
+            },
         )
         return anomaly is not None
 
@@ -187,6 +216,6 @@ def _in_log_dirs(path: str, log_dirs: tuple[str, ...]) -> bool:
 
 def _mtime(path: str) -> dt.datetime | None:
     try:
-        return dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc)
+        return dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
     except OSError:
         return None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -38,7 +38,9 @@ async def list_advice(session: AsyncSession, *, filter: AdviceFilter, page: Page
         if filter.workflow_id is not None:
             jobs = jobs.where(Job.workflow_id == filter.workflow_id)
         query = query.where(Advice.job_id.in_(jobs.scalar_subquery()))
-    return await paginate(session, query, kind="advice", columns=(Advice.id,), descending=True, request=page, key_of=lambda a: (a.id,))
+    return await paginate(
+        session, query, kind="advice", columns=(Advice.id,), descending=True, request=page, key_of=lambda a: (a.id,)
+    )
 
 
 async def get_advice(session: AsyncSession, *, advice_id: int) -> Advice | None:
@@ -67,7 +69,11 @@ async def milestones_of_advice(session: AsyncSession, *, advice_ids: Sequence[in
     result: dict[int, list[SchedulerAction]] = {advice_id: [] for advice_id in advice_ids}
     if not advice_ids:
         return result
-    query = select(SchedulerAction).where(SchedulerAction.advice_id.in_(list(set(advice_ids)))).order_by(SchedulerAction.advice_id, SchedulerAction.id)
+    query = (
+        select(SchedulerAction)
+        .where(SchedulerAction.advice_id.in_(list(set(advice_ids))))
+        .order_by(SchedulerAction.advice_id, SchedulerAction.id)
+    )
     for row in (await session.scalars(query)).all():
         result[row.advice_id].append(row)
     return result

@@ -6,11 +6,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.advice import service as advice_service
 from app.advice.models import Advice
 from app.audit import service as audit
 from app.db import utcnow
 from app.domain.reconcile import Disposition, DispositionReason
-from app.advice import service as advice_service
 
 VETOED = "VETOED"
 APPROVED = "APPROVED"
@@ -36,7 +36,9 @@ async def _load(session: AsyncSession, advice_id: int) -> Advice:
     return advice
 
 
-async def _announce(session: AsyncSession, advice: Advice, *, event_type: str, message: str, user: str, payload: dict[str, Any]) -> None:
+async def _announce(
+    session: AsyncSession, advice: Advice, *, event_type: str, message: str, user: str, payload: dict[str, Any]
+) -> None:
     await audit.record(
         session,
         component="api",
@@ -57,9 +59,18 @@ async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) ->
     if advice.review == VETOED:
         raise ReviewError(f"Advice {advice_id} was vetoed by {advice.reviewed_by}; it cannot be approved")
     if not advice.active:
-        raise ReviewError(f"Advice {advice_id} is no longer active ({advice.disposition} {advice.disposition_reason or ''}); nothing to approve".rstrip())
+        raise ReviewError(
+            f"Advice {advice_id} is no longer active ({advice.disposition} {advice.disposition_reason or ''}); nothing to approve".rstrip()
+        )
     advice.review, advice.reviewed_by, advice.updated_at = APPROVED, user, utcnow()
-    await _announce(session, advice, event_type="advice.approved", message=f"{user} approved Advice {advice.id} ({advice.operation} {advice.slurm_job_id}/{advice.attempt_index})", user=user, payload={})
+    await _announce(
+        session,
+        advice,
+        event_type="advice.approved",
+        message=f"{user} approved Advice {advice.id} ({advice.operation} {advice.slurm_job_id}/{advice.attempt_index})",
+        user=user,
+        payload={},
+    )
     return advice
 
 
@@ -78,7 +89,14 @@ async def veto_advice(session: AsyncSession, *, advice_id: int, user: str, reaso
     advice.disposition_message = f"vetoed by {user}: {reason}"
     advice.next_reconcile_at = None
     advice.updated_at = utcnow()
-    await _announce(session, advice, event_type="advice.vetoed", message=f"{user} vetoed Advice {advice.id}: {reason}", user=user, payload={"reason": reason})
+    await _announce(
+        session,
+        advice,
+        event_type="advice.vetoed",
+        message=f"{user} vetoed Advice {advice.id}: {reason}",
+        user=user,
+        payload={"reason": reason},
+    )
     return advice
 
 
@@ -105,8 +123,12 @@ async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: s
     advice.reconcile_failures = 0
     advice.updated_at = utcnow()
     await _announce(
-        session, advice, event_type="advice.reconcile_requested",
-        message=f"{user} asked to re-run reconciliation of Advice {advice.id}" + (" (reactivated)" if reactivated else ""),
-        user=user, payload={"reactivated": reactivated},
+        session,
+        advice,
+        event_type="advice.reconcile_requested",
+        message=f"{user} asked to re-run reconciliation of Advice {advice.id}"
+        + (" (reactivated)" if reactivated else ""),
+        user=user,
+        payload={"reactivated": reactivated},
     )
     return advice

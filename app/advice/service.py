@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -55,7 +56,12 @@ def is_active(advice: Advice) -> bool:
 
 async def announce(session: AsyncSession, advice: Advice, payload: dict[str, Any]) -> None:
     """Tell live readers an Advice changed (generation, operation, activity and disposition included)."""
-    summary = {"generation": advice.generation, "operation": advice.operation, "active": advice.active, "disposition": advice.disposition}
+    summary = {
+        "generation": advice.generation,
+        "operation": advice.operation,
+        "active": advice.active,
+        "disposition": advice.disposition,
+    }
     await feed.announce(session, topic="advice", entity_id=advice.id, about=advice, payload={**summary, **payload})
 
 
@@ -92,9 +98,19 @@ async def record_decision(
             return AdviceOutcome(NOT_NEEDED if created else UNCHANGED)
         values = advice_record(decision, mode=mode.mode, mode_reason=mode.reason, evidence_refs=evidence_refs)
         advice = Advice(
-            attempt_id=attempt.id, job_id=attempt.job_id, cluster=attempt.cluster, slurm_job_id=attempt.slurm_job_id,
-            attempt_index=attempt.attempt_index, generation=1, active=True, disposition=Disposition.PENDING.value,
-            next_reconcile_at=now, reconcile_failures=0, created_at=now, updated_at=now, **values,
+            attempt_id=attempt.id,
+            job_id=attempt.job_id,
+            cluster=attempt.cluster,
+            slurm_job_id=attempt.slurm_job_id,
+            attempt_index=attempt.attempt_index,
+            generation=1,
+            active=True,
+            disposition=Disposition.PENDING.value,
+            next_reconcile_at=now,
+            reconcile_failures=0,
+            created_at=now,
+            updated_at=now,
+            **values,
         )
         session.add(advice)
         await session.flush()
@@ -113,7 +129,11 @@ async def record_decision(
                 existing.evidence = refs
         return AdviceOutcome(UNCHANGED, existing)
     values = advice_record(merged, mode=mode.mode, mode_reason=mode.reason, evidence_refs=())
-    previous = {"operation": existing.operation, "exclusions": list(existing.exclusions or ()), "generation": existing.generation}
+    previous = {
+        "operation": existing.operation,
+        "exclusions": list(existing.exclusions or ()),
+        "generation": existing.generation,
+    }
     for name in ("operation", "exclusions", "reason", "rule", "expires_at", "mode", "mode_reason"):
         setattr(existing, name, values[name])
     existing.evidence = _refs(existing.evidence, evidence_refs)
@@ -130,7 +150,9 @@ async def record_decision(
     return AdviceOutcome(UPDATED, existing)
 
 
-async def _audit_change(session: AsyncSession, advice: Advice, event_type: str, *, signal: str, previous: dict[str, Any] | None = None) -> None:
+async def _audit_change(
+    session: AsyncSession, advice: Advice, event_type: str, *, signal: str, previous: dict[str, Any] | None = None
+) -> None:
     verb = "created" if event_type == "advice.created" else f"updated to generation {advice.generation}"
     excluded = f" excluding {', '.join(advice.exclusions)}" if advice.exclusions else ""
     await audit.record(
@@ -140,9 +162,15 @@ async def _audit_change(session: AsyncSession, advice: Advice, event_type: str, 
         level="WARNING" if advice.operation == Operation.TERMINATE.value else "INFO",
         message=f"Advice {advice.id} {verb}: {advice.operation}{excluded} ({advice.mode}); {advice.reason}",
         payload={
-            "adviceId": advice.id, "generation": advice.generation, "operation": advice.operation,
-            "exclusions": list(advice.exclusions or ()), "rule": advice.rule, "reason": advice.reason,
-            "mode": advice.mode, "modeReason": advice.mode_reason, "signal": signal,
+            "adviceId": advice.id,
+            "generation": advice.generation,
+            "operation": advice.operation,
+            "exclusions": list(advice.exclusions or ()),
+            "rule": advice.rule,
+            "reason": advice.reason,
+            "mode": advice.mode,
+            "modeReason": advice.mode_reason,
+            "signal": signal,
             "expiresAt": advice.expires_at.isoformat() if advice.expires_at else None,
             **({"previous": previous} if previous else {}),
         },
@@ -192,7 +220,13 @@ async def actions_of(session: AsyncSession, *, advice_ids: Sequence[int]) -> dic
     result: dict[int, list[SchedulerAction]] = {advice_id: [] for advice_id in advice_ids}
     if not advice_ids:
         return result
-    rows = (await session.scalars(select(SchedulerAction).where(SchedulerAction.advice_id.in_(list(set(advice_ids)))).order_by(SchedulerAction.id))).all()
+    rows = (
+        await session.scalars(
+            select(SchedulerAction)
+            .where(SchedulerAction.advice_id.in_(list(set(advice_ids))))
+            .order_by(SchedulerAction.id)
+        )
+    ).all()
     for row in rows:
         result[row.advice_id].append(row)
     return result
@@ -208,22 +242,44 @@ def as_milestones(actions: Sequence[SchedulerAction]) -> list[Milestone]:
             step = StepKind(action.step)
         except ValueError:
             continue
-        out.append(Milestone(generation=action.generation, step=step, status=action.status, at=action.finished_at or action.started_at))
+        out.append(
+            Milestone(
+                generation=action.generation,
+                step=step,
+                status=action.status,
+                at=action.finished_at or action.started_at,
+            )
+        )
     return out
 
 
 async def begin_action(
-    session: AsyncSession, *, advice: Advice, step: StepKind, key: str, command: str, actor: str = "controller", now: dt.datetime | None = None
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    step: StepKind,
+    key: str,
+    command: str,
+    actor: str = "controller",
+    now: dt.datetime | None = None,
 ) -> SchedulerAction:
     """Write the STARTED intent before a command is sent (a retry of the same key reuses its row)."""
     now = now or utcnow()
     action = await session.scalar(select(SchedulerAction).where(SchedulerAction.idempotency_key == key))
     if action is None:
-        action = SchedulerAction(advice_id=advice.id, generation=advice.generation, step=step.value, idempotency_key=key, actor=actor)
+        action = SchedulerAction(
+            advice_id=advice.id, generation=advice.generation, step=step.value, idempotency_key=key, actor=actor
+        )
         session.add(action)
     elif action.status == SUCCEEDED:
         raise ValueError(f"action {key} already succeeded; it is never sent twice")
-    action.status, action.command, action.started_at, action.finished_at, action.duration_ms = STARTED, command, now, None, None
+    action.status, action.command, action.started_at, action.finished_at, action.duration_ms = (
+        STARTED,
+        command,
+        now,
+        None,
+        None,
+    )
     await session.flush()
     return action
 
@@ -253,8 +309,14 @@ async def finish_action(
         level="INFO" if succeeded else "WARNING",
         message=f"{action.command} {'succeeded' if succeeded else 'failed'} in {duration_ms:.0f} ms (Advice {advice.id} generation {action.generation}): {detail}",
         payload={
-            "adviceId": advice.id, "generation": action.generation, "step": action.step, "status": action.status,
-            "idempotencyKey": action.idempotency_key, "command": action.command, "durationMs": action.duration_ms, "detail": detail[:1000],
+            "adviceId": advice.id,
+            "generation": action.generation,
+            "step": action.step,
+            "status": action.status,
+            "idempotencyKey": action.idempotency_key,
+            "command": action.command,
+            "durationMs": action.duration_ms,
+            "detail": detail[:1000],
         },
         cluster=advice.cluster,
         slurm_job_id=advice.slurm_job_id,
@@ -262,7 +324,9 @@ async def finish_action(
     )
 
 
-async def confirm_action(session: AsyncSession, *, action: SchedulerAction, evidence: str, now: dt.datetime | None = None) -> None:
+async def confirm_action(
+    session: AsyncSession, *, action: SchedulerAction, evidence: str, now: dt.datetime | None = None
+) -> None:
     """An intent left STARTED by an interrupted controller whose effect a fresh observation shows: mark it SUCCEEDED."""
     action.status = SUCCEEDED
     action.finished_at = now or utcnow()
@@ -273,7 +337,12 @@ async def confirm_action(session: AsyncSession, *, action: SchedulerAction, evid
         component="controller",
         event_type="scheduler.confirmed",
         message=f"{action.step} of Advice {action.advice_id} generation {action.generation} had taken effect before an interruption: {evidence}",
-        payload={"adviceId": action.advice_id, "generation": action.generation, "step": action.step, "idempotencyKey": action.idempotency_key},
+        payload={
+            "adviceId": action.advice_id,
+            "generation": action.generation,
+            "step": action.step,
+            "idempotencyKey": action.idempotency_key,
+        },
         # Scoped to the job and attempt so that the job's audit trail shows the confirmation.
         cluster=advice.cluster if advice else None,
         slurm_job_id=advice.slurm_job_id if advice else None,
@@ -286,22 +355,38 @@ def shadow_key(advice: Advice, step: StepKind) -> str:
     return f"shadow:{advice.id}:{advice.generation}:{step.value}"
 
 
-async def record_shadow(session: AsyncSession, *, advice: Advice, steps: Sequence[Step], now: dt.datetime | None = None) -> int:
+async def record_shadow(
+    session: AsyncSession, *, advice: Advice, steps: Sequence[Step], now: dt.datetime | None = None
+) -> int:
     """Record the commands observe mode would have sent (SHADOW rows, once per generation); returns rows added."""
     now = now or utcnow()
     keys = [shadow_key(advice, step.kind) for step in steps if step.is_action]
     if not keys:
         return 0
-    existing = set((await session.scalars(select(SchedulerAction.idempotency_key).where(SchedulerAction.idempotency_key.in_(keys)))).all())
+    existing = set(
+        (
+            await session.scalars(
+                select(SchedulerAction.idempotency_key).where(SchedulerAction.idempotency_key.in_(keys))
+            )
+        ).all()
+    )
     added = []
     for step in steps:
         if not step.is_action or shadow_key(advice, step.kind) in existing:
             continue
         session.add(
             SchedulerAction(
-                advice_id=advice.id, generation=advice.generation, step=step.kind.value, idempotency_key=shadow_key(advice, step.kind),
-                status=SHADOW, actor="controller", command=command_text(step, advice.slurm_job_id), detail=step.message,
-                started_at=now, finished_at=now, duration_ms=0.0,
+                advice_id=advice.id,
+                generation=advice.generation,
+                step=step.kind.value,
+                idempotency_key=shadow_key(advice, step.kind),
+                status=SHADOW,
+                actor="controller",
+                command=command_text(step, advice.slurm_job_id),
+                detail=step.message,
+                started_at=now,
+                finished_at=now,
+                duration_ms=0.0,
             )
         )
         added.append(step)
@@ -311,8 +396,14 @@ async def record_shadow(session: AsyncSession, *, advice: Advice, steps: Sequenc
             session,
             component="controller",
             event_type="reconciliation.shadow",
-            message=f"observe mode: Advice {advice.id} generation {advice.generation} would run " + ", then ".join(command_text(s, advice.slurm_job_id) for s in added),
-            payload={"adviceId": advice.id, "generation": advice.generation, "steps": [s.kind.value for s in added], "messages": [s.message for s in added]},
+            message=f"observe mode: Advice {advice.id} generation {advice.generation} would run "
+            + ", then ".join(command_text(s, advice.slurm_job_id) for s in added),
+            payload={
+                "adviceId": advice.id,
+                "generation": advice.generation,
+                "steps": [s.kind.value for s in added],
+                "messages": [s.message for s in added],
+            },
             cluster=advice.cluster,
             slurm_job_id=advice.slurm_job_id,
             attempt_index=advice.attempt_index,
@@ -350,8 +441,16 @@ async def set_status(
     """Store the controller's reconciliation status; CONVERGED/ABANDONED end the Advice. Returns True when it changed."""
     now = now or utcnow()
     terminal = disposition is not Disposition.PENDING
-    changed = (advice.disposition, advice.disposition_reason, advice.disposition_message) != (disposition.value, reason, message)
-    advice.disposition, advice.disposition_reason, advice.disposition_message = disposition.value, reason, message[:4000]
+    changed = (advice.disposition, advice.disposition_reason, advice.disposition_message) != (
+        disposition.value,
+        reason,
+        message,
+    )
+    advice.disposition, advice.disposition_reason, advice.disposition_message = (
+        disposition.value,
+        reason,
+        message[:4000],
+    )
     if observed:
         advice.observed_generation = advice.generation
     advice.next_reconcile_at = None if terminal else next_reconcile_at
@@ -365,10 +464,19 @@ async def set_status(
             await audit.record(
                 session,
                 component="controller",
-                event_type="reconciliation.converged" if disposition is Disposition.CONVERGED else "reconciliation.abandoned",
+                event_type="reconciliation.converged"
+                if disposition is Disposition.CONVERGED
+                else "reconciliation.abandoned",
                 level="INFO" if disposition is Disposition.CONVERGED else "WARNING",
                 message=f"Advice {advice.id} generation {advice.generation} {disposition.value} ({reason}): {message}",
-                payload={"adviceId": advice.id, "generation": advice.generation, "disposition": disposition.value, "reason": reason, "message": message, "secondsSinceCreated": round(seconds, 3) if seconds is not None else None},
+                payload={
+                    "adviceId": advice.id,
+                    "generation": advice.generation,
+                    "disposition": disposition.value,
+                    "reason": reason,
+                    "message": message,
+                    "secondsSinceCreated": round(seconds, 3) if seconds is not None else None,
+                },
                 cluster=advice.cluster,
                 slurm_job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
@@ -377,10 +485,14 @@ async def set_status(
     return changed
 
 
-async def record_reconcile_failure(session: AsyncSession, *, advice: Advice, error: str, retry_at: dt.datetime, now: dt.datetime | None = None) -> None:
+async def record_reconcile_failure(
+    session: AsyncSession, *, advice: Advice, error: str, retry_at: dt.datetime, now: dt.datetime | None = None
+) -> None:
     """A transient Slurm failure: keep the Advice, count the failure and look again at `retry_at`."""
     now = now or utcnow()
     advice.reconcile_failures = (advice.reconcile_failures or 0) + 1
     advice.next_reconcile_at = retry_at
-    advice.disposition_message = f"Slurm did not answer ({advice.reconcile_failures} in a row); retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[:4000]
+    advice.disposition_message = f"Slurm did not answer ({advice.reconcile_failures} in a row); retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[
+        :4000
+    ]
     advice.updated_at = now

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from app.auth import AuthError, Authenticator, Principal, authenticate_request, build_authenticator
+from app.auth import Authenticator, AuthError, Principal, authenticate_request, build_authenticator
 from app.config import Settings
 
 
@@ -24,7 +25,9 @@ def api_authenticator(settings: Settings) -> Authenticator:
     return build_authenticator(settings)
 
 
-async def authenticate_connection(payload: Mapping[str, Any], handshake_headers: Any, authenticator: Authenticator) -> Principal:
+async def authenticate_connection(
+    payload: Mapping[str, Any], handshake_headers: Any, authenticator: Authenticator
+) -> Principal:
     """The caller of a graphql-transport-ws connection: connection_init payload {"Authorization": "Bearer …"} or
     {"token": "…"}, else the Authorization header of the WebSocket handshake."""
     token = payload.get("token")

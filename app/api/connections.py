@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -50,7 +51,9 @@ def page_request(
 ) -> PageRequest:
     """Validated, capped Relay arguments; the error names the cap."""
     try:
-        return PageRequest.build(first=first, after=after, last=last, before=before, default_size=sizes[0], max_size=sizes[1])
+        return PageRequest.build(
+            first=first, after=after, last=last, before=before, default_size=sizes[0], max_size=sizes[1]
+        )
     except PageArgumentError as exc:
         raise bad_input(str(exc)) from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.errors import ApiError, FORBIDDEN, UNAUTHENTICATED
+from app.api.errors import FORBIDDEN, UNAUTHENTICATED, ApiError
 from app.api.loaders import Loaders
 from app.auth import OPERATOR, AuthError, Principal
 from app.context import AppContext

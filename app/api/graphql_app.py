@@ -18,7 +18,7 @@ from app.api.errors import FORBIDDEN, LIMIT_EXCEEDED, UNAUTHENTICATED
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.api.loaders import Loaders
 from app.api.schema import schema
-from app.auth import AuthError, Authenticator, authenticate_request
+from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 
 # GraphiQL loads React and GraphiQL from unpkg with inline bootstrapping; only its page gets this policy.
@@ -37,7 +37,7 @@ def auth_error_body(exc: AuthError) -> dict[str, Any]:
 class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
     """graphql-transport-ws with authentication at connection_init and a clear per-connection operation bound."""
 
-    view: "RecoveryGraphQL"
+    view: RecoveryGraphQL
 
     async def handle_connection_init(self, message: Any) -> None:
         payload = message.get("payload") or {}
@@ -61,15 +61,19 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
             and message.get("id") not in self.operations
             and len(self.operations) >= MAX_SUBSCRIPTIONS_PER_CONNECTION
         ):
-            await self.send_message({
-                "id": message["id"],
-                "type": "error",
-                "payload": [{
-                    "message": f"subscription limit reached: at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} operations per "
-                    "connection; complete one or open another connection",
-                    "extensions": {"code": LIMIT_EXCEEDED, "limit": "subscriptionsPerConnection"},
-                }],
-            })
+            await self.send_message(
+                {
+                    "id": message["id"],
+                    "type": "error",
+                    "payload": [
+                        {
+                            "message": f"subscription limit reached: at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} operations per "
+                            "connection; complete one or open another connection",
+                            "extensions": {"code": LIMIT_EXCEEDED, "limit": "subscriptionsPerConnection"},
+                        }
+                    ],
+                }
+            )
             return
         await super().handle_subscribe(message)
 

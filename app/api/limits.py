@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+
+from app.api.connections import TOP_LEVEL
+from app.api.errors import LIMIT_EXCEEDED
 from graphql import (
     FieldNode,
     FragmentSpreadNode,
@@ -20,10 +25,6 @@ from graphql import (
     is_interface_type,
     is_object_type,
 )
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
-
-from app.api.connections import TOP_LEVEL
-from app.api.errors import LIMIT_EXCEEDED
 
 MAX_DEPTH = 10
 MAX_TOKENS = 5000

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from strawberry.dataloader import DataLoader
@@ -66,7 +67,11 @@ class Loaders:
     def by_type(self, type_name: str) -> DataLoader[Hashable, Any] | None:
         """The by-id loader of a Node type (for `node(id:)`)."""
         return {
-            "Workflow": self.workflow, "Job": self.job, "Attempt": self.attempt, "Checkpoint": self.checkpoint,
-            "Anomaly": self.anomaly, "Advice": self.advice, "AuditEvent": self.audit_event,
+            "Workflow": self.workflow,
+            "Job": self.job,
+            "Attempt": self.attempt,
+            "Checkpoint": self.checkpoint,
+            "Anomaly": self.anomaly,
+            "Advice": self.advice,
+            "AuditEvent": self.audit_event,
         }.get(type_name)
-

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import strawberry
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,7 +16,9 @@ from app.api.types import Advice
 Info = strawberry.Info
 
 
-async def _review(info: Info, id: strawberry.ID, action: Callable[[AsyncSession, int, str], Awaitable[AdviceRow]]) -> Advice:
+async def _review(
+    info: Info, id: strawberry.ID, action: Callable[[AsyncSession, int, str], Awaitable[AdviceRow]]
+) -> Advice:
     # The role check comes first: a refused caller changes nothing and records nothing.
     principal = info.context.operator()
     try:
@@ -33,13 +35,19 @@ async def _review(info: Info, id: strawberry.ID, action: Callable[[AsyncSession,
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation(description="Approve an active Advice (operator role). Recorded as audit event advice.approved.")
+    @strawberry.mutation(
+        description="Approve an active Advice (operator role). Recorded as audit event advice.approved."
+    )
     async def approve_advice(self, info: Info, id: strawberry.ID) -> Advice:
         return await _review(info, id, lambda s, pk, user: review.approve_advice(s, advice_id=pk, user=user))
 
-    @strawberry.mutation(description="Veto an Advice for good: inactive, ABANDONED/VETOED (operator role). Audit event advice.vetoed.")
+    @strawberry.mutation(
+        description="Veto an Advice for good: inactive, ABANDONED/VETOED (operator role). Audit event advice.vetoed."
+    )
     async def veto_advice(self, info: Info, id: strawberry.ID, reason: str) -> Advice:
-        return await _review(info, id, lambda s, pk, user: review.veto_advice(s, advice_id=pk, user=user, reason=reason))
+        return await _review(
+            info, id, lambda s, pk, user: review.veto_advice(s, advice_id=pk, user=user, reason=reason)
+        )
 
     @strawberry.mutation(
         description="Reconcile now; Advice ABANDONED for a transient reason becomes active PENDING again (operator role). "

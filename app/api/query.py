@@ -50,8 +50,12 @@ class AuditEventFilter:
     component: str | None = None
     event_type: str | None = strawberry.field(default=None, description="Exact event type.")
     level: str | None = strawberry.field(default=None, description="DEBUG, INFO, WARNING or ERROR.")
-    produced_after: dt.datetime | None = strawberry.field(default=None, description="Inclusive lower bound of produced time.")
-    produced_before: dt.datetime | None = strawberry.field(default=None, description="Exclusive upper bound of produced time.")
+    produced_after: dt.datetime | None = strawberry.field(
+        default=None, description="Inclusive lower bound of produced time."
+    )
+    produced_before: dt.datetime | None = strawberry.field(
+        default=None, description="Exclusive upper bound of produced time."
+    )
     cluster: str | None = None
 
 
@@ -64,9 +68,14 @@ def audit_filter(flt: AuditEventFilter | None) -> audit_service.AuditFilter:
             raise bad_input(f"{name} needs a timezone (e.g. 2025-01-01T00:00:00Z)")
     try:
         return audit_service.AuditFilter(
-            slurm_job_id=flt.job_id, attempt_index=flt.attempt_index, component=flt.component or None,
-            event_type=flt.event_type or None, level=flt.level or None, produced_after=flt.produced_after,
-            produced_before=flt.produced_before, cluster=flt.cluster or None,
+            slurm_job_id=flt.job_id,
+            attempt_index=flt.attempt_index,
+            component=flt.component or None,
+            event_type=flt.event_type or None,
+            level=flt.level or None,
+            produced_after=flt.produced_after,
+            produced_before=flt.produced_before,
+            cluster=flt.cluster or None,
         )
     except audit_service.AuditFilterError as exc:
         raise bad_input(str(exc)) from None
@@ -98,19 +107,30 @@ class Query:
 
     @strawberry.field(description="Workflows, most recently updated first.")
     async def workflows(
-        self, info: Info, filter: WorkflowFilter | None = None,
-        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+        self,
+        info: Info,
+        filter: WorkflowFilter | None = None,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
     ) -> Connection[Workflow]:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or WorkflowFilter()
         service_filter = job_queries.WorkflowFilter(
-            cluster=flt.cluster, environment=flt.environment, state=flt.state, search=flt.search, failed_only=flt.failed_only
+            cluster=flt.cluster,
+            environment=flt.environment,
+            state=flt.state,
+            search=flt.search,
+            failed_only=flt.failed_only,
         )
         fetch = partial(job_queries.list_workflows, filter=service_filter)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Workflow(row=row))
 
-    @strawberry.field(description="One workflow by global id, or by key (and cluster when keys repeat across clusters).")
+    @strawberry.field(
+        description="One workflow by global id, or by key (and cluster when keys repeat across clusters)."
+    )
     async def workflow(
         self, info: Info, id: strawberry.ID | None = None, key: str | None = None, cluster: str | None = None
     ) -> Workflow | None:
@@ -131,9 +151,16 @@ class Query:
             row = await job_queries.find_job(session, slurm_job_id=job_id, cluster=cluster)
         return Job(row=row) if row else None
 
-    @strawberry.field(description='One attempt by (jobId, attemptIndex) or by ref: "12345-0" or its UUID (heimdallJobId).')
+    @strawberry.field(
+        description='One attempt by (jobId, attemptIndex) or by ref: "12345-0" or its UUID (heimdallJobId).'
+    )
     async def attempt(
-        self, info: Info, job_id: int | None = None, attempt_index: int | None = None, ref: str | None = None, cluster: str | None = None
+        self,
+        info: Info,
+        job_id: int | None = None,
+        attempt_index: int | None = None,
+        ref: str | None = None,
+        cluster: str | None = None,
     ) -> Attempt | None:
         info.context.viewer()
         async with info.context.loaders.sessions() as session:
@@ -145,30 +172,47 @@ class Query:
                 except ValueError as exc:
                     raise bad_input(str(exc)) from None
             elif job_id is not None and attempt_index is not None:
-                row = await job_queries.find_attempt(session, slurm_job_id=job_id, attempt_index=attempt_index, cluster=cluster)
+                row = await job_queries.find_attempt(
+                    session, slurm_job_id=job_id, attempt_index=attempt_index, cluster=cluster
+                )
             else:
                 raise bad_input("pass ref, or both jobId and attemptIndex")
         return Attempt(row=row) if row else None
 
     @strawberry.field(description="Attempts across jobs, most recently updated first.")
     async def attempts(
-        self, info: Info, filter: AttemptFilter | None = None,
-        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+        self,
+        info: Info,
+        filter: AttemptFilter | None = None,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
     ) -> Connection[Attempt]:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or AttemptFilter()
         service_filter = job_queries.AttemptFilter(
-            cluster=flt.cluster, workflow_id=_workflow_pk(flt.workflow_id), slurm_job_id=flt.job_id,
-            state=flt.state, failed_only=flt.failed_only,
+            cluster=flt.cluster,
+            workflow_id=_workflow_pk(flt.workflow_id),
+            slurm_job_id=flt.job_id,
+            state=flt.state,
+            failed_only=flt.failed_only,
         )
         fetch = partial(job_queries.list_attempts, filter=service_filter)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Attempt(row=row))
 
     @strawberry.field(description="Advice, newest first; onlyActive keeps what may still need reconciliation.")
     async def advice(
-        self, info: Info, only_active: bool = False, job_id: int | None = None, cluster: str | None = None,
-        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+        self,
+        info: Info,
+        only_active: bool = False,
+        job_id: int | None = None,
+        cluster: str | None = None,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
     ) -> Connection[Advice]:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
@@ -176,10 +220,18 @@ class Query:
         fetch = partial(advice_queries.list_advice, filter=flt)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Advice(row=row))
 
-    @strawberry.field(description="Audit events with SPEC §7 filters, by produced time (DESC: newest first). No totalCount.")
+    @strawberry.field(
+        description="Audit events with SPEC §7 filters, by produced time (DESC: newest first). No totalCount."
+    )
     async def audit_events(
-        self, info: Info, filter: AuditEventFilter | None = None, order: SortOrder = SortOrder.DESC,
-        first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None,
+        self,
+        info: Info,
+        filter: AuditEventFilter | None = None,
+        order: SortOrder = SortOrder.DESC,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
     ) -> Connection[AuditEvent]:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
@@ -188,7 +240,7 @@ class Query:
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
 
     @strawberry.field(description="Who the API thinks you are.")
-    def viewer(self, info: Info) -> "Viewer":
+    def viewer(self, info: Info) -> Viewer:
         principal = info.context.viewer()
         return Viewer(subject=principal.subject, name=principal.name, roles=sorted(principal.roles))
 

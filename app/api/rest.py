@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,7 +15,7 @@ from app.advice import queries as advice_queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit_service
 from app.audit.models import AuditEvent
-from app.auth import AuthError, Authenticator, authenticate_request
+from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 from app.domain.cursor import CursorError
 from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
@@ -93,7 +94,7 @@ def _time(request: Request, name: str) -> dt.datetime | None:
         return None
     if _MICROS.fullmatch(raw):
         try:
-            return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(raw))
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(raw))
         except OverflowError:
             raise BadRequest(f"{name} is out of range") from None
     try:
@@ -113,7 +114,7 @@ def _text(request: Request, name: str) -> str | None:
 def _micros(value: dt.datetime | None) -> int | None:
     if value is None:
         return None
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -135,7 +136,9 @@ def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -
         "excludedNodes": list(attempt.excluded_nodes or []),
         "stdoutPath": attempt.stdout_path,
         "stderrPath": attempt.stderr_path,
-        "requeueEligible": attempt.requeue_eligible if attempt.requeue_eligible is not None else (job.requeue_eligible if job else None),
+        "requeueEligible": attempt.requeue_eligible
+        if attempt.requeue_eligible is not None
+        else (job.requeue_eligible if job else None),
         "held": attempt.held,
         "effectiveMode": job.effective_mode if job else None,
         "modeReason": job.mode_reason if job else None,
@@ -149,9 +152,15 @@ def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -
 
 def milestone_json(action: SchedulerAction) -> dict[str, Any]:
     return {
-        "generation": action.generation, "step": action.step, "status": action.status,
-        "idempotencyKey": action.idempotency_key, "actor": action.actor, "command": action.command,
-        "detail": action.detail, "startedAt": _iso(action.started_at), "finishedAt": _iso(action.finished_at),
+        "generation": action.generation,
+        "step": action.step,
+        "status": action.status,
+        "idempotencyKey": action.idempotency_key,
+        "actor": action.actor,
+        "command": action.command,
+        "detail": action.detail,
+        "startedAt": _iso(action.started_at),
+        "finishedAt": _iso(action.finished_at),
         "durationMs": action.duration_ms,
     }
 
@@ -189,20 +198,33 @@ def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[s
 
 def workflow_json(workflow: Workflow) -> dict[str, Any]:
     return {
-        "id": workflow.id, "workflowId": workflow.workflow_key, "cluster": workflow.cluster,
-        "environment": workflow.environment, "latestState": workflow.latest_state,
-        "latestJobName": workflow.latest_job_name, "attemptCount": workflow.attempt_count,
-        "failedAttemptCount": workflow.failed_attempt_count, "createdAt": _iso(workflow.created_at),
+        "id": workflow.id,
+        "workflowId": workflow.workflow_key,
+        "cluster": workflow.cluster,
+        "environment": workflow.environment,
+        "latestState": workflow.latest_state,
+        "latestJobName": workflow.latest_job_name,
+        "attemptCount": workflow.attempt_count,
+        "failedAttemptCount": workflow.failed_attempt_count,
+        "createdAt": _iso(workflow.created_at),
         "updatedAt": _iso(workflow.updated_at),
     }
 
 
 def audit_json(event: AuditEvent) -> dict[str, Any]:
     return {
-        "id": event.id, "component": event.component, "eventType": event.event_type, "level": event.level,
-        "message": event.message, "payload": event.payload or {}, "cluster": event.cluster,
-        "jobId": event.slurm_job_id, "attemptIndex": event.attempt_index, "actor": event.actor,
-        "producedAt": _iso(event.produced_at), "producedAtMicros": _micros(event.produced_at),
+        "id": event.id,
+        "component": event.component,
+        "eventType": event.event_type,
+        "level": event.level,
+        "message": event.message,
+        "payload": event.payload or {},
+        "cluster": event.cluster,
+        "jobId": event.slurm_job_id,
+        "attemptIndex": event.attempt_index,
+        "actor": event.actor,
+        "producedAt": _iso(event.produced_at),
+        "producedAtMicros": _micros(event.produced_at),
         "recordedAt": _iso(event.recorded_at),
     }
 
@@ -224,7 +246,9 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
             except BadRequest as exc:
                 return error(400, "INVALID_ARGUMENT", str(exc))
             except CursorError:
-                return error(400, "INVALID_ARGUMENT", "invalid page token: pass back the nextPageToken of the same listing")
+                return error(
+                    400, "INVALID_ARGUMENT", "invalid page token: pass back the nextPageToken of the same listing"
+                )
             except audit_service.AuditFilterError as exc:
                 return error(400, "INVALID_ARGUMENT", str(exc))
 
@@ -251,12 +275,18 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
         raise BadRequest(f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}), got {raw[:20]!r}")
     page_request = _page(request, JOBS_LIMITS)
     async with ctx.sessions() as session:
-        page = await job_queries.list_attempts_by_slurm_id(session, slurm_job_id=int(raw), cluster=_text(request, "cluster"), page=page_request)
+        page = await job_queries.list_attempts_by_slurm_id(
+            session, slurm_job_id=int(raw), cluster=_text(request, "cluster"), page=page_request
+        )
         if not page.items and not page_request.after:
             return error(404, "NOT_FOUND", f"no attempts recorded for job {int(raw)}")
         jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
-        workflows = await job_queries.workflows_by_ids(session, ids=[a.workflow_id for a in page.items if a.workflow_id])
-    attempts = [attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None) for a in page.items]
+        workflows = await job_queries.workflows_by_ids(
+            session, ids=[a.workflow_id for a in page.items if a.workflow_id]
+        )
+    attempts = [
+        attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None) for a in page.items
+    ]
     return JSONResponse({"attempts": attempts, "nextPageToken": _next_token(page)})
 
 
@@ -267,14 +297,19 @@ async def list_advice(request: Request, ctx: AppContext) -> Response:
     async with ctx.sessions() as session:
         page = await advice_queries.list_advice(session, filter=flt, page=page_request)
         milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in page.items])
-    return JSONResponse({"advice": [advice_json(a, milestones.get(a.id, [])) for a in page.items], "nextPageToken": _next_token(page)})
+    return JSONResponse(
+        {"advice": [advice_json(a, milestones.get(a.id, [])) for a in page.items], "nextPageToken": _next_token(page)}
+    )
 
 
 async def list_workflows(request: Request, ctx: AppContext) -> Response:
     """Workflows, most recently updated first: {"workflows": [...], "nextPageToken"}."""
     flt = job_queries.WorkflowFilter(
-        cluster=_text(request, "cluster"), environment=_text(request, "environment"), state=_text(request, "state"),
-        search=_text(request, "search"), failed_only=_bool(request, "failedOnly"),
+        cluster=_text(request, "cluster"),
+        environment=_text(request, "environment"),
+        state=_text(request, "state"),
+        search=_text(request, "search"),
+        failed_only=_bool(request, "failedOnly"),
     )
     async with ctx.sessions() as session:
         page = await job_queries.list_workflows(session, filter=flt, page=_page(request, JOBS_LIMITS))
@@ -297,5 +332,7 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
         cluster=_text(request, "cluster"),
     )
     async with ctx.sessions() as session:
-        page = await audit_service.query(session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc")
+        page = await audit_service.query(
+            session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc"
+        )
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})

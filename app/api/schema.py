@@ -6,13 +6,13 @@ import logging
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
 
 from app.api.errors import is_expected
 from app.api.limits import limit_extensions
 from app.api.mutation import Mutation
 from app.api.query import Query
 from app.api.subscription import Subscription
+from graphql import GraphQLError
 
 log = logging.getLogger("recovery.api")
 

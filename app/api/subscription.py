@@ -7,7 +7,8 @@ only says when to read it again.
 
 from __future__ import annotations
 
-from typing import Any, AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
 
 import strawberry
 
@@ -31,7 +32,9 @@ class AttemptUpdate:
     position: str = strawberry.field(description="Change-feed position; pass it as `after` when you reconnect.")
     changed: list[str] = strawberry.field(description="Names of the fields that changed (empty for a new attempt).")
     created: bool
-    state: str | None = strawberry.field(description="The attempt's state as of this change (attempt.state is its state now).")
+    state: str | None = strawberry.field(
+        description="The attempt's state as of this change (attempt.state is its state now)."
+    )
     attempt: Attempt
 
 
@@ -107,10 +110,16 @@ async def _rows(info: Info, loader_name: str, entries: Sequence[ChangeFeedEntry]
 
 @strawberry.type
 class Subscription:
-    @strawberry.subscription(description="Attempts of a workflow or of a Slurm job (or all, given neither) as they are created and change.")
+    @strawberry.subscription(
+        description="Attempts of a workflow or of a Slurm job (or all, given neither) as they are created and change."
+    )
     async def attempt_updates(
-        self, info: Info, workflow_id: strawberry.ID | None = None, job_id: int | None = None,
-        cluster: str | None = None, after: str | None = None,
+        self,
+        info: Info,
+        workflow_id: strawberry.ID | None = None,
+        job_id: int | None = None,
+        cluster: str | None = None,
+        after: str | None = None,
     ) -> AsyncGenerator[AttemptUpdate, None]:
         try:
             workflow_pk = expect_global_id(str(workflow_id), "Workflow") if workflow_id is not None else None
@@ -129,8 +138,11 @@ class Subscription:
             for entry, row in await _rows(info, "attempt", entries):
                 payload = entry.payload or {}
                 yield AttemptUpdate(
-                    position=str(entry.id), changed=list(payload.get("changed") or []),
-                    created=bool(payload.get("new")), state=payload.get("state"), attempt=Attempt(row=row),
+                    position=str(entry.id),
+                    changed=list(payload.get("changed") or []),
+                    created=bool(payload.get("new")),
+                    state=payload.get("state"),
+                    attempt=Attempt(row=row),
                 )
 
     @strawberry.subscription(description="Audit events as they are recorded, with the SPEC §7 filters.")
@@ -152,7 +164,9 @@ class Subscription:
                 if _audit_matches(flt, row):
                     yield AuditEventUpdate(position=str(entry.id), event=AuditEvent(row=row))
 
-    @strawberry.subscription(description="Advice as it is created, reviewed and reconciled; onlyActive skips inactive Advice.")
+    @strawberry.subscription(
+        description="Advice as it is created, reviewed and reconciled; onlyActive skips inactive Advice."
+    )
     async def advice_changes(
         self, info: Info, only_active: bool = False, job_id: int | None = None, after: str | None = None
     ) -> AsyncGenerator[AdviceUpdate, None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.auth.bearer import Authenticator, authenticate_request, authorization_of, bearer_token
 from app.auth.dev import DevModeRefused, DevVerifier, check_dev_mode, is_loopback_host
 from app.auth.principal import (
     DEV_PRINCIPAL,
@@ -12,7 +13,6 @@ from app.auth.principal import (
     Principal,
     effective_roles,
 )
-from app.auth.bearer import Authenticator, authenticate_request, authorization_of, bearer_token
 from app.auth.tokens import TokenVerifier, allowed_algorithms
 from app.config import Settings
 

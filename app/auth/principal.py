@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -95,7 +96,11 @@ def principal_from_claims(claims: Mapping[str, Any], roles_claim: str) -> Princi
         raise AuthError(401, "token has no subject (sub claim)")
     roles = effective_roles(claim_at(claims, roles_claim))
     name = next(
-        (value for key in ("name", "preferred_username", "email") if isinstance(value := claims.get(key), str) and value),
+        (
+            value
+            for key in ("name", "preferred_username", "email")
+            if isinstance(value := claims.get(key), str) and value
+        ),
         subject,
     )
     email = claims.get("email") if isinstance(claims.get("email"), str) else None

@@ -8,8 +8,9 @@ import logging
 import re
 import time
 import warnings
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -75,7 +76,11 @@ class TokenVerifier:
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False)
         self.keys = JwksCache(
-            self.issuer, self._http, min_refetch_interval=min_refetch_interval, max_age=max_jwks_age, monotonic=monotonic
+            self.issuer,
+            self._http,
+            min_refetch_interval=min_refetch_interval,
+            max_age=max_jwks_age,
+            monotonic=monotonic,
         )
         _warn_if_plain_http(self.issuer)
 
@@ -84,7 +89,7 @@ class TokenVerifier:
         if self._owns_http:
             await self._http.aclose()
 
-    async def __aenter__(self) -> "TokenVerifier":
+    async def __aenter__(self) -> TokenVerifier:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -136,9 +141,13 @@ class TokenVerifier:
                 401, f"HMAC-signed tokens ({alg}) are never accepted; the issuer must sign with an asymmetric key"
             )
         if alg not in self.algorithms:
-            raise AuthError(401, f"token algorithm {alg} is not allowed (allowed: {', '.join(sorted(self.algorithms))})")
+            raise AuthError(
+                401, f"token algorithm {alg} is not allowed (allowed: {', '.join(sorted(self.algorithms))})"
+            )
         typ = header.get("typ")
-        if typ is not None and (not isinstance(typ, str) or typ.lower().removeprefix("application/") not in ACCEPTED_TYPES):
+        if typ is not None and (
+            not isinstance(typ, str) or typ.lower().removeprefix("application/") not in ACCEPTED_TYPES
+        ):
             raise AuthError(401, f"token type {typ!r} is not an access token (expected JWT or at+jwt)")
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
@@ -185,7 +194,7 @@ def _numeric_date(claims: dict[str, Any], name: str, *, required: bool = False) 
 
 
 def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="seconds")
 
 
 def _warn_if_plain_http(issuer: str) -> None:

@@ -6,7 +6,7 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -51,16 +51,36 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
                 where = {"line": event.line_number, "text": event.text[:300]}
                 if isinstance(event.signal, CrashSignature):
                     s = event.signal
-                    report.crashes.append({**where, "category": s.category, "rule": s.rule, "nodes": list(s.nodes), "rank": s.rank, "xid": s.xid, "detail": s.detail})
+                    report.crashes.append(
+                        {
+                            **where,
+                            "category": s.category,
+                            "rule": s.rule,
+                            "nodes": list(s.nodes),
+                            "rank": s.rank,
+                            "xid": s.xid,
+                            "detail": s.detail,
+                        }
+                    )
                 elif isinstance(event.signal, CheckpointEvent):
                     c = event.signal
-                    report.checkpoints.append({**where, "kind": c.kind, "framework": c.framework, "iteration": c.iteration, "path": c.path})
+                    report.checkpoints.append(
+                        {**where, "kind": c.kind, "framework": c.framework, "iteration": c.iteration, "path": c.path}
+                    )
             for event in result.progress:
                 marker = event.signal
                 assert isinstance(marker, ProgressMarker)
                 if report.first_marker is None:
-                    report.first_marker = {"line": event.line_number, "phase": marker.phase, "rule": marker.rule, "text": event.text[:300]}
-                entry = report.progress.setdefault(marker.phase, {"count": 0, "first_line": event.line_number, "last_line": event.line_number, "rules": []})
+                    report.first_marker = {
+                        "line": event.line_number,
+                        "phase": marker.phase,
+                        "rule": marker.rule,
+                        "text": event.text[:300],
+                    }
+                entry = report.progress.setdefault(
+                    marker.phase,
+                    {"count": 0, "first_line": event.line_number, "last_line": event.line_number, "rules": []},
+                )
                 entry["count"] += 1
                 entry["last_line"] = event.line_number
                 if marker.rule not in entry["rules"]:
@@ -82,13 +102,18 @@ def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> Silence
 
     classifier = Classifier(ruleset)
     scan = SilenceScan(thresholds)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             text = decode_line(raw[:LINE_CAP].rstrip(b"\n"))
             marker = classifier.progress(text.split("\r")[-1]) if text else None
-            scan.feed(line_number=number, at=parse_timestamp(text, now=now, default_tz=timezone.utc), marker=marker, offset=offset)
+            scan.feed(
+                line_number=number,
+                at=parse_timestamp(text, now=now, default_tz=UTC),
+                marker=marker,
+                offset=offset,
+            )
             offset += len(raw)
     return scan
 
@@ -143,24 +168,32 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
     if not data["progress"]:
         w("  none\n")
     for phase, entry in data["progress"].items():
-        w(f"  {phase}: {entry['count']} lines (first line {entry['first_line']}, last line {entry['last_line']}; rules {', '.join(entry['rules'])})\n")
+        w(
+            f"  {phase}: {entry['count']} lines (first line {entry['first_line']}, last line {entry['last_line']}; rules {', '.join(entry['rules'])})\n"
+        )
     hang = data["hang_detector"]
     thresholds = hang["thresholds_seconds"]
     w("\nHang detector (no output):\n")
     if not hang["armed"]:
-        w("  would NOT arm: no configured progress marker in this log (a generic 'training started' line does not count)\n")
+        w(
+            "  would NOT arm: no configured progress marker in this log (a generic 'training started' line does not count)\n"
+        )
     else:
         first = hang["first_marker"]
         w(f"  arms at line {first['line']} in phase {first['phase']} ({first['rule']}): {first['text']}\n")
         w(f"  thresholds: pretraining {thresholds['pretraining']:g} s, trainingloop {thresholds['trainingloop']:g} s\n")
         gap = hang["largest_silent_gap_seconds"]
         if gap:
-            w(f"  largest silent gap after arming: {gap:g} s before line {hang['largest_silent_gap_line']} ({hang['largest_silent_gap_phase']})\n")
+            w(
+                f"  largest silent gap after arming: {gap:g} s before line {hang['largest_silent_gap_line']} ({hang['largest_silent_gap_phase']})\n"
+            )
         else:
             w("  no timestamped gap after arming\n")
         if hang["would_raise_no_progress_at_line"] is not None:
-            w(f"  this log would have raised NO_PROGRESS at line {hang['would_raise_no_progress_at_line']} "
-              f"({hang['no_progress_gap_seconds']:g} s silent in {hang['no_progress_phase']})\n")
+            w(
+                f"  this log would have raised NO_PROGRESS at line {hang['would_raise_no_progress_at_line']} "
+                f"({hang['no_progress_gap_seconds']:g} s silent in {hang['no_progress_phase']})\n"
+            )
         else:
             w("  no silence long enough to raise NO_PROGRESS\n")
     w("\nThroughput:\n")
@@ -170,7 +203,14 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
         w(f"  {metric}: {s['count']} samples, min {s['min']:g}, median {s['median']:g}, max {s['max']:g}\n")
 
 
-def run(path: str, *, as_json: bool, settings: Settings, out: TextIO = sys.stdout, thresholds: HangThresholds = HangThresholds()) -> int:
+def run(
+    path: str,
+    *,
+    as_json: bool,
+    settings: Settings,
+    out: TextIO = sys.stdout,
+    thresholds: HangThresholds = HangThresholds(),
+) -> int:
     """Entry point for `recovery check-log`; 0 when the file was analysed, 2 on usage errors."""
     file = Path(path)
     if not file.is_file():

@@ -20,7 +20,7 @@ def comment_from_input(text: str) -> str:
     """Accept the bare JSON, or a pasted `#SBATCH --comment=...` / `--comment '...'` line."""
     stripped = text.strip()
     if stripped.startswith("#SBATCH"):
-        stripped = stripped[len("#SBATCH"):]
+        stripped = stripped[len("#SBATCH") :]
     elif not stripped.startswith("--comment"):
         return text
     try:
@@ -29,7 +29,7 @@ def comment_from_input(text: str) -> str:
         return text
     for index, arg in enumerate(args):
         if arg.startswith("--comment="):
-            return arg[len("--comment="):]
+            return arg[len("--comment=") :]
         if arg == "--comment" and index + 1 < len(args):
             return args[index + 1]
     return text
@@ -77,7 +77,9 @@ def render_policy(result: PolicyResult, settings: Settings) -> list[str]:
             if value is None:
                 shown = f"(not set: the site ceiling of {ceiling} applies)"
             else:
-                shown = f"{value}  (effective retry limit: min({value}, site ceiling {ceiling}) = {min(value, ceiling)})"
+                shown = (
+                    f"{value}  (effective retry limit: min({value}, site ceiling {ceiling}) = {min(value, ceiling)})"
+                )
         lines.append(_row(key, shown, key in given))
     lines.append("  anomaly_detection_config:")
     for key, value in policy["anomaly_detection_config"].items():
@@ -107,7 +109,9 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
     if text == "-":
         text = sys.stdin.read()
     if text is None or not text.strip():
-        message = "check-policy needs the comment text, e.g. recovery check-policy '{\"APS\": {...}}' (or - to read stdin)"
+        message = (
+            "check-policy needs the comment text, e.g. recovery check-policy '{\"APS\": {...}}' (or - to read stdin)"
+        )
         if as_json:
             out.write(json.dumps({"error": message}) + "\n")
         else:
@@ -138,8 +142,10 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
         return code
 
     if decision.enrolled:
-        out.write(f"VERDICT: would be ENROLLED in environment {settings.environment!r} "
-                  "(the partition is not checked here; run `recovery check-script` on the batch script)\n")
+        out.write(
+            f"VERDICT: would be ENROLLED in environment {settings.environment!r} "
+            "(the partition is not checked here; run `recovery check-script` on the batch script)\n"
+        )
     else:
         out.write(f"VERDICT: NOT ENROLLED ({decision.status}) - {decision.reason}\n")
     issues = render_issues(result)

@@ -53,12 +53,20 @@ def _partition_status(script: BatchScript, settings: Settings) -> tuple[str | No
     if partition:
         managed = settings.partition_managed(partition)
         verb = "is" if managed else "is NOT"
-        return partition, managed, f"partition {partition!r} {verb} managed by this installation (managed: {managed_list})"
+        return (
+            partition,
+            managed,
+            f"partition {partition!r} {verb} managed by this installation (managed: {managed_list})",
+        )
     if "*" in settings.managed_partitions:
         return None, True, "no --partition: the cluster's default partition is used, and every partition is managed"
-    return None, False, (
-        f"no --partition: the cluster's default partition is used and this tool cannot tell whether it is one of "
-        f"the managed partitions ({managed_list}); add #SBATCH --partition=<one of them>"
+    return (
+        None,
+        False,
+        (
+            f"no --partition: the cluster's default partition is used and this tool cannot tell whether it is one of "
+            f"the managed partitions ({managed_list}); add #SBATCH --partition=<one of them>"
+        ),
     )
 
 
@@ -89,25 +97,44 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
 
     comments = script.all("comment")
     if not comments:
-        problems.append(Problem("error", "no-comment", 'no #SBATCH --comment: the job carries no policy. Add #SBATCH --comment=\'{"APS":{...}}\''))
+        problems.append(
+            Problem(
+                "error",
+                "no-comment",
+                "no #SBATCH --comment: the job carries no policy. Add #SBATCH --comment='{\"APS\":{...}}'",
+            )
+        )
     elif len(comments) > 1:
-        problems.append(Problem("warning", "comment-repeated", f"--comment is given {len(comments)} times; only the last one (line {comments[-1].line}) counts", comments[-1].line))
+        problems.append(
+            Problem(
+                "warning",
+                "comment-repeated",
+                f"--comment is given {len(comments)} times; only the last one (line {comments[-1].line}) counts",
+                comments[-1].line,
+            )
+        )
 
     requeue = script.requeue
     if requeue is None:
-        problems.append(Problem(
-            "warning", "no-requeue-flag",
-            "no #SBATCH --requeue: whether Slurm may requeue this job follows the site's JobRequeue default. "
-            "Add #SBATCH --requeue to make it explicit.",
-        ))
+        problems.append(
+            Problem(
+                "warning",
+                "no-requeue-flag",
+                "no #SBATCH --requeue: whether Slurm may requeue this job follows the site's JobRequeue default. "
+                "Add #SBATCH --requeue to make it explicit.",
+            )
+        )
     elif requeue is False:
         line = script.last("no-requeue")
-        problems.append(Problem(
-            "error", "no-requeue",
-            "--no-requeue forbids requeueing this job: recovery can record Advice but the controller cannot restart it. "
-            "Replace it with #SBATCH --requeue.",
-            line.line if line else 0,
-        ))
+        problems.append(
+            Problem(
+                "error",
+                "no-requeue",
+                "--no-requeue forbids requeueing this job: recovery can record Advice but the controller cannot restart it. "
+                "Replace it with #SBATCH --requeue.",
+                line.line if line else 0,
+            )
+        )
 
     shared_ok = bool(result.policy and result.policy.get("log_file_paths_shared_across_attempts"))
     per_attempt = _writes_per_attempt_files(script)
@@ -116,12 +143,15 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
         if stream == "stderr" and path == logs["stdout"]:
             continue
         if not _PER_JOB.search(path):
-            problems.append(Problem(
-                "warning", "path-not-per-job",
-                f"{stream} path {path!r} has no %j: every job you submit with this script writes the same file, "
-                "so their logs mix. Put %j in the file name (e.g. logs/train-%j.out).",
-                logs[f"{stream}_line"],
-            ))
+            problems.append(
+                Problem(
+                    "warning",
+                    "path-not-per-job",
+                    f"{stream} path {path!r} has no %j: every job you submit with this script writes the same file, "
+                    "so their logs mix. Put %j in the file name (e.g. logs/train-%j.out).",
+                    logs[f"{stream}_line"],
+                )
+            )
     if result.policy is not None and not shared_ok and not per_attempt:
         mode = logs["open_mode"]
         extra = ""
@@ -129,28 +159,37 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
             extra = " With --open-mode=append every attempt appends to the same file."
         elif mode == "truncate":
             extra = " With --open-mode=truncate a later attempt also overwrites the earlier attempt's output (its evidence)."
-        problems.append(Problem(
-            "warning", "path-shared-across-attempts",
-            f"every attempt of this job writes {logs['stdout']!r}: Slurm has no %-pattern for the restart count, and a "
-            f"requeue keeps the job id, so the file name does not identify the attempt.{extra} Either add "
-            '"log_file_paths_shared_across_attempts": true to the APS object (then emit slurm_job_attempt or '
-            "keep source timestamps), or write per-attempt files, e.g. "
-            'exec >"logs/train-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}.out" 2>&1',
-            logs["stdout_line"],
-        ))
+        problems.append(
+            Problem(
+                "warning",
+                "path-shared-across-attempts",
+                f"every attempt of this job writes {logs['stdout']!r}: Slurm has no %-pattern for the restart count, and a "
+                f"requeue keeps the job id, so the file name does not identify the attempt.{extra} Either add "
+                '"log_file_paths_shared_across_attempts": true to the APS object (then emit slurm_job_attempt or '
+                "keep source timestamps), or write per-attempt files, e.g. "
+                'exec >"logs/train-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}.out" 2>&1',
+                logs["stdout_line"],
+            )
+        )
     if per_attempt and not shared_ok:
-        problems.append(Problem(
-            "info", "per-attempt-files",
-            "the script appears to write per-attempt files using $SLURM_RESTART_COUNT; make sure they are in a "
-            "directory the operator's collector reads.",
-        ))
+        problems.append(
+            Problem(
+                "info",
+                "per-attempt-files",
+                "the script appears to write per-attempt files using $SLURM_RESTART_COUNT; make sure they are in a "
+                "directory the operator's collector reads.",
+            )
+        )
     if logs["open_mode"] == "truncate" and shared_ok:
-        problems.append(Problem(
-            "warning", "truncate-shared",
-            "--open-mode=truncate with log_file_paths_shared_across_attempts: a later attempt overwrites the shared "
-            "file, losing the earlier attempt's evidence. Use --open-mode=append.",
-            script.last("open-mode").line if script.last("open-mode") else 0,
-        ))
+        problems.append(
+            Problem(
+                "warning",
+                "truncate-shared",
+                "--open-mode=truncate with log_file_paths_shared_across_attempts: a later attempt overwrites the shared "
+                "file, losing the earlier attempt's evidence. Use --open-mode=append.",
+                script.last("open-mode").line if script.last("open-mode") else 0,
+            )
+        )
 
     for risk in python_buffering_risks(script):
         problems.append(Problem("warning", "python-buffering", risk.message, risk.line))
@@ -161,9 +200,14 @@ def _verdict(result: PolicyResult, script: BatchScript, settings: Settings) -> t
     partition, managed, partition_text = _partition_status(script, settings)
     decision = admission(result, environment=settings.environment, partition_managed=managed)
     if decision.enrolled and any(n.refused for n in script.notes):
-        decision = Admission("SBATCH_WOULD_REFUSE", "sbatch would refuse this script (see the errors below), so there would be no job to enrol.")
+        decision = Admission(
+            "SBATCH_WOULD_REFUSE",
+            "sbatch would refuse this script (see the errors below), so there would be no job to enrol.",
+        )
     if decision.status == UNMANAGED_PARTITION:
-        decision = Admission(UNMANAGED_PARTITION, partition_text[0].upper() + partition_text[1:] + "; the job is not enrolled.")
+        decision = Admission(
+            UNMANAGED_PARTITION, partition_text[0].upper() + partition_text[1:] + "; the job is not enrolled."
+        )
     return decision, partition, managed, partition_text
 
 
@@ -195,7 +239,9 @@ def check(text: str, settings: Settings, *, name: str = "script") -> dict[str, A
 def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> None:
     admission_ = report["admission"]
     if report["enrolled"]:
-        out.write(f"VERDICT: would be ENROLLED - environment {settings.environment!r} matches; {report['partition']['explanation']}\n")
+        out.write(
+            f"VERDICT: would be ENROLLED - environment {settings.environment!r} matches; {report['partition']['explanation']}\n"
+        )
     else:
         out.write(f"VERDICT: NOT ENROLLED ({admission_['status']}) - {admission_['reason']}\n")
     out.write(f"Script: {report['file']}\n")
@@ -213,7 +259,9 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
     logs = report["logs"]
     out.write(f"\nRequeue: {report['requeue']}\n")
     out.write(f"Partition: {report['partition']['explanation']}\n")
-    out.write(f"Logs: stdout {logs['stdout']} ({logs['stdout_source']}); stderr {logs['stderr']} ({logs['stderr_source']})\n")
+    out.write(
+        f"Logs: stdout {logs['stdout']} ({logs['stdout_source']}); stderr {logs['stderr']} ({logs['stderr_source']})\n"
+    )
 
     problems = report["problems"]
     if problems:
@@ -223,12 +271,20 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
         for p in problems:
             where = f"line {p['line']}" if p["line"] else "script"
             lead = f"  {p['severity']:<8} {where:<9} "
-            wrapped = textwrap.wrap(p["message"], width=_WIDTH, initial_indent=lead, subsequent_indent=" " * len(lead),
-                                    break_long_words=False, break_on_hyphens=False)
+            wrapped = textwrap.wrap(
+                p["message"],
+                width=_WIDTH,
+                initial_indent=lead,
+                subsequent_indent=" " * len(lead),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
             out.write("\n".join(wrapped) + "\n")
     else:
         out.write("\nNo script problems found.\n")
-    out.write("\nNote: options given on the sbatch command line or in SBATCH_* environment variables override these directives.\n")
+    out.write(
+        "\nNote: options given on the sbatch command line or in SBATCH_* environment variables override these directives.\n"
+    )
 
 
 def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out: TextIO = sys.stdout) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from app.domain.retry import (
     AttemptRecord,
@@ -105,23 +106,39 @@ def decide(
 ) -> Decision:
     """Decide RESTART, TERMINATE or NONE for the failed attempt; ``history`` is the attempts before it."""
     earlier = tuple(a for a in history if a.attempt_index < failure.attempt_index)
-    exclusions, exclusion_note = accumulate_exclusions(failure=failure, history=earlier, partition_nodes=partition_nodes)
+    exclusions, exclusion_note = accumulate_exclusions(
+        failure=failure, history=earlier, partition_nodes=partition_nodes
+    )
     expires_at = now + dt.timedelta(seconds=site.advice_ttl) if site.advice_ttl > 0 else None
     what = describe_failure(failure)
 
     def verdict(operation: Operation, rule: Rule, reason: str) -> Decision:
         if exclusion_note and operation is Operation.RESTART:
             reason = f"{reason} {exclusion_note}"
-        return Decision(operation=operation, reason=reason, rule=rule.value, exclusions=exclusions, expires_at=expires_at)
+        return Decision(
+            operation=operation, reason=reason, rule=rule.value, exclusions=exclusions, expires_at=expires_at
+        )
 
     if failure.kind is FailureKind.SCHEDULER_FAILURE:
         state = (failure.state or "").upper()
         if state == "COMPLETED":
-            return verdict(Operation.NONE, Rule.JOB_COMPLETED, f"{what}: the attempt completed successfully, so there is nothing to recover.")
+            return verdict(
+                Operation.NONE,
+                Rule.JOB_COMPLETED,
+                f"{what}: the attempt completed successfully, so there is nothing to recover.",
+            )
         if state == "CANCELLED":
-            return verdict(Operation.NONE, Rule.JOB_CANCELLED, f"{what}: a cancellation is someone's decision, not a failure, so it is not retried.")
+            return verdict(
+                Operation.NONE,
+                Rule.JOB_CANCELLED,
+                f"{what}: a cancellation is someone's decision, not a failure, so it is not retried.",
+            )
         if state not in FAILURE_STATES:
-            return verdict(Operation.NONE, Rule.NOT_A_FAILURE, f"{what}: state {state or 'unknown'} is not a failure this service recovers.")
+            return verdict(
+                Operation.NONE,
+                Rule.NOT_A_FAILURE,
+                f"{what}: state {state or 'unknown'} is not a failure this service recovers.",
+            )
 
     if policy.auto_resume_mode not in SUPPORTED_RESUME_MODES:
         return verdict(
@@ -132,8 +149,19 @@ def decide(
 
     slowdown = failure.kind is FailureKind.SLOWDOWN
     if slowdown and not (site.straggler_enabled and policy.straggler_detection_enabled):
-        off = [name for name, on in (("the operator's straggler switch", site.straggler_enabled), ("the job's straggler_detection_enabled", policy.straggler_detection_enabled)) if not on]
-        return verdict(Operation.NONE, Rule.SLOWDOWN_NOT_ALLOWED, f"{what}: slowdown recovery needs both switches and {' and '.join(off)} is off; the attempt keeps running.")
+        off = [
+            name
+            for name, on in (
+                ("the operator's straggler switch", site.straggler_enabled),
+                ("the job's straggler_detection_enabled", policy.straggler_detection_enabled),
+            )
+            if not on
+        ]
+        return verdict(
+            Operation.NONE,
+            Rule.SLOWDOWN_NOT_ALLOWED,
+            f"{what}: slowdown recovery needs both switches and {' and '.join(off)} is off; the attempt keeps running.",
+        )
 
     # A slow attempt still makes progress: when it may not be restarted it is left running.
     # A crashed or hung attempt that is still RUNNING is cancelled instead of left hanging.
@@ -141,15 +169,31 @@ def decide(
     if policy.requeue_eligible is False:
         cancel_it = failure.attempt_running and not slowdown
         if cancel_it:
-            return verdict(Operation.TERMINATE, Rule.REQUEUE_NOT_POSSIBLE, f"{what}: the job is not requeue-eligible (--no-requeue), so the crashed or hung attempt is cancelled rather than left running.")
+            return verdict(
+                Operation.TERMINATE,
+                Rule.REQUEUE_NOT_POSSIBLE,
+                f"{what}: the job is not requeue-eligible (--no-requeue), so the crashed or hung attempt is cancelled rather than left running.",
+            )
         tail = "the slow attempt keeps running" if slowdown else "it has ended and nothing more can be done"
-        return verdict(Operation.NONE, Rule.REQUEUE_NOT_POSSIBLE, f"{what}: the job is not requeue-eligible (--no-requeue), so it cannot be restarted; {tail}.")
+        return verdict(
+            Operation.NONE,
+            Rule.REQUEUE_NOT_POSSIBLE,
+            f"{what}: the job is not requeue-eligible (--no-requeue), so it cannot be restarted; {tail}.",
+        )
 
     limit = effective_retry_limit(site_ceiling=site.max_requeue, job_max_requeue=policy.max_requeue_times)
     if retry_limit_reached(limit, failure.attempt_index):
-        return verdict(stop_operation, Rule.RETRY_LIMIT, f"{what}: {limit.describe_reached()}, so it is not restarted{_stop_tail(stop_operation)}.")
+        return verdict(
+            stop_operation,
+            Rule.RETRY_LIMIT,
+            f"{what}: {limit.describe_reached()}, so it is not restarted{_stop_tail(stop_operation)}.",
+        )
 
-    streak = failures_without_progress(history=earlier, checkpoints_saved=failure.checkpoints_saved, latest_checkpoint_iteration=failure.latest_checkpoint_iteration)
+    streak = failures_without_progress(
+        history=earlier,
+        checkpoints_saved=failure.checkpoints_saved,
+        latest_checkpoint_iteration=failure.latest_checkpoint_iteration,
+    )
     if early_stop_applies(failures_in_a_row=streak, early_stop_failures=site.early_stop_failures):
         return verdict(
             stop_operation,
@@ -227,7 +271,9 @@ def advice_changed(old: Decision | None, new: Decision) -> bool:
     return old.operation != new.operation or tuple(sorted(old.exclusions)) != tuple(sorted(new.exclusions))
 
 
-def merge_signals(existing: Decision | None, new: Decision, *, partition_nodes: Iterable[str] | None = None) -> Decision:
+def merge_signals(
+    existing: Decision | None, new: Decision, *, partition_nodes: Iterable[str] | None = None
+) -> Decision:
     """Fold the decision for a later signal about the same attempt into the existing one (one failure, one Advice).
 
     The result is ``existing`` itself (same generation) unless the desired state changes:
@@ -240,9 +286,16 @@ def merge_signals(existing: Decision | None, new: Decision, *, partition_nodes: 
         return new
     if new.operation is Operation.NONE:
         if new.rule == Rule.JOB_COMPLETED and existing.operation is Operation.RESTART:
-            return replace(new, operation=Operation.TERMINATE, exclusions=existing.exclusions, expires_at=new.expires_at or existing.expires_at)
+            return replace(
+                new,
+                operation=Operation.TERMINATE,
+                exclusions=existing.exclusions,
+                expires_at=new.expires_at or existing.expires_at,
+            )
         return existing
-    exclusions, note = guard_partition(set(existing.exclusions) | set(new.exclusions), set(new.exclusions), partition_nodes)
+    exclusions, note = guard_partition(
+        set(existing.exclusions) | set(new.exclusions), set(new.exclusions), partition_nodes
+    )
     merged = Decision(
         operation=new.operation,
         reason=new.reason if note is None else f"{new.reason} {note}",
@@ -253,7 +306,9 @@ def merge_signals(existing: Decision | None, new: Decision, *, partition_nodes: 
     return existing if not advice_changed(existing, merged) else merged
 
 
-def advice_record(decision: Decision, *, mode: str, mode_reason: str | None, evidence_refs: Sequence[str] = ()) -> dict[str, Any]:
+def advice_record(
+    decision: Decision, *, mode: str, mode_reason: str | None, evidence_refs: Sequence[str] = ()
+) -> dict[str, Any]:
     """Column values for an Advice row (app.advice.models.Advice) built from a decision and the resolved mode."""
     if decision.operation is Operation.NONE:
         raise ValueError("a NONE decision produces no Advice")

@@ -54,7 +54,9 @@ def _contains(window: AttemptWindow, at: datetime, now: datetime) -> bool:
     return at < end + END_RESOLUTION
 
 
-def attribute_shared_event(*, label: int | None, source_time: datetime | None, windows: list[AttemptWindow], now: datetime) -> Attribution:
+def attribute_shared_event(
+    *, label: int | None, source_time: datetime | None, windows: list[AttemptWindow], now: datetime
+) -> Attribution:
     """Attribute an event of a shared log path: a `slurm_job_attempt` label decides, else the
     source timestamp must fall inside exactly one recorded attempt's [start, end or now] window."""
     known = {w.index for w in windows}
@@ -89,7 +91,7 @@ _NUMBER = re.compile(r"(?<!\d)\d+(?!\d)")
 _ATTEMPT_SUFFIX = re.compile(r"[-_.](?:attempt)?(\d{1,3})(?!\d)(?![-_.]\d)")
 
 
-def job_file_name(name: str, job_ids: "set[int] | frozenset[int]") -> tuple[int, int | None] | None:
+def job_file_name(name: str, job_ids: set[int] | frozenset[int]) -> tuple[int, int | None] | None:
     """Which running job (and attempt) a file in a log directory belongs to, by its name.
 
     Convention: the name contains the Slurm job id as a whole number; when the id is directly

@@ -10,7 +10,7 @@ chunk end in growing windows, so finding the latest one costs a few kilobytes, n
 from __future__ import annotations
 
 import threading
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 try:  # Optional accelerator: a wheel on PyPI; the pure-re path below gives the same answers.
     import hyperscan as _hyperscan
@@ -25,7 +25,9 @@ Span = tuple[int, int]  # (line start, line end without the newline)
 
 def _hs_literal(anchor: bytes) -> bytes:
     """Escape every byte so Hyperscan reads the anchor as a plain literal."""
-    return b"".join(bytes([b]) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122) else b"\\x%02x" % b for b in anchor)
+    return b"".join(
+        bytes([b]) if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122) else b"\\x%02x" % b for b in anchor
+    )
 
 
 class ChunkScanner:
@@ -50,8 +52,12 @@ class ChunkScanner:
             return
         if engine == "hyperscan":
             db = _hyperscan.Database(mode=_hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[_hs_literal(a) for a in self.anchors], ids=list(range(len(self.anchors))),
-                       elements=len(self.anchors), flags=[0] * len(self.anchors))
+            db.compile(
+                expressions=[_hs_literal(a) for a in self.anchors],
+                ids=list(range(len(self.anchors))),
+                elements=len(self.anchors),
+                flags=[0] * len(self.anchors),
+            )
             self._db = db
 
     def _scratch(self):
@@ -69,7 +75,9 @@ class ChunkScanner:
             found: list[int] = []
             append = found.append
             view = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
-            self._db.scan(view, match_event_handler=lambda _id, _from, to, _flags, _ctx: append(to), scratch=self._scratch())
+            self._db.scan(
+                view, match_event_handler=lambda _id, _from, to, _flags, _ctx: append(to), scratch=self._scratch()
+            )
             if start:
                 found = [start + off for off in found]
             found.sort()
@@ -104,7 +112,9 @@ class ChunkScanner:
             spans.append((line_start, line_end))
         return spans
 
-    def lines_with_anchors(self, buf: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, int, frozenset[str]]]:
+    def lines_with_anchors(
+        self, buf: bytes, start: int = 0, end: int | None = None
+    ) -> list[tuple[int, int, frozenset[str]]]:
         """Like `lines`, plus the anchors seen on each line (lets the classifier try only their rules)."""
         end = len(buf) if end is None else end
         if not self.anchors or end <= start:
@@ -113,7 +123,11 @@ class ChunkScanner:
         if self._db is not None:
             append = hits.append
             view = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
-            self._db.scan(view, match_event_handler=lambda ident, _from, to, _flags, _ctx: append((start + to, ident)), scratch=self._scratch())
+            self._db.scan(
+                view,
+                match_event_handler=lambda ident, _from, to, _flags, _ctx: append((start + to, ident)),
+                scratch=self._scratch(),
+            )
             hits.sort()
         else:
             hits = self._find_all(buf, start, end)

@@ -17,7 +17,7 @@ class CursorError(ValueError):
 
 def _encode_value(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        return {"t": value.astimezone(dt.timezone.utc).isoformat()}
+        return {"t": value.astimezone(dt.UTC).isoformat()}
     if value is None or isinstance(value, (int, str, bool)):
         return value
     raise TypeError(f"cannot put {type(value).__name__} in a cursor")
@@ -54,7 +54,7 @@ def decode_cursor(kind: str, cursor: str, arity: int) -> tuple[Any, ...]:
     if not raw.startswith(_PREFIX):
         raise CursorError("invalid cursor")
     try:
-        found_kind, values = json.loads(raw[len(_PREFIX):])
+        found_kind, values = json.loads(raw[len(_PREFIX) :])
     except (ValueError, TypeError):
         raise CursorError("invalid cursor") from None
     if found_kind != kind:

@@ -63,7 +63,11 @@ def _check_numbers(job_id: int, attempt_index: int) -> None:
     # bool is an int subclass; True as a job id is always a bug.
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_SLURM_JOB_ID:
         raise ValueError(f"job id must be an integer in 1..{MAX_SLURM_JOB_ID}, got {job_id!r}")
-    if isinstance(attempt_index, bool) or not isinstance(attempt_index, int) or not 0 <= attempt_index <= MAX_ATTEMPT_INDEX:
+    if (
+        isinstance(attempt_index, bool)
+        or not isinstance(attempt_index, int)
+        or not 0 <= attempt_index <= MAX_ATTEMPT_INDEX
+    ):
         raise ValueError(f"attempt index must be an integer in 0..{MAX_ATTEMPT_INDEX}, got {attempt_index!r}")
 
 
@@ -95,7 +99,11 @@ def job_id_reuse_reason(stored: SubmissionFingerprint, observed: SubmissionFinge
         return f"job name changed from {stored.name!r} to {observed.name!r}"
     if _known(stored.comment) and _known(observed.comment) and stored.comment != observed.comment:
         return "job comment changed"
-    if stored.submit_time is not None and observed.submit_time is not None and stored.submit_time != observed.submit_time:
+    if (
+        stored.submit_time is not None
+        and observed.submit_time is not None
+        and stored.submit_time != observed.submit_time
+    ):
         if observed.submit_time < stored.submit_time:
             return f"submit time moved back from {stored.submit_time.isoformat()} to {observed.submit_time.isoformat()}"
         if observed.restart_count == 0:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)
+}
 
 # One alternation, tried left to right at each position, so the earliest timestamp in the line wins.
 _TIMESTAMP = re.compile(
@@ -24,13 +27,15 @@ def _micro(frac: str | None) -> int:
 
 def _offset(tz: str) -> tzinfo:
     if tz == "Z":
-        return timezone.utc
+        return UTC
     sign = -1 if tz[0] == "-" else 1
     digits = tz[1:].replace(":", "")
     return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
 
 
-def _yearless(month: int, day: int, hour: int, minute: int, second: int, micro: int, now: datetime, tz: tzinfo) -> datetime | None:
+def _yearless(
+    month: int, day: int, hour: int, minute: int, second: int, micro: int, now: datetime, tz: tzinfo
+) -> datetime | None:
     """Dates without a year are this year's, or last year's when that would lie in the future (New Year)."""
     local_now = now.astimezone(tz)
     for year in (local_now.year, local_now.year - 1):
@@ -43,7 +48,7 @@ def _yearless(month: int, day: int, hour: int, minute: int, second: int, micro: 
     return None
 
 
-def parse_timestamp(line: str, *, now: datetime, default_tz: tzinfo = timezone.utc) -> datetime | None:
+def parse_timestamp(line: str, *, now: datetime, default_tz: tzinfo = UTC) -> datetime | None:
     """The first timestamp in the line, timezone-aware (naive ones are taken to be in default_tz).
 
     Understands ISO 8601 (also `YYYY-MM-DD HH:MM:SS` in brackets and Python logging's `,mmm`),
@@ -55,10 +60,37 @@ def parse_timestamp(line: str, *, now: datetime, default_tz: tzinfo = timezone.u
     try:
         if match.group("iso"):
             tz = _offset(match.group("tz")) if match.group("tz") else default_tz
-            return datetime(int(match["Y"]), int(match["m"]), int(match["d"]), int(match["H"]), int(match["M"]), int(match["S"]), _micro(match["frac"]), tzinfo=tz)
+            return datetime(
+                int(match["Y"]),
+                int(match["m"]),
+                int(match["d"]),
+                int(match["H"]),
+                int(match["M"]),
+                int(match["S"]),
+                _micro(match["frac"]),
+                tzinfo=tz,
+            )
         if match.group("glog"):
-            return _yearless(int(match["gm"]), int(match["gd"]), int(match["gH"]), int(match["gM"]), int(match["gS"]), _micro(match["gfrac"]), now, default_tz)
-        return _yearless(_MONTHS[match["smon"]], int(match["sd"]), int(match["sH"]), int(match["sM"]), int(match["sS"]), 0, now, default_tz)
+            return _yearless(
+                int(match["gm"]),
+                int(match["gd"]),
+                int(match["gH"]),
+                int(match["gM"]),
+                int(match["gS"]),
+                _micro(match["gfrac"]),
+                now,
+                default_tz,
+            )
+        return _yearless(
+            _MONTHS[match["smon"]],
+            int(match["sd"]),
+            int(match["sH"]),
+            int(match["sM"]),
+            int(match["sS"]),
+            0,
+            now,
+            default_tz,
+        )
     except ValueError:
         return None  # looked like a timestamp but is not a date (month 13, hour 25)
 

@@ -54,15 +54,21 @@ def resolve_mode(*, requested: str | None, acknowledged: bool, partition_managed
     if requested == OBSERVE:
         return ModeDecision(OBSERVE, "the job requested observe", requested)
     if requested != ACT:
-        return ModeDecision(OBSERVE, f"the requested mode {requested!r} is not observe or act, so observe applies", requested)
+        return ModeDecision(
+            OBSERVE, f"the requested mode {requested!r} is not observe or act, so observe applies", requested
+        )
     blockers = []
     if not acknowledged:
         blockers.append(f"the operator's acknowledgment ceiling ({CEILING_SETTING}) is off")
     if not partition_managed:
         blockers.append(f"the job's partition is not in the managed allowlist ({PARTITIONS_SETTING})")
     if blockers:
-        return ModeDecision(OBSERVE, "mode act requested but " + " and ".join(blockers) + "; resolved to observe", requested)
-    return ModeDecision(ACT, "mode act requested, the operator acknowledges scheduler actions and the partition is managed", requested)
+        return ModeDecision(
+            OBSERVE, "mode act requested but " + " and ".join(blockers) + "; resolved to observe", requested
+        )
+    return ModeDecision(
+        ACT, "mode act requested, the operator acknowledges scheduler actions and the partition is managed", requested
+    )
 
 
 def admission(result: PolicyResult, *, environment: str, partition_managed: bool) -> Admission:

@@ -178,7 +178,9 @@ class _Validator:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
-            self.error(path, f"must be a JSON boolean (true or false without quotes), not the string {_describe(value)}")
+            self.error(
+                path, f"must be a JSON boolean (true or false without quotes), not the string {_describe(value)}"
+            )
         else:
             self.error(path, f"must be a JSON boolean (true or false), got {_describe(value)}")
         return None
@@ -278,7 +280,9 @@ def _validate_policy(v: _Validator, raw: Any, path: str) -> dict[str, Any]:
         if checked is not None:
             policy[key] = checked
     if "environment" not in raw:
-        v.error(_path(path, "environment"), "environment is required; use the exact environment name your operator gave you")
+        v.error(
+            _path(path, "environment"), "environment is required; use the exact environment name your operator gave you"
+        )
     return policy
 
 
@@ -286,7 +290,13 @@ def _no_policy(reason: str) -> PolicyResult:
     return PolicyResult(status=NO_POLICY, reason=reason)
 
 
-def _invalid(reason: str, *, wrapper: str | None = None, errors: list[Issue] | tuple[Issue, ...] = (), warnings: list[Issue] | tuple[Issue, ...] = ()) -> PolicyResult:
+def _invalid(
+    reason: str,
+    *,
+    wrapper: str | None = None,
+    errors: list[Issue] | tuple[Issue, ...] = (),
+    warnings: list[Issue] | tuple[Issue, ...] = (),
+) -> PolicyResult:
     return PolicyResult(status=INVALID, reason=reason, wrapper=wrapper, errors=tuple(errors), warnings=tuple(warnings))
 
 
@@ -357,7 +367,9 @@ def _parse(comment: str | None) -> PolicyResult:
         return _no_policy("The job comment is empty, so it carries no policy.")
     if len(text) > MAX_COMMENT_CHARS:
         if _looks_like_attempt(text[:10_000]):
-            return _invalid(f"The comment is longer than {MAX_COMMENT_CHARS} characters and is not read; the job is not enrolled.")
+            return _invalid(
+                f"The comment is longer than {MAX_COMMENT_CHARS} characters and is not read; the job is not enrolled."
+            )
         return _no_policy("The comment is too long to be a policy.")
     attempt = _looks_like_attempt(text)
     try:

@@ -32,14 +32,18 @@ class ProgressState:
     marker_offset: int | None = None
     marker_at: datetime | None = None
 
-    def observe(self, marker: ProgressMarker, *, line_number: int, offset: int, at: datetime | None) -> "ProgressState":
+    def observe(self, marker: ProgressMarker, *, line_number: int, offset: int, at: datetime | None) -> ProgressState:
         """The phase follows the latest marker: a pretraining marker after loop markers means a restart."""
         if self.marker_offset is not None and offset < self.marker_offset:
             return self  # older than what we know (re-delivery)
-        return replace(self, armed=True, phase=marker.phase, marker_line=line_number, marker_offset=offset, marker_at=at)
+        return replace(
+            self, armed=True, phase=marker.phase, marker_line=line_number, marker_offset=offset, marker_at=at
+        )
 
 
-def silence_exceeded(state: ProgressState, *, last_output_at: datetime | None, now: datetime, thresholds: HangThresholds) -> bool:
+def silence_exceeded(
+    state: ProgressState, *, last_output_at: datetime | None, now: datetime, thresholds: HangThresholds
+) -> bool:
     """True when an armed file has printed nothing (of any kind) for longer than its phase's threshold."""
     if not state.armed or state.phase is None:
         return False
@@ -64,7 +68,9 @@ class SilenceScan:
     first_alarm_gap: float | None = None
     first_alarm_phase: str | None = None
 
-    def feed(self, *, line_number: int, at: datetime | None, marker: ProgressMarker | None = None, offset: int = 0) -> None:
+    def feed(
+        self, *, line_number: int, at: datetime | None, marker: ProgressMarker | None = None, offset: int = 0
+    ) -> None:
         if at is not None and self.state.armed and self.last_time is not None:
             gap = (at - self.last_time).total_seconds()
             phase = self.state.phase or PRETRAINING

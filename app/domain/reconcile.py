@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Sequence
 
 
 class StepKind(StrEnum):
@@ -166,7 +166,9 @@ def we_requeued(milestones: Sequence[Milestone]) -> bool:
 
 def outstanding_requeue_hold(milestones: Sequence[Milestone]) -> Milestone | None:
     """Our latest requeue-hold (STARTED or SUCCEEDED) not followed by a successful release of ours."""
-    last_hold = max((i for i, m in enumerate(milestones) if m.step is StepKind.REQUEUE_HOLD and _counts(m)), default=None)
+    last_hold = max(
+        (i for i, m in enumerate(milestones) if m.step is StepKind.REQUEUE_HOLD and _counts(m)), default=None
+    )
     if last_hold is None:
         return None
     if any(m.step is StepKind.RELEASE and m.status == "SUCCEEDED" for m in milestones[last_hold + 1 :]):
@@ -185,7 +187,10 @@ def hold_caused_by_us(milestones: Sequence[Milestone], observation: JobObservati
 
 
 def _succeeded(milestones: Sequence[Milestone], step: StepKind, generation: int | None = None) -> bool:
-    return any(m.step is step and m.status == "SUCCEEDED" and (generation is None or m.generation == generation) for m in milestones)
+    return any(
+        m.step is step and m.status == "SUCCEEDED" and (generation is None or m.generation == generation)
+        for m in milestones
+    )
 
 
 def _intended(milestones: Sequence[Milestone], step: StepKind) -> bool:
@@ -227,7 +232,9 @@ def plan_next_step(
 
 
 def _done(milestones: Sequence[Milestone], ours: StepKind, message: str) -> Step:
-    reason = DispositionReason.DESIRED_STATE_OBSERVED if _intended(milestones, ours) else DispositionReason.ALREADY_SATISFIED
+    reason = (
+        DispositionReason.DESIRED_STATE_OBSERVED if _intended(milestones, ours) else DispositionReason.ALREADY_SATISFIED
+    )
     return Step(StepKind.DONE, message, reason)
 
 
@@ -236,10 +243,18 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
     if obs is None:
         return Step(StepKind.ABANDON, "Slurm no longer knows the job", DispositionReason.JOB_NOT_FOUND)
     if obs.restart_count < k:
-        return Step(StepKind.ABANDON, f"the job's restart count {obs.restart_count} is below attempt {k}: it is another submission", DispositionReason.JOB_NOT_FOUND)
+        return Step(
+            StepKind.ABANDON,
+            f"the job's restart count {obs.restart_count} is below attempt {k}: it is another submission",
+            DispositionReason.JOB_NOT_FOUND,
+        )
     hold = hold_kind(obs)
     if hold is HoldKind.MAX_REQUEUE:
-        return Step(StepKind.ABANDON, f"Slurm held the job after too many requeues ({obs.state_reason or obs.state_description})", DispositionReason.RETRIES_EXHAUSTED_BY_SLURM)
+        return Step(
+            StepKind.ABANDON,
+            f"Slurm held the job after too many requeues ({obs.state_reason or obs.state_description})",
+            DispositionReason.RETRIES_EXHAUSTED_BY_SLURM,
+        )
     state = obs.state.upper()
     wanted = set(advice.exclusions)
     missing = wanted - set(obs.excluded_nodes)
@@ -247,36 +262,77 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
 
     if obs.restart_count == k:
         if obs.requeue_eligible is False:
-            return Step(StepKind.ABANDON, "the job is not requeue-eligible (--no-requeue): Slurm refuses requeue", DispositionReason.REQUEUE_DISABLED)
+            return Step(
+                StepKind.ABANDON,
+                "the job is not requeue-eligible (--no-requeue): Slurm refuses requeue",
+                DispositionReason.REQUEUE_DISABLED,
+            )
         if _succeeded(milestones, StepKind.REQUEUE_HOLD):
             # Never requeue twice: a second requeue-hold would kill the successor.
-            return Step(StepKind.WAIT, f"our requeue-hold succeeded but Slurm still shows attempt {k}; waiting for a fresh observation")
+            return Step(
+                StepKind.WAIT,
+                f"our requeue-hold succeeded but Slurm still shows attempt {k}; waiting for a fresh observation",
+            )
         if state not in REQUEUEABLE_STATES:
             return Step(StepKind.WAIT, f"attempt {k} is {state}; Slurm cannot requeue it in this state")
         return Step(StepKind.REQUEUE_HOLD, f"requeue attempt {k} ({state}) into a held state")
 
     if obs.restart_count > k + 1:
-        return Step(StepKind.ABANDON, f"the job already moved past attempt {k + 1} (restart count {obs.restart_count})", DispositionReason.SUPERSEDED)
+        return Step(
+            StepKind.ABANDON,
+            f"the job already moved past attempt {k + 1} (restart count {obs.restart_count})",
+            DispositionReason.SUPERSEDED,
+        )
 
     # The successor (attempt k+1) exists.
     if hold is not HoldKind.NONE:
         if hold_caused_by_us(milestones, obs, k):
             if missing:
-                return Step(StepKind.SET_EXCLUSIONS, f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is held", exclusions=full_list)
-            return Step(StepKind.RELEASE, f"release attempt {k + 1}" + (f" with {', '.join(sorted(wanted))} excluded" if wanted else ""))
+                return Step(
+                    StepKind.SET_EXCLUSIONS,
+                    f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is held",
+                    exclusions=full_list,
+                )
+            return Step(
+                StepKind.RELEASE,
+                f"release attempt {k + 1}" + (f" with {', '.join(sorted(wanted))} excluded" if wanted else ""),
+            )
         if missing and state == "PENDING":
-            return Step(StepKind.SET_EXCLUSIONS, f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is pending", exclusions=full_list)
-        return Step(StepKind.WAIT, f"attempt {k + 1} is held ({obs.state_reason or hold.value}) by a hold we did not place; we never release it")
+            return Step(
+                StepKind.SET_EXCLUSIONS,
+                f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is pending",
+                exclusions=full_list,
+            )
+        return Step(
+            StepKind.WAIT,
+            f"attempt {k + 1} is held ({obs.state_reason or hold.value}) by a hold we did not place; we never release it",
+        )
 
     if not missing:
-        return _done(milestones, StepKind.REQUEUE_HOLD, f"attempt {k + 1} is unheld ({state})" + (f" with {', '.join(sorted(wanted))} excluded" if wanted else ""))
+        return _done(
+            milestones,
+            StepKind.REQUEUE_HOLD,
+            f"attempt {k + 1} is unheld ({state})" + (f" with {', '.join(sorted(wanted))} excluded" if wanted else ""),
+        )
     if state == "PENDING":
-        return Step(StepKind.SET_EXCLUSIONS, f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is pending", exclusions=full_list)
+        return Step(
+            StepKind.SET_EXCLUSIONS,
+            f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is pending",
+            exclusions=full_list,
+        )
     on_excluded = sorted(wanted & set(obs.nodes))
     if on_excluded:
-        return Step(StepKind.ABANDON, f"attempt {k + 1} already runs on excluded node(s) {', '.join(on_excluded)}; too late to exclude them", DispositionReason.SUPERSEDED)
+        return Step(
+            StepKind.ABANDON,
+            f"attempt {k + 1} already runs on excluded node(s) {', '.join(on_excluded)}; too late to exclude them",
+            DispositionReason.SUPERSEDED,
+        )
     if state in ENDED_STATES or not obs.nodes:
-        return Step(StepKind.ABANDON, f"attempt {k + 1} is {state} before the exclusions could be set", DispositionReason.SUPERSEDED)
+        return Step(
+            StepKind.ABANDON,
+            f"attempt {k + 1} is {state} before the exclusions could be set",
+            DispositionReason.SUPERSEDED,
+        )
     return Step(
         StepKind.DONE,
         f"attempt {k + 1} started on {', '.join(obs.nodes)}, avoiding the suspect nodes, before the exclusion list was set",
@@ -290,9 +346,17 @@ def _plan_terminate(advice: AdviceState, obs: JobObservation | None, milestones:
         # slurmctld only forgets finished jobs, so a vanished job is not running.
         return _done(milestones, StepKind.CANCEL, "Slurm no longer knows the job, so it is not running")
     if obs.restart_count < k:
-        return Step(StepKind.ABANDON, f"the job's restart count {obs.restart_count} is below attempt {k}: it is another submission", DispositionReason.JOB_NOT_FOUND)
+        return Step(
+            StepKind.ABANDON,
+            f"the job's restart count {obs.restart_count} is below attempt {k}: it is another submission",
+            DispositionReason.JOB_NOT_FOUND,
+        )
     if obs.restart_count > k + 1:
-        return Step(StepKind.ABANDON, f"the job already moved past attempt {k + 1} (restart count {obs.restart_count})", DispositionReason.SUPERSEDED)
+        return Step(
+            StepKind.ABANDON,
+            f"the job already moved past attempt {k + 1} (restart count {obs.restart_count})",
+            DispositionReason.SUPERSEDED,
+        )
     state = obs.state.upper()
     which = f"attempt {obs.restart_count}"
     if state in ENDED_STATES:
@@ -300,7 +364,9 @@ def _plan_terminate(advice: AdviceState, obs: JobObservation | None, milestones:
     if state == "COMPLETING":
         return Step(StepKind.WAIT, f"{which} is completing")
     if _succeeded(milestones, StepKind.CANCEL, advice.generation):
-        return Step(StepKind.WAIT, f"our cancel succeeded but {which} is still {state}; waiting for a fresh observation")
+        return Step(
+            StepKind.WAIT, f"our cancel succeeded but {which} is still {state}; waiting for a fresh observation"
+        )
     # A successor (restart count k+1) is cancelled too, whoever requeued it: Slurm has no retry
     # limit of its own (RequeueExit loops forever), so the policy is enforced here.
     return Step(StepKind.CANCEL, f"cancel {which} ({state})")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Sequence
 
 
 class FailureKind(StrEnum):
@@ -68,7 +68,11 @@ def made_progress(
         return False
     if latest_checkpoint_iteration is None:
         return True
-    best_before = [a.latest_checkpoint_iteration for a in earlier if a.latest_checkpoint_iteration is not None and a.checkpoints_saved > 0]
+    best_before = [
+        a.latest_checkpoint_iteration
+        for a in earlier
+        if a.latest_checkpoint_iteration is not None and a.checkpoints_saved > 0
+    ]
     return not best_before or latest_checkpoint_iteration > max(best_before)
 
 
@@ -82,7 +86,9 @@ def failures_without_progress(
     (requeued by a person, preempted) ends the row.
     """
     ordered = sorted(history, key=lambda a: a.attempt_index)
-    if made_progress(checkpoints_saved=checkpoints_saved, latest_checkpoint_iteration=latest_checkpoint_iteration, earlier=ordered):
+    if made_progress(
+        checkpoints_saved=checkpoints_saved, latest_checkpoint_iteration=latest_checkpoint_iteration, earlier=ordered
+    ):
         return 0
     count = 1
     for position in range(len(ordered) - 1, -1, -1):

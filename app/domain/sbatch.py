@@ -19,36 +19,159 @@ NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 
 # sbatch's long options and whether they take an argument (sbatch(1), Slurm 23.x/24.x).
 LONG_OPTIONS: dict[str, str] = {
-    **{name: REQUIRED for name in (
-        "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint",
-        "clusters", "comment", "constraint", "container", "container-id", "core-spec", "cores-per-socket",
-        "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution",
-        "error", "exclude", "export", "export-file", "extra", "extra-node-info", "gid", "gpu-bind",
-        "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags",
-        "hint", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user",
-        "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nodefile",
-        "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
-        "ntasks-per-socket", "open-mode", "output", "partition", "power", "prefer", "priority", "profile",
-        "qos", "reservation", "segment", "signal", "sockets-per-node", "switches", "thread-spec",
-        "threads-per-core", "time", "time-min", "tmp", "tres-bind", "tres-per-task", "uid",
-        "wait-all-nodes", "wckey", "workdir", "wrap",
-    )},
-    **{name: NONE for name in (
-        "contiguous", "help", "hold", "ignore-pbs", "immediate", "no-requeue", "overcommit",
-        "oversubscribe", "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only", "usage",
-        "use-min-nodes", "verbose", "version", "wait",
-    )},
+    **{
+        name: REQUIRED
+        for name in (
+            "account",
+            "acctg-freq",
+            "array",
+            "batch",
+            "bb",
+            "bbf",
+            "begin",
+            "chdir",
+            "cluster-constraint",
+            "clusters",
+            "comment",
+            "constraint",
+            "container",
+            "container-id",
+            "core-spec",
+            "cores-per-socket",
+            "cpu-freq",
+            "cpus-per-gpu",
+            "cpus-per-task",
+            "deadline",
+            "delay-boot",
+            "dependency",
+            "distribution",
+            "error",
+            "exclude",
+            "export",
+            "export-file",
+            "extra",
+            "extra-node-info",
+            "gid",
+            "gpu-bind",
+            "gpu-freq",
+            "gpus",
+            "gpus-per-node",
+            "gpus-per-socket",
+            "gpus-per-task",
+            "gres",
+            "gres-flags",
+            "hint",
+            "input",
+            "job-name",
+            "kill-on-invalid-dep",
+            "licenses",
+            "mail-type",
+            "mail-user",
+            "mcs-label",
+            "mem",
+            "mem-bind",
+            "mem-per-cpu",
+            "mem-per-gpu",
+            "mincpus",
+            "network",
+            "nodefile",
+            "nodelist",
+            "nodes",
+            "ntasks",
+            "ntasks-per-core",
+            "ntasks-per-gpu",
+            "ntasks-per-node",
+            "ntasks-per-socket",
+            "open-mode",
+            "output",
+            "partition",
+            "power",
+            "prefer",
+            "priority",
+            "profile",
+            "qos",
+            "reservation",
+            "segment",
+            "signal",
+            "sockets-per-node",
+            "switches",
+            "thread-spec",
+            "threads-per-core",
+            "time",
+            "time-min",
+            "tmp",
+            "tres-bind",
+            "tres-per-task",
+            "uid",
+            "wait-all-nodes",
+            "wckey",
+            "workdir",
+            "wrap",
+        )
+    },
+    **{
+        name: NONE
+        for name in (
+            "contiguous",
+            "help",
+            "hold",
+            "ignore-pbs",
+            "immediate",
+            "no-requeue",
+            "overcommit",
+            "oversubscribe",
+            "parsable",
+            "quiet",
+            "reboot",
+            "requeue",
+            "spread-job",
+            "test-only",
+            "usage",
+            "use-min-nodes",
+            "verbose",
+            "version",
+            "wait",
+        )
+    },
     **{name: OPTIONAL for name in ("exclusive", "get-user-env", "nice", "no-kill", "propagate", "x11")},
 }
 
 # Short options (sbatch's getopt string) mapped to their long names.
 SHORT_OPTIONS: dict[str, str] = {
-    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task",
-    "C": "constraint", "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile", "G": "gpus",
-    "h": "help", "H": "hold", "i": "input", "I": "immediate", "J": "job-name", "k": "no-kill",
-    "L": "licenses", "m": "distribution", "M": "clusters", "n": "ntasks", "N": "nodes", "o": "output",
-    "O": "overcommit", "p": "partition", "q": "qos", "Q": "quiet", "s": "oversubscribe",
-    "S": "core-spec", "t": "time", "v": "verbose", "V": "version", "w": "nodelist", "W": "wait",
+    "a": "array",
+    "A": "account",
+    "b": "begin",
+    "B": "extra-node-info",
+    "c": "cpus-per-task",
+    "C": "constraint",
+    "d": "dependency",
+    "D": "chdir",
+    "e": "error",
+    "F": "nodefile",
+    "G": "gpus",
+    "h": "help",
+    "H": "hold",
+    "i": "input",
+    "I": "immediate",
+    "J": "job-name",
+    "k": "no-kill",
+    "L": "licenses",
+    "m": "distribution",
+    "M": "clusters",
+    "n": "ntasks",
+    "N": "nodes",
+    "o": "output",
+    "O": "overcommit",
+    "p": "partition",
+    "q": "qos",
+    "Q": "quiet",
+    "s": "oversubscribe",
+    "S": "core-spec",
+    "t": "time",
+    "v": "verbose",
+    "V": "version",
+    "w": "nodelist",
+    "W": "wait",
     "x": "exclude",
 }
 
@@ -191,7 +314,11 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
             kind = LONG_OPTIONS[name]
             if kind == NONE:
                 if has_value:
-                    notes.append(ScriptNote(line, "error", f"--{name} takes no value; sbatch will refuse {token!r}", refused=True))
+                    notes.append(
+                        ScriptNote(
+                            line, "error", f"--{name} takes no value; sbatch will refuse {token!r}", refused=True
+                        )
+                    )
                     continue
                 options.append(Option(name, None, line, "--" + raw_name))
             elif kind == OPTIONAL:
@@ -202,7 +329,9 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                 options.append(Option(name, argv[i][0], line, "--" + raw_name))
                 i += 1
             else:
-                notes.append(ScriptNote(line, "error", f"--{name} needs a value; sbatch will refuse the script", refused=True))
+                notes.append(
+                    ScriptNote(line, "error", f"--{name} needs a value; sbatch will refuse the script", refused=True)
+                )
             continue
         if token.startswith("-") and len(token) > 1:
             j = 1
@@ -210,7 +339,14 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                 letter = token[j]
                 long_name = SHORT_OPTIONS.get(letter)
                 if long_name is None:
-                    notes.append(ScriptNote(line, "error", f"-{letter} is not an sbatch option; sbatch will refuse the script", refused=True))
+                    notes.append(
+                        ScriptNote(
+                            line,
+                            "error",
+                            f"-{letter} is not an sbatch option; sbatch will refuse the script",
+                            refused=True,
+                        )
+                    )
                     j += 1
                     continue
                 kind = LONG_OPTIONS[long_name]
@@ -218,7 +354,7 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                     options.append(Option(long_name, None, line, "-" + letter))
                     j += 1
                     continue
-                rest = token[j + 1:]
+                rest = token[j + 1 :]
                 if kind == OPTIONAL:
                     options.append(Option(long_name, rest or None, line, "-" + letter))
                 elif rest:
@@ -227,13 +363,20 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                     options.append(Option(long_name, argv[i][0], line, "-" + letter))
                     i += 1
                 else:
-                    notes.append(ScriptNote(line, "error", f"-{letter} needs a value; sbatch will refuse the script", refused=True))
+                    notes.append(
+                        ScriptNote(
+                            line, "error", f"-{letter} needs a value; sbatch will refuse the script", refused=True
+                        )
+                    )
                 break
             continue
-        notes.append(ScriptNote(
-            line, "error",
-            f"{token!r} is not an option; sbatch stops reading directives here, so this and every later #SBATCH option is ignored",
-        ))
+        notes.append(
+            ScriptNote(
+                line,
+                "error",
+                f"{token!r} is not an option; sbatch stops reading directives here, so this and every later #SBATCH option is ignored",
+            )
+        )
         break
     return options, notes
 
@@ -242,13 +385,27 @@ def parse_script(text: str) -> BatchScript:
     """Read a batch script's directives and body; never raises."""
     notes: list[ScriptNote] = []
     if "\r\n" in text:
-        notes.append(ScriptNote(0, "error", "the script has DOS line breaks (\\r\\n); sbatch refuses it (convert with dos2unix)", refused=True))
+        notes.append(
+            ScriptNote(
+                0,
+                "error",
+                "the script has DOS line breaks (\\r\\n); sbatch refuses it (convert with dos2unix)",
+                refused=True,
+            )
+        )
     if "\0" in text:
         notes.append(ScriptNote(0, "error", "the script contains a NUL character; sbatch refuses it", refused=True))
     lines = text.split("\n")
     shebang = lines[0] if lines and lines[0].startswith("#!") else None
     if shebang is None:
-        notes.append(ScriptNote(1, "error", "the first line must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses the script otherwise", refused=True))
+        notes.append(
+            ScriptNote(
+                1,
+                "error",
+                "the first line must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses the script otherwise",
+                refused=True,
+            )
+        )
 
     argv: list[tuple[str, int]] = []
     body_first_line: int | None = None
@@ -259,11 +416,15 @@ def parse_script(text: str) -> BatchScript:
             break
         if line.startswith(MAGIC):
             if _HETJOB.search(line):
-                notes.append(ScriptNote(lineno, "warning", "heterogeneous job: only the first component's directives are read here"))
+                notes.append(
+                    ScriptNote(
+                        lineno, "warning", "heterogeneous job: only the first component's directives are read here"
+                    )
+                )
                 reading = False
                 continue
             try:
-                argv.extend((arg, lineno) for arg in split_arguments(line[len(MAGIC):]))
+                argv.extend((arg, lineno) for arg in split_arguments(line[len(MAGIC) :]))
             except DirectiveSyntaxError as exc:
                 notes.append(ScriptNote(lineno, "error", f"{exc}; sbatch refuses the script", refused=True))
             continue
@@ -272,7 +433,13 @@ def parse_script(text: str) -> BatchScript:
             continue
         if stripped.startswith("#"):
             if stripped.startswith(MAGIC):
-                notes.append(ScriptNote(lineno, "warning", "#SBATCH must start the line; with leading spaces sbatch treats it as a comment and ignores it"))
+                notes.append(
+                    ScriptNote(
+                        lineno,
+                        "warning",
+                        "#SBATCH must start the line; with leading spaces sbatch treats it as a comment and ignores it",
+                    )
+                )
             continue
         body_first_line = lineno
         break
@@ -280,13 +447,16 @@ def parse_script(text: str) -> BatchScript:
     if body_first_line is not None:
         for index in range(body_first_line, len(lines)):
             if lines[index].lstrip().startswith(MAGIC):
-                notes.append(ScriptNote(
-                    index + 1, "warning",
-                    f"this #SBATCH line comes after the first command (line {body_first_line}); sbatch ignores it — move it above",
-                ))
+                notes.append(
+                    ScriptNote(
+                        index + 1,
+                        "warning",
+                        f"this #SBATCH line comes after the first command (line {body_first_line}); sbatch ignores it — move it above",
+                    )
+                )
     options, option_notes = _read_options(argv)
     notes.extend(option_notes)
-    body = "\n".join(lines[body_first_line - 1:]) if body_first_line is not None else ""
+    body = "\n".join(lines[body_first_line - 1 :]) if body_first_line is not None else ""
     return BatchScript(
         text=text,
         options=tuple(options),
@@ -302,9 +472,41 @@ def parse_script(text: str) -> BatchScript:
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 _LAUNCHERS = {"torchrun", "deepspeed", "accelerate"}  # start Python workers that inherit stdout
 _NOT_LAUNCHING = {
-    "echo", "printf", "which", "type", "command", "module", "ml", "source", ".", "alias", "hash",
-    "test", "[", "[[", "declare", "local", "readonly", "unset", "cat", "ls", "grep", "cp", "mv", "rm",
-    "mkdir", "ln", "chmod", "head", "tail", "export", "pip", "pip3", "conda", "mamba", "uv",
+    "echo",
+    "printf",
+    "which",
+    "type",
+    "command",
+    "module",
+    "ml",
+    "source",
+    ".",
+    "alias",
+    "hash",
+    "test",
+    "[",
+    "[[",
+    "declare",
+    "local",
+    "readonly",
+    "unset",
+    "cat",
+    "ls",
+    "grep",
+    "cp",
+    "mv",
+    "rm",
+    "mkdir",
+    "ln",
+    "chmod",
+    "head",
+    "tail",
+    "export",
+    "pip",
+    "pip3",
+    "conda",
+    "mamba",
+    "uv",
 }
 _SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "{", "}", ";;", "|&"}
 _UNBUFFERED_ASSIGNMENT = re.compile(r"PYTHONUNBUFFERED=(\S+)")
@@ -422,7 +624,7 @@ def _command_risk(segment: list[str]) -> bool | None:
         if is_python or base in _LAUNCHERS:
             before = words[:index]
             srun_u = "srun" in [w.rsplit("/", 1)[-1] for w in before] and _srun_unbuffered(before)
-            flags_u = is_python and _python_flags_unbuffered(words[index + 1:])
+            flags_u = is_python and _python_flags_unbuffered(words[index + 1 :])
             return not (env_unbuffered or srun_u or flags_u)
     return None
 

@@ -11,9 +11,27 @@ from app.domain.signature_defaults import DEFAULT_RULES
 from app.domain.signatures import CHECKPOINT_KINDS, PHASES, Rule, RuleSet
 
 # TOML table name -> rule kind.
-SECTIONS = {"crash": "crash", "checkpoint": "checkpoint", "progress": "progress", "throughput": "throughput", "benign": "benign"}
+SECTIONS = {
+    "crash": "crash",
+    "checkpoint": "checkpoint",
+    "progress": "progress",
+    "throughput": "throughput",
+    "benign": "benign",
+}
 _LABEL_KEY = {"crash": "category", "checkpoint": "kind", "progress": "phase", "throughput": "metric", "benign": None}
-_ALLOWED = {"name", "anchors", "pattern", "framework", "exclude", "scale", "example", "category", "kind", "phase", "metric"}
+_ALLOWED = {
+    "name",
+    "anchors",
+    "pattern",
+    "framework",
+    "exclude",
+    "scale",
+    "example",
+    "category",
+    "kind",
+    "phase",
+    "metric",
+}
 _CATEGORY = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
@@ -25,6 +43,7 @@ def _literal_runs(pattern: str) -> list[str] | None:
     """Anchors derived from a regex: the longest literal run of each top-level alternative."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # stable in CPython 3.11+
+
         parsed = _parser.parse(pattern)
     except Exception:
         return None
@@ -32,7 +51,12 @@ def _literal_runs(pattern: str) -> list[str] | None:
     branches: list[list[Any]]
     if len(items) == 1 and items[0][0] == _parser.BRANCH:
         branches = [list(b) for b in items[0][1][1]]
-    elif len(items) == 1 and items[0][0] == _parser.SUBPATTERN and len(list(items[0][1][-1])) == 1 and list(items[0][1][-1])[0][0] == _parser.BRANCH:
+    elif (
+        len(items) == 1
+        and items[0][0] == _parser.SUBPATTERN
+        and len(list(items[0][1][-1])) == 1
+        and list(items[0][1][-1])[0][0] == _parser.BRANCH
+    ):
         branches = [list(b) for b in list(items[0][1][-1])[0][1][1]]
     else:
         branches = [items]
@@ -82,7 +106,11 @@ def _rule_from_entry(kind: str, entry: dict[str, Any], where: str, base: Rule | 
         fields["scale"] = float(entry["scale"])
     if "anchors" in entry:
         anchors = entry["anchors"]
-        if not isinstance(anchors, list) or not anchors or not all(isinstance(a, str) and a and "\n" not in a for a in anchors):
+        if (
+            not isinstance(anchors, list)
+            or not anchors
+            or not all(isinstance(a, str) and a and "\n" not in a for a in anchors)
+        ):
             raise SignatureConfigError(f"{where}: `anchors` must be a non-empty list of non-empty single-line strings")
         fields["anchors"] = tuple(anchors)
     if base is None:
@@ -109,7 +137,9 @@ def _rule_from_entry(kind: str, entry: dict[str, Any], where: str, base: Rule | 
     if not rule.anchors:
         derived = _literal_runs(rule.pattern)
         if not derived:
-            raise SignatureConfigError(f"{where}: cannot derive literal anchors from the pattern; list `anchors` explicitly")
+            raise SignatureConfigError(
+                f"{where}: cannot derive literal anchors from the pattern; list `anchors` explicitly"
+            )
         rule = replace(rule, anchors=tuple(derived))
     return rule
 

@@ -7,8 +7,9 @@ lines are worth classifying; this module decides precisely what a line means.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 RuleKind = Literal["crash", "checkpoint", "progress", "throughput", "benign"]
 RULE_KINDS: tuple[str, ...] = ("crash", "checkpoint", "progress", "throughput", "benign")
@@ -27,8 +28,18 @@ NAN_LOSS = "NAN_LOSS"
 PYTHON_TRACEBACK = "PYTHON_TRACEBACK"
 CHECKPOINT_WRITE_FAILURE = "CHECKPOINT_WRITE_FAILURE"
 CRASH_CATEGORIES: tuple[str, ...] = (
-    SEGFAULT, CUDA_ERROR, CUDA_OOM, HOST_OOM, NCCL_ERROR, NCCL_TIMEOUT, XID, NODE_FAIL,
-    TIME_LIMIT, NAN_LOSS, PYTHON_TRACEBACK, CHECKPOINT_WRITE_FAILURE,
+    SEGFAULT,
+    CUDA_ERROR,
+    CUDA_OOM,
+    HOST_OOM,
+    NCCL_ERROR,
+    NCCL_TIMEOUT,
+    XID,
+    NODE_FAIL,
+    TIME_LIMIT,
+    NAN_LOSS,
+    PYTHON_TRACEBACK,
+    CHECKPOINT_WRITE_FAILURE,
 )
 
 PRETRAINING = "pretraining"
@@ -36,7 +47,13 @@ TRAININGLOOP = "trainingloop"
 PHASES: tuple[str, ...] = (PRETRAINING, TRAININGLOOP)
 CHECKPOINT_KINDS: tuple[str, ...] = ("saved", "loaded")
 THROUGHPUT_METRICS: tuple[str, ...] = (
-    "tflops", "tflops_per_gpu", "samples_per_s", "tokens_per_s", "iter_ms", "it_per_s", "mfu_pct",
+    "tflops",
+    "tflops_per_gpu",
+    "samples_per_s",
+    "tokens_per_s",
+    "iter_ms",
+    "it_per_s",
+    "mfu_pct",
 )
 
 TRACEBACK_START = "Traceback (most recent call last):"
@@ -201,7 +218,10 @@ class Classifier:
 
     def __init__(self, ruleset: RuleSet):
         self.ruleset = ruleset
-        self._by_kind = {kind: [(rule, rule.compiled(), rule.compiled_exclude()) for rule in ruleset.of_kind(kind)] for kind in RULE_KINDS}
+        self._by_kind = {
+            kind: [(rule, rule.compiled(), rule.compiled_exclude()) for rule in ruleset.of_kind(kind)]
+            for kind in RULE_KINDS
+        }
         self._narrowed: dict[tuple[str, frozenset[str]], list] = {}
 
     def _rules(self, kind: str, anchors: frozenset[str] | None) -> list:
@@ -213,7 +233,9 @@ class Classifier:
         if rules is None:
             if len(self._narrowed) > 4096:
                 self._narrowed.clear()
-            rules = self._narrowed[key] = [entry for entry in self._by_kind[kind] if not anchors.isdisjoint(entry[0].anchors)]
+            rules = self._narrowed[key] = [
+                entry for entry in self._by_kind[kind] if not anchors.isdisjoint(entry[0].anchors)
+            ]
         return rules
 
     def is_benign(self, line: str) -> bool:
@@ -263,7 +285,9 @@ class Classifier:
                 hint = path or _group(match, "tag") or ""
                 found = _ITERATION_IN_PATH.search(hint)
                 iteration = int(found.group(1)) if found else None
-            return CheckpointEvent(kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None)
+            return CheckpointEvent(
+                kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None
+            )
         return None
 
     def progress(self, line: str) -> ProgressMarker | None:
@@ -273,7 +297,12 @@ class Classifier:
             match = regex.search(line)
             if match is None or (exclude is not None and exclude.search(line)):
                 continue
-            return ProgressMarker(phase=rule.label, rule=rule.name, framework=rule.framework, iteration=_int_or_none(_group(match, "iteration")))
+            return ProgressMarker(
+                phase=rule.label,
+                rule=rule.name,
+                framework=rule.framework,
+                iteration=_int_or_none(_group(match, "iteration")),
+            )
         return None
 
     def throughput(self, line: str) -> ThroughputSample | None:
@@ -300,8 +329,20 @@ class Classifier:
         """Decide a fatal traceback's category from its final exception line."""
         inner = self.crash(exception_line)
         if inner is not None and inner.category != PYTHON_TRACEBACK:
-            return CrashSignature(category=inner.category, rule="python_traceback:" + inner.rule, nodes=inner.nodes, rank=inner.rank, xid=inner.xid, detail=exception_line.strip()[:500])
-        return CrashSignature(category=PYTHON_TRACEBACK, rule="python_traceback", rank=_rank_of(exception_line), detail=exception_line.strip()[:500])
+            return CrashSignature(
+                category=inner.category,
+                rule="python_traceback:" + inner.rule,
+                nodes=inner.nodes,
+                rank=inner.rank,
+                xid=inner.xid,
+                detail=exception_line.strip()[:500],
+            )
+        return CrashSignature(
+            category=PYTHON_TRACEBACK,
+            rule="python_traceback",
+            rank=_rank_of(exception_line),
+            detail=exception_line.strip()[:500],
+        )
 
 
 def _anchored(rule: Rule, line: str) -> bool:
@@ -313,7 +354,7 @@ def strip_rank_prefix(line: str) -> tuple[str, str]:
     match = _RANK_PREFIX.match(line)
     if not match:
         return "", line
-    return match.group(0).strip(), line[match.end():]
+    return match.group(0).strip(), line[match.end() :]
 
 
 def exception_line_index(lines: Iterable[str], *, prefix: str, limit: int = 400) -> int | None:

@@ -14,7 +14,15 @@ from typing import Any
 BASELINE_SAMPLES = 5
 MIN_SLOW_SAMPLES = 3
 # Higher is better for all of these; iteration time is turned into iterations per second.
-PREFERRED_METRICS: tuple[str, ...] = ("tokens_per_s", "samples_per_s", "tflops_per_gpu", "tflops", "it_per_s", "mfu_pct", "iter_ms")
+PREFERRED_METRICS: tuple[str, ...] = (
+    "tokens_per_s",
+    "samples_per_s",
+    "tflops_per_gpu",
+    "tflops",
+    "it_per_s",
+    "mfu_pct",
+    "iter_ms",
+)
 
 
 def rate_of(values: dict[str, float], metric: str | None = None) -> tuple[str, float] | None:
@@ -43,7 +51,7 @@ class SlowdownState:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> "SlowdownState":
+    def from_json(cls, data: dict[str, Any] | None) -> SlowdownState:
         if not data:
             return cls()
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
@@ -62,8 +70,16 @@ class Slowdown:
     samples: int
 
 
-def observe(state: SlowdownState, *, attempt_id: int, values: dict[str, float], at: datetime, drop_ratio: float, duration: float,
-            baseline_samples: int = BASELINE_SAMPLES) -> tuple[SlowdownState, Slowdown | None]:
+def observe(
+    state: SlowdownState,
+    *,
+    attempt_id: int,
+    values: dict[str, float],
+    at: datetime,
+    drop_ratio: float,
+    duration: float,
+    baseline_samples: int = BASELINE_SAMPLES,
+) -> tuple[SlowdownState, Slowdown | None]:
     """Feed one sample; returns the new state and a Slowdown the first time an episode lasts `duration`."""
     if state.attempt_id != attempt_id:
         state = SlowdownState(attempt_id=attempt_id)  # a new attempt has a baseline of its own
@@ -81,6 +97,13 @@ def observe(state: SlowdownState, *, attempt_id: int, values: dict[str, float], 
     count = state.slow_samples + 1
     state = replace(state, slow_since=since.isoformat(), slow_samples=count)
     if count >= MIN_SLOW_SAMPLES and (at - since).total_seconds() >= duration and state.reported != state.slow_since:
-        verdict = Slowdown(metric=metric, baseline=state.baseline, value=value, ratio=value / state.baseline, since=since, samples=count)
+        verdict = Slowdown(
+            metric=metric,
+            baseline=state.baseline,
+            value=value,
+            ratio=value / state.baseline,
+            since=since,
+            samples=count,
+        )
         return replace(state, reported=state.slow_since), verdict
     return state, None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from app.domain.reconcile import HoldKind, JobObservation, Milestone, hold_kind, outstanding_requeue_hold
 
@@ -37,7 +37,9 @@ def advice_hold_state(
 ) -> tuple[AdviceHoldState, dt.datetime | None]:
     """Build the Advice side from stored milestones; also returns when our outstanding hold was placed."""
     outstanding = outstanding_requeue_hold(milestones)
-    state = AdviceHoldState(active=active, generation=generation, attempt_index=attempt_index, caused_hold=outstanding is not None)
+    state = AdviceHoldState(
+        active=active, generation=generation, attempt_index=attempt_index, caused_hold=outstanding is not None
+    )
     return state, (outstanding.at if outstanding is not None else None)
 
 
@@ -58,19 +60,43 @@ def judge_hold(job: HeldJob, advice: AdviceHoldState | None, *, now: dt.datetime
     if kind is HoldKind.NONE:
         return WatchdogVerdict(job.job_id, False, "not_held", "the job is not held")
     if advice is None or not advice.caused_hold:
-        return WatchdogVerdict(job.job_id, False, "not_our_hold", f"held ({obs.state_reason or kind.value}) by a hold our controller did not place")
+        return WatchdogVerdict(
+            job.job_id,
+            False,
+            "not_our_hold",
+            f"held ({obs.state_reason or kind.value}) by a hold our controller did not place",
+        )
     if kind is not HoldKind.REQUEUE_HOLD:
         # Someone re-held the job after us (scontrol hold -> JobHeldAdmin, uhold -> JobHeldUser).
-        return WatchdogVerdict(job.job_id, False, "not_our_hold", f"the hold is now {obs.state_reason or kind.value}, not our requeue-hold")
+        return WatchdogVerdict(
+            job.job_id, False, "not_our_hold", f"the hold is now {obs.state_reason or kind.value}, not our requeue-hold"
+        )
     if obs.restart_count != advice.attempt_index + 1:
-        return WatchdogVerdict(job.job_id, False, "not_our_hold", f"restart count {obs.restart_count} is not the attempt our requeue created ({advice.attempt_index + 1})")
+        return WatchdogVerdict(
+            job.job_id,
+            False,
+            "not_our_hold",
+            f"restart count {obs.restart_count} is not the attempt our requeue created ({advice.attempt_index + 1})",
+        )
     if not advice.active:
-        return WatchdogVerdict(job.job_id, True, ADVICE_INACTIVE, f"held by our requeue but Advice generation {advice.generation} is no longer active")
+        return WatchdogVerdict(
+            job.job_id,
+            True,
+            ADVICE_INACTIVE,
+            f"held by our requeue but Advice generation {advice.generation} is no longer active",
+        )
     if job.held_since is not None:
         held_for = (now - job.held_since).total_seconds()
         if held_for > hold_bound:
-            return WatchdogVerdict(job.job_id, True, HELD_PAST_BOUND, f"held by our requeue for {held_for:.0f} s, past the {hold_bound:.0f} s bound")
-    return WatchdogVerdict(job.job_id, False, "within_bound", "held by our requeue while its Advice is still being reconciled")
+            return WatchdogVerdict(
+                job.job_id,
+                True,
+                HELD_PAST_BOUND,
+                f"held by our requeue for {held_for:.0f} s, past the {hold_bound:.0f} s bound",
+            )
+    return WatchdogVerdict(
+        job.job_id, False, "within_bound", "held by our requeue while its Advice is still being reconciled"
+    )
 
 
 def jobs_to_release(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -76,7 +77,9 @@ async def _insert_ignore(session: AsyncSession, model: type, values: dict[str, A
     return await session.scalar(statement)
 
 
-def _evidence_payload(log_path: str | None, line_number: int | None, line: str | None, source_time: dt.datetime | None) -> dict[str, Any]:
+def _evidence_payload(
+    log_path: str | None, line_number: int | None, line: str | None, source_time: dt.datetime | None
+) -> dict[str, Any]:
     return {
         "file": log_path,
         "lineNumber": line_number,
@@ -107,11 +110,26 @@ async def record_anomaly(
     Returns the new row, or None when this event was recorded before.
     """
     now = utcnow()
-    new_id = await _insert_ignore(session, Anomaly, {
-        "attempt_id": attempt.id, "event_key": event_key, "kind": kind, "category": category, "detector": detector,
-        "message": message[:MAX_LINE], "node": node, "xid": xid, "log_path": log_path, "line_number": line_number,
-        "line": line[:MAX_LINE] if line is not None else None, "source_time": source_time, "details": details or {}, "detected_at": now,
-    })
+    new_id = await _insert_ignore(
+        session,
+        Anomaly,
+        {
+            "attempt_id": attempt.id,
+            "event_key": event_key,
+            "kind": kind,
+            "category": category,
+            "detector": detector,
+            "message": message[:MAX_LINE],
+            "node": node,
+            "xid": xid,
+            "log_path": log_path,
+            "line_number": line_number,
+            "line": line[:MAX_LINE] if line is not None else None,
+            "source_time": source_time,
+            "details": details or {},
+            "detected_at": now,
+        },
+    )
     if new_id is None:
         return None
     anomaly = await session.get(Anomaly, new_id)
@@ -122,8 +140,14 @@ async def record_anomaly(
         level="ERROR" if kind == CRASH else "WARNING",
         message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {kind} {category}: {message}"[:MAX_LINE],
         payload={
-            "anomalyId": new_id, "kind": kind, "category": category, "detector": detector, "node": node, "xid": xid,
-            **_evidence_payload(log_path, line_number, line, source_time), "details": details or {},
+            "anomalyId": new_id,
+            "kind": kind,
+            "category": category,
+            "detector": detector,
+            "node": node,
+            "xid": xid,
+            **_evidence_payload(log_path, line_number, line, source_time),
+            "details": details or {},
         },
         cluster=attempt.cluster,
         slurm_job_id=attempt.slurm_job_id,
@@ -131,7 +155,13 @@ async def record_anomaly(
         workflow_id=attempt.workflow_id,
         produced_at=now,
     )
-    await feed.announce(session, topic="anomaly", entity_id=new_id, about=attempt, payload={"kind": kind, "category": category, "node": node, "xid": xid})
+    await feed.announce(
+        session,
+        topic="anomaly",
+        entity_id=new_id,
+        about=attempt,
+        payload={"kind": kind, "category": category, "node": node, "xid": xid},
+    )
     return anomaly
 
 
@@ -145,22 +175,42 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     assert isinstance(signal, CrashSignature)
     node = signal.nodes[0] if signal.nodes else None
     repeat = await session.scalar(
-        select(Anomaly.id).where(
-            Anomaly.attempt_id == attempt.id, Anomaly.kind == CRASH, Anomaly.category == signal.category,
+        select(Anomaly.id)
+        .where(
+            Anomaly.attempt_id == attempt.id,
+            Anomaly.kind == CRASH,
+            Anomaly.category == signal.category,
             Anomaly.node.is_(None) if node is None else Anomaly.node == node,
             Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
-        ).limit(1)
+        )
+        .limit(1)
     )
     if repeat is not None:
         return None
     where = f"{os.path.basename(event.log_path)}:{event.line_number}"
     return await record_anomaly(
-        session, attempt=attempt, kind=CRASH, category=signal.category, detector="signature", event_key=event.event_key,
-        message=f"{signal.category} at {where}" + (f" on {node}" if node else "") + (f" (Xid {signal.xid})" if signal.xid is not None else ""),
-        node=node, xid=signal.xid, log_path=event.log_path, line_number=event.line_number, line=event.line,
+        session,
+        attempt=attempt,
+        kind=CRASH,
+        category=signal.category,
+        detector="signature",
+        event_key=event.event_key,
+        message=f"{signal.category} at {where}"
+        + (f" on {node}" if node else "")
+        + (f" (Xid {signal.xid})" if signal.xid is not None else ""),
+        node=node,
+        xid=signal.xid,
+        log_path=event.log_path,
+        line_number=event.line_number,
+        line=event.line,
         source_time=event.source_time,
-        details={"rule": signal.rule, "nodes": list(signal.nodes), "rank": signal.rank, "detail": signal.detail,
-                 "readTime": event.read_at.isoformat()},
+        details={
+            "rule": signal.rule,
+            "nodes": list(signal.nodes),
+            "rank": signal.rank,
+            "detail": signal.detail,
+            "readTime": event.read_at.isoformat(),
+        },
     )
 
 
@@ -168,11 +218,23 @@ async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: L
     """A checkpoint saved/loaded line becomes a Checkpoint row (evidence of the event, not of a loadable file)."""
     signal = event.signal
     assert isinstance(signal, CheckpointEvent)
-    new_id = await _insert_ignore(session, Checkpoint, {
-        "attempt_id": attempt.id, "event_key": event.event_key, "kind": signal.kind, "framework": signal.framework or None,
-        "iteration": signal.iteration, "path": signal.path, "log_path": event.log_path, "line_number": event.line_number,
-        "line": event.line[:MAX_LINE], "source_time": event.source_time, "read_time": event.read_at,
-    })
+    new_id = await _insert_ignore(
+        session,
+        Checkpoint,
+        {
+            "attempt_id": attempt.id,
+            "event_key": event.event_key,
+            "kind": signal.kind,
+            "framework": signal.framework or None,
+            "iteration": signal.iteration,
+            "path": signal.path,
+            "log_path": event.log_path,
+            "line_number": event.line_number,
+            "line": event.line[:MAX_LINE],
+            "source_time": event.source_time,
+            "read_time": event.read_at,
+        },
+    )
     if new_id is None:
         return None
     await audit.record(
@@ -180,19 +242,34 @@ async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: L
         component="collector",
         event_type=f"checkpoint.{signal.kind}",
         message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: checkpoint {signal.kind}"
-        + (f" at iteration {signal.iteration}" if signal.iteration is not None else "") + (f" ({signal.path})" if signal.path else ""),
-        payload={"checkpointId": new_id, "kind": signal.kind, "framework": signal.framework, "iteration": signal.iteration,
-                 "path": signal.path, **_evidence_payload(event.log_path, event.line_number, event.line, event.source_time)},
+        + (f" at iteration {signal.iteration}" if signal.iteration is not None else "")
+        + (f" ({signal.path})" if signal.path else ""),
+        payload={
+            "checkpointId": new_id,
+            "kind": signal.kind,
+            "framework": signal.framework,
+            "iteration": signal.iteration,
+            "path": signal.path,
+            **_evidence_payload(event.log_path, event.line_number, event.line, event.source_time),
+        },
         cluster=attempt.cluster,
         slurm_job_id=attempt.slurm_job_id,
         attempt_index=attempt.attempt_index,
         workflow_id=attempt.workflow_id,
     )
-    await feed.announce(session, topic="checkpoint", entity_id=new_id, about=attempt, payload={"kind": signal.kind, "iteration": signal.iteration})
+    await feed.announce(
+        session,
+        topic="checkpoint",
+        entity_id=new_id,
+        about=attempt,
+        payload={"kind": signal.kind, "iteration": signal.iteration},
+    )
     return await session.get(Checkpoint, new_id)
 
 
-async def record_line_event(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | Checkpoint | None:
+async def record_line_event(
+    session: AsyncSession, *, attempt: Attempt, event: LineEvent
+) -> Anomaly | Checkpoint | None:
     """Record a crash or checkpoint line on its attempt; None when already recorded (or a repeat)."""
     if isinstance(event.signal, CrashSignature):
         return await record_crash(session, attempt=attempt, event=event)
@@ -214,40 +291,80 @@ async def observe_throughput(
 ) -> Anomaly | None:
     """Feed one throughput sample to the slowdown detector; a sustained drop becomes a SLOWDOWN anomaly."""
     state = slowdown.SlowdownState.from_json(source.slowdown)
-    state, verdict = slowdown.observe(state, attempt_id=attempt.id, values=values, at=at, drop_ratio=drop_ratio, duration=duration)
+    state, verdict = slowdown.observe(
+        state, attempt_id=attempt.id, values=values, at=at, drop_ratio=drop_ratio, duration=duration
+    )
     source.slowdown = state.to_json()
     if verdict is None:
         return None
     return await record_anomaly(
-        session, attempt=attempt, kind=SLOWDOWN, category="THROUGHPUT_DROP", detector="slowdown",
+        session,
+        attempt=attempt,
+        kind=SLOWDOWN,
+        category="THROUGHPUT_DROP",
+        detector="slowdown",
         event_key=derived_key("slowdown", attempt.id, source.id, verdict.since.isoformat()),
         message=f"{verdict.metric} at {verdict.ratio:.0%} of the attempt's baseline for {(at - verdict.since).total_seconds():.0f} s",
-        log_path=source.path, line_number=line_number, line=line, source_time=source_time,
-        details={"metric": verdict.metric, "baseline": verdict.baseline, "value": verdict.value, "ratio": round(verdict.ratio, 4),
-                 "since": verdict.since.isoformat(), "samples": verdict.samples, "dropRatio": drop_ratio, "duration": duration},
+        log_path=source.path,
+        line_number=line_number,
+        line=line,
+        source_time=source_time,
+        details={
+            "metric": verdict.metric,
+            "baseline": verdict.baseline,
+            "value": verdict.value,
+            "ratio": round(verdict.ratio, 4),
+            "since": verdict.since.isoformat(),
+            "samples": verdict.samples,
+            "dropRatio": drop_ratio,
+            "duration": duration,
+        },
     )
 
 
 # ---- events that wait for their attempt -------------------------------------------------------
 
-async def defer_event(session: AsyncSession, *, source: LogSource, event: LineEvent, reason: str, next_try_at: dt.datetime) -> bool:
+
+async def defer_event(
+    session: AsyncSession, *, source: LogSource, event: LineEvent, reason: str, next_try_at: dt.datetime
+) -> bool:
     """Keep an undecided event for bounded redelivery; False when it is already waiting."""
-    new_id = await _insert_ignore(session, PendingLogEvent, {
-        "log_source_id": source.id, "event_key": event.event_key, "line_number": event.line_number, "line": event.line[:MAX_LINE],
-        "source_time": event.source_time, "attempt_label": event.attempt_label, "signal": signal_to_json(event.signal),
-        "reason": reason, "tries": 0, "next_try_at": next_try_at, "read_time": event.read_at,
-    })
+    new_id = await _insert_ignore(
+        session,
+        PendingLogEvent,
+        {
+            "log_source_id": source.id,
+            "event_key": event.event_key,
+            "line_number": event.line_number,
+            "line": event.line[:MAX_LINE],
+            "source_time": event.source_time,
+            "attempt_label": event.attempt_label,
+            "signal": signal_to_json(event.signal),
+            "reason": reason,
+            "tries": 0,
+            "next_try_at": next_try_at,
+            "read_time": event.read_at,
+        },
+    )
     return new_id is not None
 
 
 def pending_to_event(row: PendingLogEvent, log_path: str) -> LineEvent:
     return LineEvent(
-        event_key=row.event_key, log_path=log_path, line_number=row.line_number, line=row.line, source_time=row.source_time,
-        read_at=row.read_time, signal=signal_from_json(row.signal or {}), attempt_label=row.attempt_label,
+        event_key=row.event_key,
+        log_path=log_path,
+        line_number=row.line_number,
+        line=row.line,
+        source_time=row.source_time,
+        read_at=row.read_time,
+        signal=signal_from_json(row.signal or {}),
+        attempt_label=row.attempt_label,
     )
 
 
-async def due_pending(session: AsyncSession, *, now: dt.datetime | None, limit: int = 200) -> Sequence[tuple[PendingLogEvent, LogSource]]:
+async def due_pending(
+    session: AsyncSession, *, now: dt.datetime | None, limit: int = 200
+) -> Sequence[tuple[PendingLogEvent, LogSource]]:
     """Waiting events whose next try is due (all of them when now is None), oldest first."""
     query = select(PendingLogEvent, LogSource).join(LogSource, LogSource.id == PendingLogEvent.log_source_id)
     if now is not None:
@@ -256,8 +373,16 @@ async def due_pending(session: AsyncSession, *, now: dt.datetime | None, limit: 
     return [(row[0], row[1]) for row in rows]
 
 
-async def drop_event(session: AsyncSession, *, job: Job | None, log_path: str, event: LineEvent, reason: str, tries: int,
-                     attempt_index: int | None = None) -> None:
+async def drop_event(
+    session: AsyncSession,
+    *,
+    job: Job | None,
+    log_path: str,
+    event: LineEvent,
+    reason: str,
+    tries: int,
+    attempt_index: int | None = None,
+) -> None:
     """Give up on an event (its attempt cannot be told): say so in the audit log with the reason."""
     kind = "crash" if isinstance(event.signal, CrashSignature) else "checkpoint"
     await audit.record(
@@ -266,8 +391,14 @@ async def drop_event(session: AsyncSession, *, job: Job | None, log_path: str, e
         event_type="collector.event_dropped",
         level="WARNING",
         message=f"{kind} line {os.path.basename(log_path)}:{event.line_number} not attributed to any attempt ({reason})",
-        payload={"reason": reason, "tries": tries, "kind": kind, "eventKey": event.event_key, "attemptLabel": event.attempt_label,
-                 **_evidence_payload(log_path, event.line_number, event.line, event.source_time)},
+        payload={
+            "reason": reason,
+            "tries": tries,
+            "kind": kind,
+            "eventKey": event.event_key,
+            "attemptLabel": event.attempt_label,
+            **_evidence_payload(log_path, event.line_number, event.line, event.source_time),
+        },
         cluster=job.cluster if job else None,
         slurm_job_id=job.slurm_job_id if job else None,
         attempt_index=attempt_index,
@@ -277,11 +408,18 @@ async def drop_event(session: AsyncSession, *, job: Job | None, log_path: str, e
 
 # ---- reads ------------------------------------------------------------------------------------
 
+
 async def anomalies_of(session: AsyncSession, *, attempt_id: int) -> list[Anomaly]:
     """An attempt's anomalies in the order they were recorded."""
-    return list((await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt_id).order_by(Anomaly.id))).all())
+    return list(
+        (await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt_id).order_by(Anomaly.id))).all()
+    )
 
 
 async def checkpoints_of(session: AsyncSession, *, attempt_id: int) -> list[Checkpoint]:
     """An attempt's checkpoint events in the order they were recorded."""
-    return list((await session.scalars(select(Checkpoint).where(Checkpoint.attempt_id == attempt_id).order_by(Checkpoint.id))).all())
+    return list(
+        (
+            await session.scalars(select(Checkpoint).where(Checkpoint.attempt_id == attempt_id).order_by(Checkpoint.id))
+        ).all()
+    )

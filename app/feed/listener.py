@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -95,7 +96,7 @@ class FeedWaker:
         return self._generation != mark
 
     @contextlib.asynccontextmanager
-    async def reader(self) -> AsyncIterator["FeedWaker"]:
+    async def reader(self) -> AsyncIterator[FeedWaker]:
         """Count a reader for the block; the listener runs while at least one reader is inside."""
         self._readers += 1
         if self.uses_notify and (self._task is None or self._task.done()):
@@ -141,7 +142,9 @@ class FeedWaker:
         while True:
             connection = None
             try:
-                connection = await asyncpg.connect(dsn, timeout=10, server_settings={"application_name": APPLICATION_NAME})
+                connection = await asyncpg.connect(
+                    dsn, timeout=10, server_settings={"application_name": APPLICATION_NAME}
+                )
                 lost = asyncio.Event()
                 connection.add_termination_listener(lambda _conn: lost.set())
                 await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)

@@ -8,8 +8,9 @@ the dashboard's overview on the same terms.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -85,8 +86,13 @@ def _workflow_query(flt: WorkflowFilter) -> Any:
 async def list_workflows(session: AsyncSession, *, filter: WorkflowFilter, page: PageRequest) -> Page[Workflow]:
     """One page of workflows, most recently updated first."""
     return await paginate(
-        session, _workflow_query(filter), kind="workflows", columns=(Workflow.updated_at, Workflow.id),
-        descending=True, request=page, key_of=lambda w: (w.updated_at, w.id),
+        session,
+        _workflow_query(filter),
+        kind="workflows",
+        columns=(Workflow.updated_at, Workflow.id),
+        descending=True,
+        request=page,
+        key_of=lambda w: (w.updated_at, w.id),
     )
 
 
@@ -114,7 +120,9 @@ async def list_jobs(session: AsyncSession, *, filter: JobFilter, page: PageReque
         query = query.where(Job.slurm_job_id == filter.slurm_job_id)
     if not filter.include_retired:
         query = query.where(Job.retired_at.is_(None))
-    return await paginate(session, query, kind="jobs", columns=(Job.id,), descending=True, request=page, key_of=lambda j: (j.id,))
+    return await paginate(
+        session, query, kind="jobs", columns=(Job.id,), descending=True, request=page, key_of=lambda j: (j.id,)
+    )
 
 
 async def find_job(session: AsyncSession, *, slurm_job_id: int, cluster: str | None = None) -> Job | None:
@@ -160,28 +168,44 @@ def _attempt_query(flt: AttemptFilter) -> Any:
 async def list_attempts(session: AsyncSession, *, filter: AttemptFilter, page: PageRequest) -> Page[Attempt]:
     """One page of attempts, most recently updated first."""
     return await paginate(
-        session, _attempt_query(filter), kind="attempts", columns=(Attempt.updated_at, Attempt.id),
-        descending=True, request=page, key_of=lambda a: (a.updated_at, a.id),
+        session,
+        _attempt_query(filter),
+        kind="attempts",
+        columns=(Attempt.updated_at, Attempt.id),
+        descending=True,
+        request=page,
+        key_of=lambda a: (a.updated_at, a.id),
     )
 
 
 async def list_attempts_of_job(session: AsyncSession, *, job_id: int, page: PageRequest) -> Page[Attempt]:
     """One page of a job record's attempts in execution order (attempt 0 first)."""
     return await paginate(
-        session, select(Attempt).where(Attempt.job_id == job_id), kind="job-attempts",
-        columns=(Attempt.attempt_index, Attempt.id), descending=False, request=page,
+        session,
+        select(Attempt).where(Attempt.job_id == job_id),
+        kind="job-attempts",
+        columns=(Attempt.attempt_index, Attempt.id),
+        descending=False,
+        request=page,
         key_of=lambda a: (a.attempt_index, a.id),
     )
 
 
-async def list_attempts_by_slurm_id(session: AsyncSession, *, slurm_job_id: int, cluster: str | None = None, page: PageRequest) -> Page[Attempt]:
+async def list_attempts_by_slurm_id(
+    session: AsyncSession, *, slurm_job_id: int, cluster: str | None = None, page: PageRequest
+) -> Page[Attempt]:
     """One page of every attempt recorded under a Slurm job id (all incarnations), oldest first."""
     query = select(Attempt).where(Attempt.slurm_job_id == slurm_job_id)
     if cluster:
         query = query.where(Attempt.cluster == cluster)
     return await paginate(
-        session, query, kind="scheduler-attempts", columns=(Attempt.job_id, Attempt.attempt_index, Attempt.id),
-        descending=False, request=page, key_of=lambda a: (a.job_id, a.attempt_index, a.id),
+        session,
+        query,
+        kind="scheduler-attempts",
+        columns=(Attempt.job_id, Attempt.attempt_index, Attempt.id),
+        descending=False,
+        request=page,
+        key_of=lambda a: (a.job_id, a.attempt_index, a.id),
     )
 
 
@@ -197,9 +221,13 @@ async def count_attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[int
     return counts
 
 
-async def first_attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[int], limit: int) -> dict[int, list[Attempt]]:
+async def first_attempts_of_jobs(
+    session: AsyncSession, *, job_ids: Sequence[int], limit: int
+) -> dict[int, list[Attempt]]:
     """The first `limit` attempts (by index) of each job, in one statement."""
-    return await _first_per_group(session, Attempt, Attempt.job_id, job_ids, (Attempt.attempt_index.asc(), Attempt.id.asc()), limit)
+    return await _first_per_group(
+        session, Attempt, Attempt.job_id, job_ids, (Attempt.attempt_index.asc(), Attempt.id.asc()), limit
+    )
 
 
 async def attempts_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Attempt]:
@@ -207,7 +235,9 @@ async def attempts_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[
     return await _by_ids(session, Attempt, ids)
 
 
-async def find_attempt(session: AsyncSession, *, slurm_job_id: int, attempt_index: int, cluster: str | None = None) -> Attempt | None:
+async def find_attempt(
+    session: AsyncSession, *, slurm_job_id: int, attempt_index: int, cluster: str | None = None
+) -> Attempt | None:
     """The attempt (job id, index) of the job's current record (see find_job), else of any record."""
     query = (
         select(Attempt)
@@ -236,12 +266,18 @@ async def find_attempt_by_ref(session: AsyncSession, *, ref: str, cluster: str |
     return await find_attempt(session, slurm_job_id=parsed.job_id, attempt_index=parsed.attempt_index, cluster=cluster)
 
 
-async def latest_checkpoints_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int], limit: int) -> dict[int, list[Checkpoint]]:
+async def latest_checkpoints_of_attempts(
+    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
+) -> dict[int, list[Checkpoint]]:
     """The newest `limit` checkpoints of each attempt, in one statement."""
-    return await _first_per_group(session, Checkpoint, Checkpoint.attempt_id, attempt_ids, (Checkpoint.id.desc(),), limit)
+    return await _first_per_group(
+        session, Checkpoint, Checkpoint.attempt_id, attempt_ids, (Checkpoint.id.desc(),), limit
+    )
 
 
-async def latest_anomalies_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int], limit: int) -> dict[int, list[Anomaly]]:
+async def latest_anomalies_of_attempts(
+    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
+) -> dict[int, list[Anomaly]]:
     """The newest `limit` anomalies of each attempt, in one statement."""
     return await _first_per_group(session, Anomaly, Anomaly.attempt_id, attempt_ids, (Anomaly.id.desc(),), limit)
 
@@ -249,16 +285,26 @@ async def latest_anomalies_of_attempts(session: AsyncSession, *, attempt_ids: Se
 async def list_checkpoints(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Checkpoint]:
     """One page of an attempt's checkpoints, newest first."""
     return await paginate(
-        session, select(Checkpoint).where(Checkpoint.attempt_id == attempt_id), kind="checkpoints",
-        columns=(Checkpoint.id,), descending=True, request=page, key_of=lambda c: (c.id,),
+        session,
+        select(Checkpoint).where(Checkpoint.attempt_id == attempt_id),
+        kind="checkpoints",
+        columns=(Checkpoint.id,),
+        descending=True,
+        request=page,
+        key_of=lambda c: (c.id,),
     )
 
 
 async def list_anomalies(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Anomaly]:
     """One page of an attempt's anomalies, newest first."""
     return await paginate(
-        session, select(Anomaly).where(Anomaly.attempt_id == attempt_id), kind="anomalies",
-        columns=(Anomaly.id,), descending=True, request=page, key_of=lambda a: (a.id,),
+        session,
+        select(Anomaly).where(Anomaly.attempt_id == attempt_id),
+        kind="anomalies",
+        columns=(Anomaly.id,),
+        descending=True,
+        request=page,
+        key_of=lambda a: (a.id,),
     )
 
 
@@ -297,7 +343,13 @@ async def workflow_summaries(session: AsyncSession, *, workflow_ids: Sequence[in
         result[workflow_id].retries = int(count)
     rank = func.row_number().over(partition_by=Attempt.workflow_id, order_by=Anomaly.id.desc()).label("rank")
     inner = (
-        select(Anomaly.id.label("anomaly_id"), Attempt.workflow_id.label("workflow_id"), Attempt.slurm_job_id, Attempt.attempt_index, rank)
+        select(
+            Anomaly.id.label("anomaly_id"),
+            Attempt.workflow_id.label("workflow_id"),
+            Attempt.slurm_job_id,
+            Attempt.attempt_index,
+            rank,
+        )
         .join(Attempt, Attempt.id == Anomaly.attempt_id)
         .where(Attempt.workflow_id.in_(ids))
         .subquery()
@@ -350,7 +402,12 @@ async def _by_ids(session: AsyncSession, model: type[R], ids: Sequence[int]) -> 
 
 
 async def _first_per_group(
-    session: AsyncSession, model: type[R], group_column: Any, group_ids: Sequence[int], order: tuple[Any, ...], limit: int
+    session: AsyncSession,
+    model: type[R],
+    group_column: Any,
+    group_ids: Sequence[int],
+    order: tuple[Any, ...],
+    limit: int,
 ) -> dict[int, list[R]]:
     """The first `limit` rows of each group in `order`: a window function, so one statement for all groups."""
     result: dict[int, list[R]] = {gid: [] for gid in group_ids}
@@ -367,4 +424,3 @@ async def _first_per_group(
     for row in (await session.scalars(query)).all():
         result[getattr(row, group_column.key)].append(row)
     return result
-

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,10 +18,35 @@ from app.jobs.models import Attempt, Job, Policy, Workflow
 
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
 ENDED_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED", "UNKNOWN", "REQUEUED", "SPECIAL_EXIT", "REVOKED"}
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "STOPPED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"})
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "RESIZING",
+        "STOPPED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "SIGNALING",
+        "STAGE_OUT",
+    }
+)
 ATTEMPT_FIELDS = (
-    "state", "state_reason", "exit_code", "exit_signal", "nodes", "stdout_path", "stderr_path",
-    "requeue_eligible", "held", "excluded_nodes", "start_time", "end_time", "ended_reason",
+    "state",
+    "state_reason",
+    "exit_code",
+    "exit_signal",
+    "nodes",
+    "stdout_path",
+    "stderr_path",
+    "requeue_eligible",
+    "held",
+    "excluded_nodes",
+    "start_time",
+    "end_time",
+    "ended_reason",
 )
 
 
@@ -39,7 +65,14 @@ async def ensure_workflow(session: AsyncSession, *, cluster: str, environment: s
     workflow = Workflow(cluster=cluster, environment=environment, workflow_key=workflow_key)
     session.add(workflow)
     await session.flush()
-    await feed.append(session, topic="workflow", entity_id=workflow.id, cluster=cluster, workflow_id=workflow.id, payload={"workflowKey": workflow_key})
+    await feed.append(
+        session,
+        topic="workflow",
+        entity_id=workflow.id,
+        cluster=cluster,
+        workflow_id=workflow.id,
+        payload={"workflowKey": workflow_key},
+    )
     return workflow
 
 
@@ -73,7 +106,9 @@ class JobRegistration:
     shared_log_paths: bool = False
 
 
-async def register_job(session: AsyncSession, *, registration: JobRegistration, produced_at: dt.datetime | None = None) -> Job:
+async def register_job(
+    session: AsyncSession, *, registration: JobRegistration, produced_at: dt.datetime | None = None
+) -> Job:
     """Create a job record (enrolled or not, with the reason) and its parsed policy."""
     r = registration
     workflow: Workflow | None = None
@@ -198,7 +233,13 @@ async def create_attempt(
         component="job_manager",
         event_type="attempt.registered",
         message=f"attempt {job.slurm_job_id}/{attempt_index} registered ({state})",
-        payload={"state": state, "nodes": attempt.nodes, "stdout": attempt.stdout_path, "stderr": attempt.stderr_path, "uuid": attempt.uuid},
+        payload={
+            "state": state,
+            "nodes": attempt.nodes,
+            "stdout": attempt.stdout_path,
+            "stderr": attempt.stderr_path,
+            "uuid": attempt.uuid,
+        },
         cluster=job.cluster,
         slurm_job_id=job.slurm_job_id,
         attempt_index=attempt_index,
@@ -232,7 +273,9 @@ async def update_attempt(
         failed = attempt.state in FAILED_STATES
         detail = ""
         if attempt.exit_code is not None and attempt.state not in ACTIVE_STATES:
-            detail = f", exit code {attempt.exit_code}" + (f" signal {attempt.exit_signal}" if attempt.exit_signal else "")
+            detail = f", exit code {attempt.exit_code}" + (
+                f" signal {attempt.exit_signal}" if attempt.exit_signal else ""
+            )
         await audit.record(
             session,
             component="job_manager",
@@ -240,7 +283,14 @@ async def update_attempt(
             level="WARNING" if failed else "INFO",
             message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {previous_state} -> {attempt.state}{detail}"
             + (f" ({attempt.state_reason})" if attempt.state_reason and attempt.state_reason != "None" else ""),
-            payload={"from": previous_state, "to": attempt.state, "exitCode": attempt.exit_code, "signal": attempt.exit_signal, "reason": attempt.state_reason, "nodes": attempt.nodes},
+            payload={
+                "from": previous_state,
+                "to": attempt.state,
+                "exitCode": attempt.exit_code,
+                "signal": attempt.exit_signal,
+                "reason": attempt.state_reason,
+                "nodes": attempt.nodes,
+            },
             cluster=attempt.cluster,
             slurm_job_id=attempt.slurm_job_id,
             attempt_index=attempt.attempt_index,
@@ -248,12 +298,20 @@ async def update_attempt(
             produced_at=produced_at,
         )
         if job is not None:
-            await _touch_workflow(session, attempt=attempt, job=job, new_attempt=False, became_failed=failed and previous_state not in FAILED_STATES)
+            await _touch_workflow(
+                session,
+                attempt=attempt,
+                job=job,
+                new_attempt=False,
+                became_failed=failed and previous_state not in FAILED_STATES,
+            )
     await _announce_attempt(session, attempt, {"changed": changed, "state": attempt.state})
     return changed
 
 
-async def _touch_workflow(session: AsyncSession, *, attempt: Attempt, job: Job, new_attempt: bool, became_failed: bool = False) -> None:
+async def _touch_workflow(
+    session: AsyncSession, *, attempt: Attempt, job: Job, new_attempt: bool, became_failed: bool = False
+) -> None:
     """Keep the workflow's denormalised summary (latest state, counts) in step with its attempts."""
     job.state = attempt.state
     job.updated_at = utcnow()
@@ -275,7 +333,9 @@ async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: di
     await feed.announce(session, topic="attempt", entity_id=attempt.id, about=attempt, payload=payload)
 
 
-async def current_jobs(session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None) -> dict[int, Job]:
+async def current_jobs(
+    session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None
+) -> dict[int, Job]:
     """The live (not retired) job record per Slurm job id on a cluster."""
     query = select(Job).where(Job.cluster == cluster, Job.retired_at.is_(None))
     if slurm_job_ids is not None:
@@ -285,9 +345,13 @@ async def current_jobs(session: AsyncSession, *, cluster: str, slurm_job_ids: Se
 
 async def attempts_of(session: AsyncSession, *, job_id: int) -> list[Attempt]:
     """A job's attempts in order."""
-    return list((await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all())
+    return list(
+        (await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all()
+    )
 
 
 async def latest_attempt(session: AsyncSession, *, job_id: int) -> Attempt | None:
     """The job's newest attempt."""
-    return await session.scalar(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index.desc()).limit(1))
+    return await session.scalar(
+        select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index.desc()).limit(1)
+    )

@@ -55,7 +55,9 @@ async def try_acquire(
         async with sessions() as session, session.begin():
             existing = await session.get(WorkerLease, name)
             if existing is None:
-                session.add(WorkerLease(name=name, holder=holder, epoch=1, expires_at=expires, acquired_at=now, renewed_at=now))
+                session.add(
+                    WorkerLease(name=name, holder=holder, epoch=1, expires_at=expires, acquired_at=now, renewed_at=now)
+                )
                 await session.flush()
                 return LeaseState(True, holder, 1, expires)
             return LeaseState(False, existing.holder, existing.epoch, existing.expires_at)
@@ -69,7 +71,9 @@ async def current(sessions: async_sessionmaker[AsyncSession], *, name: str, hold
         lease = await session.scalar(select(WorkerLease).where(WorkerLease.name == name))
         if lease is None:
             return LeaseState(False, None, None, None)
-        return LeaseState(lease.holder == holder and lease.expires_at > utcnow(), lease.holder, lease.epoch, lease.expires_at)
+        return LeaseState(
+            lease.holder == holder and lease.expires_at > utcnow(), lease.holder, lease.epoch, lease.expires_at
+        )
 
 
 async def release(sessions: async_sessionmaker[AsyncSession], *, name: str, holder: str) -> None:

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone, tzinfo
-from typing import Callable, Iterable
+from datetime import UTC, datetime, tzinfo
 
 from app.domain.chunkscan import ChunkScanner, Span
 from app.domain.logline import attempt_label, decode_line, event_identity, parse_timestamp
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import (
-    PYTHON_TRACEBACK, Classifier, CrashSignature, ProgressMarker, RuleSet, Signal, ThroughputSample,
-    exception_line_index, strip_rank_prefix,
+    PYTHON_TRACEBACK,
+    Classifier,
+    CrashSignature,
+    ProgressMarker,
+    RuleSet,
+    Signal,
+    ThroughputSample,
+    exception_line_index,
+    strip_rank_prefix,
 )
 
 LINE_CAP = 64 * 1024
@@ -76,7 +83,7 @@ class ReadResult:
     lines_read: int = 0
     last_source_time: datetime | None = None
     file_mtime: datetime | None = None
-    read_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     more: bool = False
 
     @property
@@ -122,7 +129,7 @@ class LogTailer:
         all_progress: bool = False,
         all_throughput: bool = False,
         tz: tzinfo | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         traceback_wait: float = TRACEBACK_WAIT_SECONDS,
     ):
         self.ruleset = ruleset or default_ruleset()
@@ -136,7 +143,7 @@ class LogTailer:
         self.max_bytes = max_bytes
         self.all_progress = all_progress
         self.all_throughput = all_throughput
-        self.tz = tz or datetime.now().astimezone().tzinfo or timezone.utc
+        self.tz = tz or datetime.now().astimezone().tzinfo or UTC
         self.clock = clock
         self.traceback_wait = traceback_wait
         self._fds: dict[str, int] = {}
@@ -150,7 +157,7 @@ class LogTailer:
             if fd is not None:
                 os.close(fd)
 
-    def __enter__(self) -> "LogTailer":
+    def __enter__(self) -> LogTailer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -198,7 +205,9 @@ class LogTailer:
         path = position.path
         current = self._open_current(path)
         notes: list[str] = []
-        if position.inode is not None and (current is None or (current[1].st_dev, current[1].st_ino) != (position.device, position.inode)):
+        if position.inode is not None and (
+            current is None or (current[1].st_dev, current[1].st_ino) != (position.device, position.inode)
+        ):
             # Rotated, replaced or deleted: finish the old file first when we still can.
             if current is not None:
                 os.close(current[0])
@@ -213,7 +222,12 @@ class LogTailer:
                     del self._fds[path]
                 os.close(old_fd)
                 notes = ["rotated" if current is not None else "deleted"]
-                return replace(result, position=FilePosition(path=path), notes=tuple(result.notes) + tuple(notes), more=current is not None)
+                return replace(
+                    result,
+                    position=FilePosition(path=path),
+                    notes=tuple(result.notes) + tuple(notes),
+                    more=current is not None,
+                )
             notes.append("rotated" if current is not None else "deleted")
             notes.append("old-file-remainder-lost")
             position = FilePosition(path=path)
@@ -226,14 +240,18 @@ class LogTailer:
         self._keep(path, fd)
         if position.inode is None:
             position = FilePosition(path=path, inode=st.st_ino, device=st.st_dev)
-        elif st.st_size < position.offset or (position.head_length and _head_digest(os.pread(fd, position.head_length, 0)) != position.head_digest):
+        elif st.st_size < position.offset or (
+            position.head_length and _head_digest(os.pread(fd, position.head_length, 0)) != position.head_digest
+        ):
             notes.append("truncated")
             position = FilePosition(path=path, inode=st.st_ino, device=st.st_dev)
         return self._read_fd(fd, st, position, read_at, notes)
 
-    def _read_fd(self, fd: int, st: os.stat_result, position: FilePosition, read_at: datetime, notes: list[str]) -> ReadResult:
+    def _read_fd(
+        self, fd: int, st: os.stat_result, position: FilePosition, read_at: datetime, notes: list[str]
+    ) -> ReadResult:
         size = st.st_size
-        mtime = datetime.fromtimestamp(st.st_mtime, timezone.utc)
+        mtime = datetime.fromtimestamp(st.st_mtime, UTC)
         idle = (read_at - mtime).total_seconds()
         batch = _Batch()
         offset, line_number, skipping = position.offset, position.line_number, position.skipping
@@ -257,14 +275,31 @@ class LogTailer:
             if last_newline < 0:
                 if len(buf) - start >= self.line_cap or (not at_tail and len(buf) - start >= self.chunk_size // 2):
                     # A line longer than the cap: keep its first line_cap bytes, drop the rest until its newline.
-                    self._events(buf, start, start + self.line_cap, offset, line_number, position, st, read_at, batch, at_tail, idle, forced_end=True)
-                    self._tail_facts(buf, start, start + self.line_cap, offset, line_number, start, position, st, read_at, batch)
+                    self._events(
+                        buf,
+                        start,
+                        start + self.line_cap,
+                        offset,
+                        line_number,
+                        position,
+                        st,
+                        read_at,
+                        batch,
+                        at_tail,
+                        idle,
+                        forced_end=True,
+                    )
+                    self._tail_facts(
+                        buf, start, start + self.line_cap, offset, line_number, start, position, st, read_at, batch
+                    )
                     offset += len(buf)
                     skipping = True
                     continue
                 self._tail_facts(buf, start, start, offset, line_number, start, position, st, read_at, batch)
                 break  # a partial last line: wait for its newline
-            cut, counted_to, lines_at = self._events(buf, start, last_newline + 1, offset, line_number, position, st, read_at, batch, at_tail, idle)
+            cut, counted_to, lines_at = self._events(
+                buf, start, last_newline + 1, offset, line_number, position, st, read_at, batch, at_tail, idle
+            )
             line_number = lines_at + buf.count(b"\n", counted_to, cut)  # one newline pass per chunk in total
             self._tail_facts(buf, start, cut, offset, line_number, cut, position, st, read_at, batch)
             offset += cut
@@ -276,25 +311,72 @@ class LogTailer:
         if head < HEAD_BYTES and size > head:
             head = min(HEAD_BYTES, size)
             digest = _head_digest(os.pread(fd, head, 0))
-        new_position = replace(position, offset=offset, line_number=line_number, skipping=skipping, head_length=head, head_digest=digest,
-                               inode=st.st_ino, device=st.st_dev)
+        new_position = replace(
+            position,
+            offset=offset,
+            line_number=line_number,
+            skipping=skipping,
+            head_length=head,
+            head_digest=digest,
+            inode=st.st_ino,
+            device=st.st_dev,
+        )
         return ReadResult(
-            position=new_position, exists=True, events=tuple(batch.events), progress=tuple(batch.progress),
-            throughput=tuple(batch.throughput), notes=tuple(notes), bytes_read=bytes_read,
-            lines_read=line_number - position.line_number, last_source_time=batch.last_source_time,
-            file_mtime=mtime, read_at=read_at, more=offset < size and budget_end < size,
+            position=new_position,
+            exists=True,
+            events=tuple(batch.events),
+            progress=tuple(batch.progress),
+            throughput=tuple(batch.throughput),
+            notes=tuple(notes),
+            bytes_read=bytes_read,
+            lines_read=line_number - position.line_number,
+            last_source_time=batch.last_source_time,
+            file_mtime=mtime,
+            read_at=read_at,
+            more=offset < size and budget_end < size,
         )
 
-    def _event(self, raw: bytes, text: str, truncated: bool, file_offset: int, line_number: int, position: FilePosition, st: os.stat_result, read_at: datetime, signal: Signal) -> LogEvent:
+    def _event(
+        self,
+        raw: bytes,
+        text: str,
+        truncated: bool,
+        file_offset: int,
+        line_number: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+        signal: Signal,
+    ) -> LogEvent:
         return LogEvent(
-            path=position.path, inode=st.st_ino, offset=file_offset, line_number=line_number, text=text,
-            was_truncated=truncated, source_time=parse_timestamp(text, now=read_at, default_tz=self.tz),
-            attempt=attempt_label(text), event_id=event_identity(position.path, st.st_ino, file_offset, raw),
-            signal=signal, read_at=read_at,
+            path=position.path,
+            inode=st.st_ino,
+            offset=file_offset,
+            line_number=line_number,
+            text=text,
+            was_truncated=truncated,
+            source_time=parse_timestamp(text, now=read_at, default_tz=self.tz),
+            attempt=attempt_label(text),
+            event_id=event_identity(position.path, st.st_ino, file_offset, raw),
+            signal=signal,
+            read_at=read_at,
         )
 
-    def _events(self, buf: bytes, start: int, end: int, base: int, line_number: int, position: FilePosition, st: os.stat_result,
-                read_at: datetime, batch: _Batch, at_tail: bool, idle: float, forced_end: bool = False) -> tuple[int, int, int]:
+    def _events(
+        self,
+        buf: bytes,
+        start: int,
+        end: int,
+        base: int,
+        line_number: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+        batch: _Batch,
+        at_tail: bool,
+        idle: float,
+        forced_end: bool = False,
+    ) -> tuple[int, int, int]:
         """Classify candidate lines of buf[start:end].
 
         Returns (consumed up to, newlines counted up to, line number there) so the caller finishes
@@ -309,11 +391,15 @@ class LogTailer:
                 continue
             lines_before += buf.count(b"\n", counted_to, line_start)
             counted_to = line_start
-            raw = buf[line_start:min(line_end, line_start + self.line_cap)]
+            raw = buf[line_start : min(line_end, line_start + self.line_cap)]
             truncated = forced_end or line_end - line_start > self.line_cap
             text = decode_line(raw)
             signal: Signal | None = self.classifier.crash(text, anchors)
-            if isinstance(signal, CrashSignature) and signal.category == PYTHON_TRACEBACK and signal.rule == "python_traceback":
+            if (
+                isinstance(signal, CrashSignature)
+                and signal.category == PYTHON_TRACEBACK
+                and signal.rule == "python_traceback"
+            ):
                 decided = self._traceback(buf, line_end, end, text, suppressed)
                 if decided is None:
                     waiting = at_tail and idle < self.traceback_wait
@@ -324,10 +410,16 @@ class LogTailer:
             if signal is None:
                 signal = self.classifier.checkpoint(text, anchors)
             if signal is not None:
-                batch.events.append(self._event(raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal))
+                batch.events.append(
+                    self._event(
+                        raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
+                    )
+                )
         return end, counted_to, lines_before
 
-    def _traceback(self, buf: bytes, after: int, end: int, start_text: str, suppressed: set[int]) -> CrashSignature | None:
+    def _traceback(
+        self, buf: bytes, after: int, end: int, start_text: str, suppressed: set[int]
+    ) -> CrashSignature | None:
         """Find the traceback's final exception line in buf[after+1:end]; its category decides."""
         prefix, _ = strip_rank_prefix(start_text)
         starts: list[int] = []
@@ -338,7 +430,7 @@ class LogTailer:
             if newline < 0:
                 break
             starts.append(cursor)
-            lines.append(decode_line(buf[cursor:min(newline, cursor + self.line_cap)]))
+            lines.append(decode_line(buf[cursor : min(newline, cursor + self.line_cap)]))
             cursor = newline + 1
         index = exception_line_index(lines, prefix=prefix, limit=TRACEBACK_LOOKAHEAD_LINES)
         if index is None:
@@ -348,12 +440,48 @@ class LogTailer:
         suppressed.add(starts[index])
         return self.classifier.traceback_category(lines[index])
 
-    def _tail_facts(self, buf: bytes, start: int, complete_end: int, base: int, line_number: int, known_at: int, position: FilePosition, st: os.stat_result,
-                    read_at: datetime, batch: _Batch) -> None:
+    def _tail_facts(
+        self,
+        buf: bytes,
+        start: int,
+        complete_end: int,
+        base: int,
+        line_number: int,
+        known_at: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+        batch: _Batch,
+    ) -> None:
         """Latest progress marker, throughput and source time in buf[start:] (partial last line included)."""
-        found_progress = self._latest(self.progress_scanner, self._progress_of, buf, start, complete_end, base, line_number, known_at, position, st, read_at)
+        found_progress = self._latest(
+            self.progress_scanner,
+            self._progress_of,
+            buf,
+            start,
+            complete_end,
+            base,
+            line_number,
+            known_at,
+            position,
+            st,
+            read_at,
+        )
         batch.progress.extend(found_progress)
-        found_rate = self._latest(self.throughput_scanner, self._throughput_of, buf, start, complete_end, base, line_number, known_at, position, st, read_at, every=self.all_throughput)
+        found_rate = self._latest(
+            self.throughput_scanner,
+            self._throughput_of,
+            buf,
+            start,
+            complete_end,
+            base,
+            line_number,
+            known_at,
+            position,
+            st,
+            read_at,
+            every=self.all_throughput,
+        )
         batch.throughput.extend(found_rate)
         if not self.all_progress and len(batch.progress) > 1:
             del batch.progress[:-1]
@@ -378,8 +506,21 @@ class LogTailer:
                 return sample
         return None
 
-    def _latest(self, scanner: ChunkScanner, classify: Callable[[str], Signal | None], buf: bytes, start: int, complete_end: int, base: int,
-                line_number: int, known_at: int, position: FilePosition, st: os.stat_result, read_at: datetime, every: bool | None = None) -> list[LogEvent]:
+    def _latest(
+        self,
+        scanner: ChunkScanner,
+        classify: Callable[[str], Signal | None],
+        buf: bytes,
+        start: int,
+        complete_end: int,
+        base: int,
+        line_number: int,
+        known_at: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+        every: bool | None = None,
+    ) -> list[LogEvent]:
         every = self.all_progress if every is None else every
         # Offline (every=True) counts only complete lines so nothing is counted twice; the live
         # path also looks at the partial last line, since a progress bar may never end its line.
@@ -388,7 +529,7 @@ class LogTailer:
         # `line_number` is the number of complete lines before buf index `known_at`.
         counted_to, lines_before = start, line_number - buf.count(b"\n", start, known_at) if every else line_number
         for line_start, line_end in spans:
-            raw = buf[max(line_start, line_end - self.line_cap):line_end]  # the tail holds the newest bar state
+            raw = buf[max(line_start, line_end - self.line_cap) : line_end]  # the tail holds the newest bar state
             signal = classify(decode_line(raw))
             if signal is None:
                 continue
@@ -401,7 +542,19 @@ class LogTailer:
                     number = line_number - buf.count(b"\n", line_start, known_at) + 1
                 else:
                     number = line_number + buf.count(b"\n", known_at, line_start) + 1
-            found.append(self._event(raw, decode_line(raw), line_end - line_start > self.line_cap, base + line_start, number, position, st, read_at, signal))
+            found.append(
+                self._event(
+                    raw,
+                    decode_line(raw),
+                    line_end - line_start > self.line_cap,
+                    base + line_start,
+                    number,
+                    position,
+                    st,
+                    read_at,
+                    signal,
+                )
+            )
             if not every:
                 break
         return found
@@ -413,7 +566,9 @@ class LogTailer:
                 return None
             line_start = buf.rfind(b"\n", start, end - 1) + 1
             line_start = max(line_start, start)
-            stamp = parse_timestamp(decode_line(buf[line_start:min(end, line_start + 400)]), now=read_at, default_tz=self.tz)
+            stamp = parse_timestamp(
+                decode_line(buf[line_start : min(end, line_start + 400)]), now=read_at, default_tz=self.tz
+            )
             if stamp is not None:
                 return stamp
             end = line_start

@@ -7,8 +7,8 @@ import os
 import shutil
 import signal
 import time
-from datetime import datetime, timezone
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from app.config import Settings
 from app.slurm.adapter import JobLookup
@@ -65,14 +65,18 @@ class CliScheduler:
                 start_new_session=True,  # its own process group, so a timeout kills its children too
             )
         except OSError as exc:
-            raise SchedulerError(f"cannot start {tool}: {exc}", command=argv, duration=time.monotonic() - started) from None
+            raise SchedulerError(
+                f"cannot start {tool}: {exc}", command=argv, duration=time.monotonic() - started
+            ) from None
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _kill_group(proc)
             await proc.communicate()
             raise TransientSchedulerError(
-                f"timed out after {self.timeout:g}s", command=argv, returncode=proc.returncode,
+                f"timed out after {self.timeout:g}s",
+                command=argv,
+                returncode=proc.returncode,
                 duration=time.monotonic() - started,
             ) from None
         except BaseException:  # cancelled: do not leave the command running
@@ -95,14 +99,17 @@ class CliScheduler:
 
     async def list_jobs(self) -> Snapshot:
         """All jobs in slurmctld's memory from one `squeue --json` (which ignores filters anyway)."""
-        taken_at = datetime.now(timezone.utc)
+        taken_at = datetime.now(UTC)
         result = await self.run("squeue", "--json")
         try:
             return parse_snapshot(result.stdout, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
             raise TransientSchedulerError(
-                f"unreadable squeue --json output: {exc}", command=result.command,
-                returncode=result.returncode, stderr=result.stderr, duration=result.duration,
+                f"unreadable squeue --json output: {exc}",
+                command=result.command,
+                returncode=result.returncode,
+                stderr=result.stderr,
+                duration=result.duration,
             ) from None
 
     async def requeue_hold(self, job_id: int) -> CommandResult:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class SchedulerError(Exception):
@@ -59,12 +59,18 @@ _CLASSIFICATION: tuple[tuple[str, type[SchedulerError]], ...] = (
 )
 
 
-def classify(command: Sequence[str], returncode: int | None, stderr: str, *, duration: float | None = None) -> SchedulerError:
+def classify(
+    command: Sequence[str], returncode: int | None, stderr: str, *, duration: float | None = None
+) -> SchedulerError:
     """Turn a failed command into the most specific SchedulerError its stderr allows."""
     lowered = stderr.lower()
     for needle, cls in _CLASSIFICATION:
         if needle in lowered:
             return cls(needle, command=command, returncode=returncode, stderr=stderr, duration=duration)
     return TransientSchedulerError(
-        "command failed with unrecognised output", command=command, returncode=returncode, stderr=stderr, duration=duration
+        "command failed with unrecognised output",
+        command=command,
+        returncode=returncode,
+        stderr=stderr,
+        duration=duration,
     )

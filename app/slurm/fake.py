@@ -9,9 +9,9 @@ Integration behaviour is tested against the real lab (tests/slurm/test_cli_sched
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Mapping, Sequence
+from datetime import UTC, datetime
 
 from app.slurm.adapter import JobLookup
 from app.slurm.errors import JobNotFound, JobStateConflict, OperationDisabled, SchedulerError
@@ -23,12 +23,37 @@ _RUNNING_LIKE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
 def make_job(job_id: int, **fields: object) -> SlurmJob:
     """A plausible SlurmJob with defaults, for tests (override any field by keyword)."""
     values: dict[str, object] = dict(
-        job_id=job_id, name=f"job{job_id}", user="root", partition="debug", state="PENDING", state_flags=(),
-        state_reason=None, state_description=None, requeue=True, restart_count=0, comment="", exit_code=0,
-        exit_signal=0, nodes=(), excluded_nodes=(), batch_host=None, stdout_raw=None, stderr_raw=None,
-        stdout=None, stderr=None, submit_time=datetime.now(timezone.utc), start_time=None, end_time=None,
-        held=False, hold_reason=None, priority=1, working_directory=None, array_job_id=None,
-        array_task_id=None, array_task_string=None, cluster="lab",
+        job_id=job_id,
+        name=f"job{job_id}",
+        user="root",
+        partition="debug",
+        state="PENDING",
+        state_flags=(),
+        state_reason=None,
+        state_description=None,
+        requeue=True,
+        restart_count=0,
+        comment="",
+        exit_code=0,
+        exit_signal=0,
+        nodes=(),
+        excluded_nodes=(),
+        batch_host=None,
+        stdout_raw=None,
+        stderr_raw=None,
+        stdout=None,
+        stderr=None,
+        submit_time=datetime.now(UTC),
+        start_time=None,
+        end_time=None,
+        held=False,
+        hold_reason=None,
+        priority=1,
+        working_directory=None,
+        array_job_id=None,
+        array_task_id=None,
+        array_task_string=None,
+        cluster="lab",
     )
     values.update(fields)
     return SlurmJob(**values)  # type: ignore[arg-type]
@@ -38,12 +63,19 @@ class FakeScheduler:
     """Scheduler double holding jobs in a dict; records every call in `calls`."""
 
     def __init__(
-        self, jobs: Sequence[SlurmJob] = (), *, accounting: bool = True, partitions: Mapping[str, Sequence[str]] | None = None
+        self,
+        jobs: Sequence[SlurmJob] = (),
+        *,
+        accounting: bool = True,
+        partitions: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.jobs: dict[int, SlurmJob] = {job.job_id: job for job in jobs}
         # the lab's layout unless a test says otherwise
         self.partitions: dict[str, tuple[str, ...]] = {
-            name: tuple(nodes) for name, nodes in (partitions if partitions is not None else {"debug": ("node1", "node2", "node3")}).items()
+            name: tuple(nodes)
+            for name, nodes in (
+                partitions if partitions is not None else {"debug": ("node1", "node2", "node3")}
+            ).items()
         }
         self.history: dict[int, list[AccountingRecord]] = {}
         self.accounting = accounting
@@ -62,12 +94,21 @@ class FakeScheduler:
 
     def start(self, job_id: int, nodes: Sequence[str] = ("node1",)) -> SlurmJob:
         job = self._get(job_id)
-        return self._set(job, state="RUNNING", nodes=tuple(nodes), batch_host=nodes[0] if nodes else None,
-                         start_time=datetime.now(timezone.utc), end_time=None, state_reason=None, exit_code=0, exit_signal=0)
+        return self._set(
+            job,
+            state="RUNNING",
+            nodes=tuple(nodes),
+            batch_host=nodes[0] if nodes else None,
+            start_time=datetime.now(UTC),
+            end_time=None,
+            state_reason=None,
+            exit_code=0,
+            exit_signal=0,
+        )
 
     def finish(self, job_id: int, state: str = "COMPLETED", *, exit_code: int = 0, exit_signal: int = 0) -> SlurmJob:
         job = self._get(job_id)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         job = self._set(job, state=state, end_time=now, exit_code=exit_code, exit_signal=exit_signal)
         self._record(job, state)
         return job
@@ -80,7 +121,7 @@ class FakeScheduler:
 
     async def list_jobs(self) -> Snapshot:
         self._enter("list_jobs", None)
-        return Snapshot(jobs=tuple(self.jobs.values()), taken_at=datetime.now(timezone.utc))
+        return Snapshot(jobs=tuple(self.jobs.values()), taken_at=datetime.now(UTC))
 
     async def requeue_hold(self, job_id: int) -> CommandResult:
         cmd = self._enter("requeue_hold", job_id)
@@ -91,8 +132,19 @@ class FakeScheduler:
             raise JobStateConflict("job is pending execution", command=cmd, returncode=1)
         if job.state in _RUNNING_LIKE:
             self._record(job, "REQUEUED")
-        self._set(job, state="PENDING", held=True, hold_reason="JobHeldUser", state_reason="JobHeldUser",
-                  priority=0, restart_count=job.restart_count + 1, nodes=(), batch_host=None, start_time=None, end_time=None)
+        self._set(
+            job,
+            state="PENDING",
+            held=True,
+            hold_reason="JobHeldUser",
+            state_reason="JobHeldUser",
+            priority=0,
+            restart_count=job.restart_count + 1,
+            nodes=(),
+            batch_host=None,
+            start_time=None,
+            end_time=None,
+        )
         return self._result(cmd)
 
     async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> CommandResult:
@@ -115,7 +167,12 @@ class FakeScheduler:
         cmd = self._enter("cancel", job_id)
         job = self._get(job_id)
         if job.end_time is None:
-            self._set(job, state="CANCELLED", end_time=datetime.now(timezone.utc), exit_signal=15 if job.state in _RUNNING_LIKE else 0)
+            self._set(
+                job,
+                state="CANCELLED",
+                end_time=datetime.now(UTC),
+                exit_signal=15 if job.state in _RUNNING_LIKE else 0,
+            )
             self._record(self.jobs[job_id], "CANCELLED")
         return self._result(cmd)
 
@@ -129,7 +186,9 @@ class FakeScheduler:
         self._enter("lookup_job", job_id)
         history = await self.job_history(job_id)
         self.calls.pop()  # the nested call is an implementation detail
-        return JobLookup(job_id=int(job_id), job=self.jobs.get(int(job_id)), history=tuple(history) if history is not None else None)
+        return JobLookup(
+            job_id=int(job_id), job=self.jobs.get(int(job_id)), history=tuple(history) if history is not None else None
+        )
 
     async def partition_nodes(self, partition: str) -> tuple[str, ...] | None:
         self._enter("partition_nodes", None, partition)
@@ -158,9 +217,19 @@ class FakeScheduler:
 
     def _record(self, job: SlurmJob, state: str) -> None:
         rows = self.history.setdefault(job.job_id, [])
-        rows.append(AccountingRecord(job_id=job.job_id, attempt=len(rows), state=state, exit_code=job.exit_code,
-                                     exit_signal=job.exit_signal, nodes=job.nodes, start=job.start_time,
-                                     end=job.end_time or datetime.now(timezone.utc), source="fake"))
+        rows.append(
+            AccountingRecord(
+                job_id=job.job_id,
+                attempt=len(rows),
+                state=state,
+                exit_code=job.exit_code,
+                exit_signal=job.exit_signal,
+                nodes=job.nodes,
+                start=job.start_time,
+                end=job.end_time or datetime.now(UTC),
+                source="fake",
+            )
+        )
 
     @staticmethod
     def _result(cmd: tuple[str, ...]) -> CommandResult:

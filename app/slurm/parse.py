@@ -4,26 +4,47 @@ from __future__ import annotations
 
 import gc
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from app.slurm.names import NO_ARRAY_TASK, expand_filename, expand_hostlist
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 
 __all__ = [
-    "NO_ARRAY_TASK", "ParseError", "decode_wait_status", "expand_filename", "expand_hostlist", "parse_job",
-    "parse_jobs", "parse_partition_nodes", "parse_sacct_json", "parse_sacct_pipe", "parse_sinfo_node_names",
+    "NO_ARRAY_TASK",
+    "ParseError",
+    "decode_wait_status",
+    "expand_filename",
+    "expand_hostlist",
+    "parse_job",
+    "parse_jobs",
+    "parse_partition_nodes",
+    "parse_sacct_json",
+    "parse_sacct_pipe",
+    "parse_sinfo_node_names",
     "parse_snapshot",
 ]
 
-UTC = timezone.utc
+UTC = UTC
 
 # States in which the job's current attempt has ended, so end_time is real rather than a projection.
 ENDED_STATES = frozenset(
     {
-        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-        "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-        "REVOKED", "COMPLETING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "REVOKED",
+        "COMPLETING",
     }
 )
 # States in which a job waits to (re)start and can therefore be held.
@@ -31,8 +52,18 @@ WAITING_STATES = frozenset({"PENDING", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD
 # Base states of the v0.0.40+ job_state list; anything else in the list is a flag.
 BASE_STATES = frozenset(
     {
-        "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
-        "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
     }
 )
 _NONE_WORDS = frozenset({"", "None", "none", "(null)", "Unknown", "N/A"})
@@ -167,21 +198,37 @@ def parse_job(record: dict) -> SlurmJob:
     waiting = state in WAITING_STATES
     held = False
     if waiting:
-        held = get("hold") is True or (priority == 0 and state == "PENDING") or (reason is not None and "held" in reason.lower())
+        held = (
+            get("hold") is True
+            or (priority == 0 and state == "PENDING")
+            or (reason is not None and "held" in reason.lower())
+        )
 
     stdout_raw = _text(get("standard_output"))
     stderr_raw = _text(get("standard_error"))
     first_node = batch_host or (nodes[0] if nodes else None)
     stdout = _text(get("stdout_expanded")) or expand_filename(
-        stdout_raw, job_id=job_id, name=name, user=user, array_job_id=array_job_id,
-        array_task_id=array_task_id, first_node=first_node, working_directory=cwd,
+        stdout_raw,
+        job_id=job_id,
+        name=name,
+        user=user,
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        first_node=first_node,
+        working_directory=cwd,
     )
     if stderr_raw is None:  # no --error: stderr goes to the stdout file (25.x reports "")
         stderr = _text(get("stderr_expanded")) or stdout
     else:
         stderr = _text(get("stderr_expanded")) or expand_filename(
-            stderr_raw, job_id=job_id, name=name, user=user, array_job_id=array_job_id,
-            array_task_id=array_task_id, first_node=first_node, working_directory=cwd,
+            stderr_raw,
+            job_id=job_id,
+            name=name,
+            user=user,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+            first_node=first_node,
+            working_directory=cwd,
         )
     restart = get("restart_cnt")
     return SlurmJob(

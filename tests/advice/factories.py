@@ -18,7 +18,14 @@ from worker.observer import Observer
 
 
 def comment(environment: str = "test-env", **changes: Any) -> str:
-    body = {"workflow_id": "wf", "environment": environment, "mode": "act", "auto_resume_mode": "requeue", "max_requeue_times": 2, **changes}
+    body = {
+        "workflow_id": "wf",
+        "environment": environment,
+        "mode": "act",
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": 2,
+        **changes,
+    }
     return json.dumps({"APS": body})
 
 
@@ -54,17 +61,36 @@ async def submit(observer: Observer, fake: FakeScheduler, job_id: int, *, node: 
 
 async def attempt(ctx: AppContext, job_id: int, index: int = 0) -> Attempt:
     async with ctx.sessions() as session:
-        found = await session.scalar(select(Attempt).where(Attempt.slurm_job_id == job_id, Attempt.attempt_index == index))
+        found = await session.scalar(
+            select(Attempt).where(Attempt.slurm_job_id == job_id, Attempt.attempt_index == index)
+        )
         assert found is not None
         return found
 
 
-async def add_anomaly(ctx: AppContext, job_id: int, *, kind: str = "CRASH", index: int = 0, node: str | None = None, category: str = "segfault", key: str | None = None) -> int:
+async def add_anomaly(
+    ctx: AppContext,
+    job_id: int,
+    *,
+    kind: str = "CRASH",
+    index: int = 0,
+    node: str | None = None,
+    category: str = "segfault",
+    key: str | None = None,
+) -> int:
     """An anomaly row as the watcher writes it."""
     target = await attempt(ctx, job_id, index)
     async with ctx.sessions() as session, session.begin():
-        row = Anomaly(attempt_id=target.id, event_key=key or f"{job_id}-{index}-{kind}-{node}-{category}", kind=kind, category=category,
-                      detector="test", message=f"{kind} {category}", node=node, line="Rank0: segmentation fault")
+        row = Anomaly(
+            attempt_id=target.id,
+            event_key=key or f"{job_id}-{index}-{kind}-{node}-{category}",
+            kind=kind,
+            category=category,
+            detector="test",
+            message=f"{kind} {category}",
+            node=node,
+            line="Rank0: segmentation fault",
+        )
         session.add(row)
         await session.flush()
         return row.id
@@ -72,7 +98,13 @@ async def add_anomaly(ctx: AppContext, job_id: int, *, kind: str = "CRASH", inde
 
 async def advice_of(ctx: AppContext, job_id: int) -> list[Advice]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index)
+                )
+            ).all()
+        )
 
 
 async def actions(ctx: AppContext, advice_id: int | None = None) -> list[SchedulerAction]:
@@ -85,4 +117,10 @@ async def actions(ctx: AppContext, advice_id: int | None = None) -> list[Schedul
 
 async def events(ctx: AppContext, event_type: str) -> list[AuditEvent]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(AuditEvent).where(AuditEvent.event_type == event_type).order_by(AuditEvent.id))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(AuditEvent).where(AuditEvent.event_type == event_type).order_by(AuditEvent.id)
+                )
+            ).all()
+        )

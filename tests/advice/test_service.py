@@ -34,9 +34,18 @@ def restart(*nodes: str) -> Decision:
 async def test_generation_moves_only_when_the_decision_does(ctx) -> None:  # type: ignore[no-untyped-def]
     attempt = await an_attempt(ctx)
     outcomes = []
-    for decision in (restart("n1"), restart("n1"), restart("n2"), Decision(Operation.NONE, "cancelled", "job_cancelled")):
+    for decision in (
+        restart("n1"),
+        restart("n1"),
+        restart("n2"),
+        Decision(Operation.NONE, "cancelled", "job_cancelled"),
+    ):
         async with ctx.sessions() as session, session.begin():
-            outcomes.append((await service.record_decision(session, attempt=attempt, decision=decision, mode=MODE, signal="test")).change)
+            outcomes.append(
+                (
+                    await service.record_decision(session, attempt=attempt, decision=decision, mode=MODE, signal="test")
+                ).change
+            )
     assert outcomes == ["created", "unchanged", "updated", "unchanged"]
     async with ctx.sessions() as session:
         advice = await session.scalar(select(Advice))
@@ -50,21 +59,33 @@ async def test_vetoed_advice_is_kept_as_vetoed(ctx) -> None:  # type: ignore[no-
         outcome.advice.review = service.VETOED
         outcome.advice.active = False
     async with ctx.sessions() as session, session.begin():
-        outcome = await service.record_decision(session, attempt=attempt, decision=restart("n9"), mode=MODE, signal="test")
+        outcome = await service.record_decision(
+            session, attempt=attempt, decision=restart("n9"), mode=MODE, signal="test"
+        )
     assert outcome.change == "kept_vetoed" and outcome.advice.exclusions == [] and not outcome.advice.active
 
 
 async def test_milestones_are_unique_per_key_and_a_succeeded_command_is_never_restarted(ctx) -> None:  # type: ignore[no-untyped-def]
     attempt = await an_attempt(ctx)
     async with ctx.sessions() as session, session.begin():
-        advice = (await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")).advice
-        first = await service.begin_action(session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51")
-        await service.finish_action(session, action=first, advice=advice, succeeded=False, duration_ms=3.0, detail="timed out")
-        again = await service.begin_action(session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51")
+        advice = (
+            await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")
+        ).advice
+        first = await service.begin_action(
+            session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51"
+        )
+        await service.finish_action(
+            session, action=first, advice=advice, succeeded=False, duration_ms=3.0, detail="timed out"
+        )
+        again = await service.begin_action(
+            session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51"
+        )
         assert again.id == first.id and again.status == "STARTED"
         await service.finish_action(session, action=again, advice=advice, succeeded=True, duration_ms=2.0, detail="ok")
         with pytest.raises(ValueError, match="never sent twice"):
-            await service.begin_action(session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51")
+            await service.begin_action(
+                session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51"
+            )
     assert [e.payload["status"] for e in await events(ctx, "scheduler.release")] == ["FAILED", "SUCCEEDED"]
 
 
@@ -73,7 +94,9 @@ async def test_shadow_rows_once_per_generation(ctx) -> None:  # type: ignore[no-
     steps = [Step(StepKind.REQUEUE_HOLD, "requeue"), Step(StepKind.RELEASE, "release"), Step(StepKind.DONE, "done")]
     added = []
     async with ctx.sessions() as session, session.begin():
-        advice = (await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")).advice
+        advice = (
+            await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")
+        ).advice
         added.append(await service.record_shadow(session, advice=advice, steps=steps, now=utcnow()))
         added.append(await service.record_shadow(session, advice=advice, steps=steps, now=utcnow()))
     assert added == [2, 0]

@@ -8,9 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -56,7 +57,9 @@ class FakeAuthenticator:
 @pytest.fixture
 def api_settings(database: Database, tmp_path: Path) -> Settings:
     """Settings of the in-process app: dev mode (the dev principal is viewer and operator)."""
-    return Settings.build(database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, environment="test-env", dev_no_auth=True)
+    return Settings.build(
+        database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, environment="test-env", dev_no_auth=True
+    )
 
 
 @pytest.fixture
@@ -69,17 +72,28 @@ async def client(database: Database, api_settings: Settings) -> AsyncIterator[ht
 
 
 @pytest.fixture
-async def token_client(database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
+async def token_client(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client of an app that knows the tokens `viewer-token` and `operator-token` (FakeAuthenticator)."""
     monkeypatch.setattr("app.api.routes.api_authenticator", lambda settings: FakeAuthenticator())
-    settings = Settings.build(database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, oidc_issuer="https://idp.invalid")
+    settings = Settings.build(
+        database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, oidc_issuer="https://idp.invalid"
+    )
     ctx = AppContext(settings=settings, engine=database.engine, sessions=database.sessions)
     app = create_app(settings, ctx=ctx)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as http:
         yield http
 
 
-async def run_graphql(http: httpx.AsyncClient, query: str, variables: dict[str, Any] | None = None, *, token: str | None = None, expect_errors: bool = False) -> dict[str, Any]:
+async def run_graphql(
+    http: httpx.AsyncClient,
+    query: str,
+    variables: dict[str, Any] | None = None,
+    *,
+    token: str | None = None,
+    expect_errors: bool = False,
+) -> dict[str, Any]:
     """POST one operation to /graphql; returns the whole response body (asserts no errors unless expected)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     response = await http.post("/graphql", json={"query": query, "variables": variables or {}}, headers=headers)
@@ -102,21 +116,51 @@ class Seeded:
 
 
 async def seed_job(
-    session: AsyncSession, *, slurm_job_id: int, workflow_key: str, name: str = "train", attempts: int = 1,
-    failed: bool = True, checkpoints: int = 0, anomalies: int = 0, advice: bool = False, cluster: str = CLUSTER,
+    session: AsyncSession,
+    *,
+    slurm_job_id: int,
+    workflow_key: str,
+    name: str = "train",
+    attempts: int = 1,
+    failed: bool = True,
+    checkpoints: int = 0,
+    anomalies: int = 0,
+    advice: bool = False,
+    cluster: str = CLUSTER,
 ) -> tuple[Job, list[Attempt], list[Advice]]:
     """A job registered through the jobs service with `attempts` attempts; evidence and Advice by ORM inserts."""
     job = await jobs.register_job(
         session,
         registration=jobs.JobRegistration(
-            cluster=cluster, slurm_job_id=slurm_job_id, environment="test-env", enrolment="ENROLLED", enrolment_reason=None,
-            workflow_key=workflow_key, name=name, partition="gpu", requested_mode="act", effective_mode="observe",
-            mode_reason="acknowledgment ceiling is off", requeue_eligible=True, state="RUNNING", policy_wrapper="APS",
+            cluster=cluster,
+            slurm_job_id=slurm_job_id,
+            environment="test-env",
+            enrolment="ENROLLED",
+            enrolment_reason=None,
+            workflow_key=workflow_key,
+            name=name,
+            partition="gpu",
+            requested_mode="act",
+            effective_mode="observe",
+            mode_reason="acknowledgment ceiling is off",
+            requeue_eligible=True,
+            state="RUNNING",
+            policy_wrapper="APS",
             policy_valid=True,
-            policy_effective={"workflow_id": workflow_key, "environment": "test-env", "mode": "act", "auto_resume_mode": "requeue",
-                              "max_requeue_times": 2, "log_file_paths_shared_across_attempts": False,
-                              "anomaly_detection_config": {"log_based_timeout_enabled": True, "log_based_timeout_threshold_pretraining": 960,
-                                                           "log_based_timeout_threshold_trainingloop": 840, "straggler_detection_enabled": False}},
+            policy_effective={
+                "workflow_id": workflow_key,
+                "environment": "test-env",
+                "mode": "act",
+                "auto_resume_mode": "requeue",
+                "max_requeue_times": 2,
+                "log_file_paths_shared_across_attempts": False,
+                "anomaly_detection_config": {
+                    "log_based_timeout_enabled": True,
+                    "log_based_timeout_threshold_pretraining": 960,
+                    "log_based_timeout_threshold_trainingloop": 840,
+                    "straggler_detection_enabled": False,
+                },
+            },
             policy_warnings=[{"path": "$.APS.extra", "message": "unknown key"}],
         ),
     )
@@ -124,36 +168,85 @@ async def seed_job(
     advices: list[Advice] = []
     for index in range(attempts):
         attempt = await jobs.create_attempt(
-            session, job=job, attempt_index=index, state="RUNNING", nodes=[f"node{index}"],
-            stdout_path=f"/logs/{slurm_job_id}-{index}.out", start_time=utcnow(),
+            session,
+            job=job,
+            attempt_index=index,
+            state="RUNNING",
+            nodes=[f"node{index}"],
+            stdout_path=f"/logs/{slurm_job_id}-{index}.out",
+            start_time=utcnow(),
         )
         if failed or index < attempts - 1:
             await jobs.update_attempt(session, attempt=attempt, job=job, state="FAILED", exit_code=1, end_time=utcnow())
         for n in range(checkpoints):
-            session.add(Checkpoint(attempt_id=attempt.id, event_key=f"ck-{attempt.id}-{n}", kind="saved", framework="megatron", iteration=100 * (n + 1), path=f"/ckpt/iter_{n}"))
+            session.add(
+                Checkpoint(
+                    attempt_id=attempt.id,
+                    event_key=f"ck-{attempt.id}-{n}",
+                    kind="saved",
+                    framework="megatron",
+                    iteration=100 * (n + 1),
+                    path=f"/ckpt/iter_{n}",
+                )
+            )
         for n in range(anomalies):
-            session.add(Anomaly(attempt_id=attempt.id, event_key=f"an-{attempt.id}-{n}", kind="CRASH", category="CUDA_ERROR", detector="signatures", message="CUDA error", node=f"node{index}", details={"n": n}))
+            session.add(
+                Anomaly(
+                    attempt_id=attempt.id,
+                    event_key=f"an-{attempt.id}-{n}",
+                    kind="CRASH",
+                    category="CUDA_ERROR",
+                    detector="signatures",
+                    message="CUDA error",
+                    node=f"node{index}",
+                    details={"n": n},
+                )
+            )
         if advice:
             row = Advice(
-                attempt_id=attempt.id, job_id=job.id, cluster=cluster, slurm_job_id=slurm_job_id, attempt_index=index,
-                operation="RESTART", exclusions=[f"node{index}"], reason="crash", rule="retry", generation=1, mode="observe",
-                disposition="PENDING", active=True,
+                attempt_id=attempt.id,
+                job_id=job.id,
+                cluster=cluster,
+                slurm_job_id=slurm_job_id,
+                attempt_index=index,
+                operation="RESTART",
+                exclusions=[f"node{index}"],
+                reason="crash",
+                rule="retry",
+                generation=1,
+                mode="observe",
+                disposition="PENDING",
+                active=True,
             )
             session.add(row)
             await session.flush()
-            session.add(SchedulerAction(advice_id=row.id, generation=1, step="requeue_hold", idempotency_key=f"idem-{row.id}-1", status="SHADOW", duration_ms=1.5, finished_at=utcnow()))
+            session.add(
+                SchedulerAction(
+                    advice_id=row.id,
+                    generation=1,
+                    step="requeue_hold",
+                    idempotency_key=f"idem-{row.id}-1",
+                    status="SHADOW",
+                    duration_ms=1.5,
+                    finished_at=utcnow(),
+                )
+            )
             advices.append(row)
         made.append(attempt)
     await session.flush()
     return job, made, advices
 
 
-async def seed_many(sessions: async_sessionmaker[AsyncSession], *, count: int, first_job_id: int = 1000, **kwargs: Any) -> Seeded:
+async def seed_many(
+    sessions: async_sessionmaker[AsyncSession], *, count: int, first_job_id: int = 1000, **kwargs: Any
+) -> Seeded:
     """`count` jobs (one workflow each) in one transaction."""
     result = Seeded([], [], [])
     async with sessions() as session, session.begin():
         for n in range(count):
-            job, attempts, advice = await seed_job(session, slurm_job_id=first_job_id + n, workflow_key=f"wf-{n}", **kwargs)
+            job, attempts, advice = await seed_job(
+                session, slurm_job_id=first_job_id + n, workflow_key=f"wf-{n}", **kwargs
+            )
             result.jobs.append(job)
             result.attempts.extend(attempts)
             result.advice.extend(advice)
@@ -190,12 +283,25 @@ def start_server(database_url: str, tmp_path: Path, **env: str) -> LiveServer:
     port = free_port()
     log_path = tmp_path / f"serve-{port}.log"
     environment = {
-        **os.environ, "RECOVERY_DATABASE_URL": database_url, "RECOVERY_DATA_DIR": str(tmp_path),
-        "RECOVERY_BIND": f"127.0.0.1:{port}", "RECOVERY_CLUSTER": CLUSTER, **env,
+        **os.environ,
+        "RECOVERY_DATABASE_URL": database_url,
+        "RECOVERY_DATA_DIR": str(tmp_path),
+        "RECOVERY_BIND": f"127.0.0.1:{port}",
+        "RECOVERY_CLUSTER": CLUSTER,
+        **env,
     }
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
-    server = LiveServer(url=f"http://127.0.0.1:{port}{env.get('RECOVERY_URL_PREFIX', '')}", process=process, log_path=log_path)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"],
+            cwd=ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    server = LiveServer(
+        url=f"http://127.0.0.1:{port}{env.get('RECOVERY_URL_PREFIX', '')}", process=process, log_path=log_path
+    )
     deadline = time.monotonic() + 30
     while True:
         try:

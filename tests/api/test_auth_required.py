@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from graphql import GraphQLNonNull, Undefined, get_named_type, is_leaf_type
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
@@ -15,6 +14,7 @@ from starlette.websockets import WebSocketDisconnect
 from app.api.schema import schema
 from app.config import Settings
 from app.main import create_app
+from graphql import GraphQLNonNull, Undefined, get_named_type, is_leaf_type
 
 OPEN_PATHS = {"/healthz", "/readyz"}
 # The dashboard's sign-in flow is how a browser gets authenticated; it serves no data.
@@ -23,7 +23,11 @@ DUMMY = {"Int": "1", "String": '"x"', "ID": '"QXR0ZW1wdDox"', "Boolean": "false"
 
 
 def _app(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped-def]
-    values: dict[str, object] = {"oidc_issuer": "https://idp.example.invalid", "oidc_client_id": "recovery-dashboard", **overrides}
+    values: dict[str, object] = {
+        "oidc_issuer": "https://idp.example.invalid",
+        "oidc_client_id": "recovery-dashboard",
+        **overrides,
+    }
     settings = Settings.build(database_url=f"sqlite+aiosqlite:///{tmp_path}/auth.db", data_dir=str(tmp_path), **values)
     return create_app(settings)
 
@@ -42,9 +46,17 @@ def _concrete(path: str) -> str:
 
 
 def _root_operations() -> Iterator[tuple[str, str]]:
-    for kind, root in (("query", schema._schema.query_type), ("mutation", schema._schema.mutation_type), ("subscription", schema._schema.subscription_type)):
+    for kind, root in (
+        ("query", schema._schema.query_type),
+        ("mutation", schema._schema.mutation_type),
+        ("subscription", schema._schema.subscription_type),
+    ):
         for name, field in root.fields.items():
-            args = ", ".join(f"{arg}: {DUMMY[get_named_type(a.type).name]}" for arg, a in field.args.items() if isinstance(a.type, GraphQLNonNull) and a.default_value is Undefined)
+            args = ", ".join(
+                f"{arg}: {DUMMY[get_named_type(a.type).name]}"
+                for arg, a in field.args.items()
+                if isinstance(a.type, GraphQLNonNull) and a.default_value is Undefined
+            )
             selection = "" if is_leaf_type(get_named_type(field.type)) else " { __typename }"
             yield f"{kind}.{name}", f"{kind} {{ {name}{f'({args})' if args else ''}{selection} }}"
 
@@ -70,7 +82,9 @@ def test_every_route_refuses_requests_without_a_token(tmp_path: Path, prefix: st
                 continue
             assert isinstance(route, Route)
             for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
-                response = http.request(method, url, json={"query": "{ __typename }"} if method == "POST" else None, follow_redirects=False)
+                response = http.request(
+                    method, url, json={"query": "{ __typename }"} if method == "POST" else None, follow_redirects=False
+                )
                 if response.status_code == 303:  # a dashboard page sends a browser to sign in, showing nothing
                     assert "/dashboard/auth/login" in response.headers["location"], (method, path, response.headers)
                 else:

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from graphql import build_schema, parse, validate
 
 from app.api.schema import printed_schema
+from graphql import build_schema, parse, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "graphql" / "schema.graphql"
@@ -24,7 +24,9 @@ def test_committed_schema_matches_the_code() -> None:
 
 
 def test_schema_printer_command_prints_the_committed_schema() -> None:
-    done = subprocess.run([sys.executable, "-m", "app.api.schema"], cwd=ROOT, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.api.schema"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert done.stdout == SCHEMA_FILE.read_text()
 
 

@@ -7,8 +7,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -18,7 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from tests.api.conftest import LiveServer, operation, seed_many, start_server, stop_server
 from tests.plugins.database import Database
-from tests.plugins.oidc_provider import OidcProvider, forge_hmac_with_public_key, forge_unsigned, new_signing_key, tamper_payload, tamper_signature
+from tests.plugins.oidc_provider import (
+    OidcProvider,
+    forge_hmac_with_public_key,
+    forge_unsigned,
+    new_signing_key,
+    tamper_payload,
+    tamper_signature,
+)
 
 PREFIX = "/mission-control/recovery-engine-api"
 pytestmark = pytest.mark.slow
@@ -34,16 +41,19 @@ def _curl(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 GUIDE_JOBS = '''curl --fail-with-body \\
   --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
   "$RECOVERY_HTTP_URL/v1/jobs/by-scheduler-id/$JOB_ID"'''
-GUIDE_ADVICE = '''curl --fail-with-body --get "$RECOVERY_HTTP_URL/v1/advice" \\
+GUIDE_ADVICE = """curl --fail-with-body --get "$RECOVERY_HTTP_URL/v1/advice" \\
   --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
-  --data-urlencode 'limit=100\''''
+  --data-urlencode 'limit=100\'"""
 
 
 @pytest.fixture
 def oidc_server(oidc_provider: OidcProvider, database: Database, tmp_path: Path) -> Iterator[LiveServer]:
     """`recovery serve` under the user guide's URL prefix, verifying tokens of the real OIDC provider."""
     server = start_server(
-        database.url, tmp_path, RECOVERY_OIDC_ISSUER=oidc_provider.issuer, RECOVERY_OIDC_AUDIENCE=oidc_provider.audience,
+        database.url,
+        tmp_path,
+        RECOVERY_OIDC_ISSUER=oidc_provider.issuer,
+        RECOVERY_OIDC_AUDIENCE=oidc_provider.audience,
         RECOVERY_URL_PREFIX=PREFIX,
     )
     try:
@@ -53,13 +63,22 @@ def oidc_server(oidc_provider: OidcProvider, database: Database, tmp_path: Path)
 
 
 @pytest.mark.oidc
-async def test_user_guide_curl_commands_work_as_written(oidc_provider: OidcProvider, oidc_server: LiveServer, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_user_guide_curl_commands_work_as_written(
+    oidc_provider: OidcProvider, oidc_server: LiveServer, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     seeded = await seed_many(sessions, count=2, attempts=2, advice=True)
-    env = {"RECOVERY_HTTP_URL": oidc_server.url, "RECOVERY_ACCESS_TOKEN": oidc_provider.token("viewer-client"), "JOB_ID": str(seeded.jobs[0].slurm_job_id)}
+    env = {
+        "RECOVERY_HTTP_URL": oidc_server.url,
+        "RECOVERY_ACCESS_TOKEN": oidc_provider.token("viewer-client"),
+        "JOB_ID": str(seeded.jobs[0].slurm_job_id),
+    }
     jobs = _curl(GUIDE_JOBS, env)
     assert jobs.returncode == 0, jobs.stdout + jobs.stderr
     attempts = json.loads(jobs.stdout)["attempts"]
-    assert [(a["jobId"], a["attemptIndex"]) for a in attempts] == [(seeded.jobs[0].slurm_job_id, 0), (seeded.jobs[0].slurm_job_id, 1)]
+    assert [(a["jobId"], a["attemptIndex"]) for a in attempts] == [
+        (seeded.jobs[0].slurm_job_id, 0),
+        (seeded.jobs[0].slurm_job_id, 1),
+    ]
     assert all(a["heimdallJobId"] for a in attempts)
     advice = _curl(GUIDE_ADVICE, env)
     assert advice.returncode == 0, advice.stdout + advice.stderr
@@ -87,18 +106,28 @@ def _bad_tokens(provider: OidcProvider) -> dict[str, str]:
 
 
 @pytest.mark.oidc
-async def test_bad_tokens_are_refused_on_graphql_rest_and_websocket(oidc_provider: OidcProvider, oidc_server: LiveServer, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_bad_tokens_are_refused_on_graphql_rest_and_websocket(
+    oidc_provider: OidcProvider, oidc_server: LiveServer, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     await seed_many(sessions, count=1, advice=True)
     async with httpx.AsyncClient(base_url=oidc_server.url, timeout=20) as http:
         good = {"Authorization": f"Bearer {oidc_provider.token('viewer-client')}"}
-        assert (await http.post("/graphql", json={"query": "{ viewer { roles } }"}, headers=good)).json()["data"]["viewer"]["roles"] == ["viewer"]
+        assert (await http.post("/graphql", json={"query": "{ viewer { roles } }"}, headers=good)).json()["data"][
+            "viewer"
+        ]["roles"] == ["viewer"]
         assert (await http.get("/v1/advice", headers=good)).status_code == 200
         # A viewer may not act; an operator may.
-        advice_id = (await http.post("/graphql", json={"query": operation("AdvicePage")}, headers=good)).json()["data"]["advice"]["edges"][0]["node"]["id"]
-        refused = await http.post("/graphql", json={"query": operation("ApproveAdvice"), "variables": {"id": advice_id}}, headers=good)
+        advice_id = (await http.post("/graphql", json={"query": operation("AdvicePage")}, headers=good)).json()["data"][
+            "advice"
+        ]["edges"][0]["node"]["id"]
+        refused = await http.post(
+            "/graphql", json={"query": operation("ApproveAdvice"), "variables": {"id": advice_id}}, headers=good
+        )
         assert refused.status_code == 403
         operator = {"Authorization": f"Bearer {oidc_provider.token('operator-client')}"}
-        approved = await http.post("/graphql", json={"query": operation("ApproveAdvice"), "variables": {"id": advice_id}}, headers=operator)
+        approved = await http.post(
+            "/graphql", json={"query": operation("ApproveAdvice"), "variables": {"id": advice_id}}, headers=operator
+        )
         assert approved.json()["data"]["approveAdvice"]["review"] == "APPROVED"
 
         for name, token in _bad_tokens(oidc_provider).items():
@@ -110,14 +139,24 @@ async def test_bad_tokens_are_refused_on_graphql_rest_and_websocket(oidc_provide
 
     for name, token in [*_bad_tokens(oidc_provider).items(), ("none", None)]:
         payload = {"Authorization": f"Bearer {token}"} if token else {}
-        transport = WebsocketsTransport(url=oidc_server.ws_url, subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL], init_payload=payload)
+        transport = WebsocketsTransport(
+            url=oidc_server.ws_url, subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL], init_payload=payload
+        )
         with pytest.raises(Exception) as refused_ws:
             async with Client(transport=transport, fetch_schema_from_transport=False) as session:
                 await session.subscribe(GraphQLRequest(operation("AdviceChanges"))).__anext__()
-        assert "4401" in repr(refused_ws.value) or "Unauthorized" in repr(refused_ws.value) or "closed" in repr(refused_ws.value).lower(), (name, refused_ws.value)
+        assert (
+            "4401" in repr(refused_ws.value)
+            or "Unauthorized" in repr(refused_ws.value)
+            or "closed" in repr(refused_ws.value).lower()
+        ), (name, refused_ws.value)
 
     # The {"token": ...} form of connection_init works with a good token.
-    transport = WebsocketsTransport(url=oidc_server.ws_url, subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL], init_payload={"token": oidc_provider.token("viewer-client")})
+    transport = WebsocketsTransport(
+        url=oidc_server.ws_url,
+        subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+        init_payload={"token": oidc_provider.token("viewer-client")},
+    )
     async with Client(transport=transport, fetch_schema_from_transport=False) as session:
         result = await session.execute(GraphQLRequest("{ viewer { roles } }"))
     assert result["viewer"]["roles"] == ["viewer"]

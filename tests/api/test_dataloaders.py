@@ -19,7 +19,7 @@ class StatementCounter:
         self.engine = database.engine.sync_engine
         self.statements: list[str] = []
 
-    def __enter__(self) -> "StatementCounter":
+    def __enter__(self) -> StatementCounter:
         event.listen(self.engine, "before_cursor_execute", self._count)
         return self
 

@@ -31,7 +31,9 @@ SQLITE_ONLY = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
 
 @POSTGRES_ONLY
-async def test_notification_wakes_every_waiting_reader_and_the_last_reader_stops_the_listener(database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_notification_wakes_every_waiting_reader_and_the_last_reader_stops_the_listener(
+    database: Database, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     waker = FeedWaker(database.url, listening_timeout=60)
     async with waker.reader(), waker.reader():
         await _until(lambda: waker.listening)
@@ -51,13 +53,17 @@ async def test_notification_wakes_every_waiting_reader_and_the_last_reader_stops
 
 
 @POSTGRES_ONLY
-async def test_listener_reconnects_after_the_database_drops_its_connection(database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_listener_reconnects_after_the_database_drops_its_connection(
+    database: Database, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     waker = FeedWaker(database.url, listening_timeout=60, reconnect_min=0.1, health_interval=0.5)
     async with waker.reader():
         await _until(lambda: waker.listening)
         async with sessions() as session, session.begin():
             killed = await session.scalar(
-                text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name AND datname = current_database()"),
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name AND datname = current_database()"
+                ),
                 {"name": APPLICATION_NAME},
             )
         assert killed == 1

@@ -10,7 +10,7 @@ from tests.api.conftest import run_graphql
 
 async def test_depth_limit(client: httpx.AsyncClient) -> None:
     # attempt -> job -> workflow -> jobs -> edges -> node -> attempts -> edges -> node -> workflow -> jobs ...
-    deep = "{ attempt(ref: \"1-0\") { job { workflow { jobs(first: 1) { edges { node { attempts(first: 1) { edges { node { workflow { jobs(first: 1) { edges { node { name } } } } } } } } } } } } } }"
+    deep = '{ attempt(ref: "1-0") { job { workflow { jobs(first: 1) { edges { node { attempts(first: 1) { edges { node { workflow { jobs(first: 1) { edges { node { name } } } } } } } } } } } } } }'
     body = await run_graphql(client, deep, expect_errors=True)
     assert body["data"] is None and f"exceeds maximum operation depth of {MAX_DEPTH}" in body["errors"][0]["message"]
 

@@ -11,9 +11,13 @@ from app.jobs import service as jobs
 from tests.api.conftest import CLUSTER, operation, run_graphql, seed_job, seed_many
 
 
-async def test_job_with_attempts_policy_and_workflow(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_job_with_attempts_policy_and_workflow(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
-        await seed_job(session, slurm_job_id=4242, workflow_key="training-example", attempts=3, checkpoints=2, advice=True)
+        await seed_job(
+            session, slurm_job_id=4242, workflow_key="training-example", attempts=3, checkpoints=2, advice=True
+        )
     body = await run_graphql(client, operation("JobAttempts"), {"jobId": 4242})
     job = body["data"]["job"]
     assert job["jobId"] == 4242 and job["workflow"]["key"] == "training-example"
@@ -30,7 +34,9 @@ async def test_job_with_attempts_policy_and_workflow(client: httpx.AsyncClient, 
     # Page the job's attempts one at a time through the cursors.
     seen, after = [], None
     while True:
-        page = (await run_graphql(client, operation("JobAttempts"), {"jobId": 4242, "first": 1, "after": after}))["data"]["job"]["attempts"]
+        page = (await run_graphql(client, operation("JobAttempts"), {"jobId": 4242, "first": 1, "after": after}))[
+            "data"
+        ]["job"]["attempts"]
         seen += [e["node"]["attemptIndex"] for e in page["edges"]]
         if not page["pageInfo"]["hasNextPage"]:
             break
@@ -39,11 +45,17 @@ async def test_job_with_attempts_policy_and_workflow(client: httpx.AsyncClient, 
     assert (await run_graphql(client, operation("JobAttempts"), {"jobId": 999999}))["data"]["job"] is None
 
 
-async def test_attempt_by_ref_uuid_and_index(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_attempt_by_ref_uuid_and_index(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
-        await seed_job(session, slurm_job_id=777, workflow_key="wf", attempts=2, checkpoints=3, anomalies=1, advice=True)
+        await seed_job(
+            session, slurm_job_id=777, workflow_key="wf", attempts=2, checkpoints=3, anomalies=1, advice=True
+        )
     by_ref = (await run_graphql(client, operation("AttemptDetails"), {"ref": "777-0"}))["data"]["attempt"]
-    by_uuid = (await run_graphql(client, operation("AttemptDetails"), {"ref": attempt_uuid(CLUSTER, 777, 0).upper()}))["data"]["attempt"]
+    by_uuid = (await run_graphql(client, operation("AttemptDetails"), {"ref": attempt_uuid(CLUSTER, 777, 0).upper()}))[
+        "data"
+    ]["attempt"]
     assert by_ref == by_uuid
     assert by_ref["attemptIndex"] == 0 and by_ref["requeueEligible"] is True and by_ref["effectiveMode"] == "observe"
     assert [e["node"]["iteration"] for e in by_ref["checkpoints"]["edges"]] == [300, 200, 100]  # newest first
@@ -52,13 +64,20 @@ async def test_attempt_by_ref_uuid_and_index(client: httpx.AsyncClient, sessions
     assert advice["operation"] == "RESTART" and advice["exclusions"] == ["node0"]
     milestone = advice["reconciliation"]["milestones"][0]
     assert milestone["step"] == "requeue_hold" and milestone["status"] == "SHADOW" and milestone["durationMs"] == 1.5
-    by_index = await run_graphql(client, "query($j:Int!,$i:Int!){attempt(jobId:$j, attemptIndex:$i){attemptRef}}", {"j": 777, "i": 1})
+    by_index = await run_graphql(
+        client, "query($j:Int!,$i:Int!){attempt(jobId:$j, attemptIndex:$i){attemptRef}}", {"j": 777, "i": 1}
+    )
     assert by_index["data"]["attempt"]["attemptRef"] == "777-1"
     bad = await run_graphql(client, operation("AttemptDetails"), {"ref": "not-a-ref"}, expect_errors=True)
-    assert bad["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and "attempt reference" in bad["errors"][0]["message"]
+    assert (
+        bad["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+        and "attempt reference" in bad["errors"][0]["message"]
+    )
 
 
-async def test_workflows_filters_and_order(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_workflows_filters_and_order(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
         await seed_job(session, slurm_job_id=1, workflow_key="alpha-run", name="llama", failed=True)
         await seed_job(session, slurm_job_id=2, workflow_key="beta-run", name="gpt", failed=False)
@@ -76,34 +95,51 @@ async def test_workflows_filters_and_order(client: httpx.AsyncClient, sessions: 
     assert await keys(cluster="elsewhere") == []
 
 
-async def test_node_lookup_for_every_type(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_node_lookup_for_every_type(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
-        job, attempts, advice = await seed_job(session, slurm_job_id=55, workflow_key="wf-node", checkpoints=1, anomalies=1, advice=True)
-    body = await run_graphql(client, "{ attempt(ref: \"55-0\") { id job { id } workflow { id } advice { id } "
-                             "checkpoints { edges { node { id } } } anomalies { edges { node { id } } } auditEvents(first: 1) { edges { node { id } } } } }")
+        job, attempts, advice = await seed_job(
+            session, slurm_job_id=55, workflow_key="wf-node", checkpoints=1, anomalies=1, advice=True
+        )
+    body = await run_graphql(
+        client,
+        '{ attempt(ref: "55-0") { id job { id } workflow { id } advice { id } '
+        "checkpoints { edges { node { id } } } anomalies { edges { node { id } } } auditEvents(first: 1) { edges { node { id } } } } }",
+    )
     a = body["data"]["attempt"]
     ids = {
-        "Attempt": a["id"], "Job": a["job"]["id"], "Workflow": a["workflow"]["id"], "Advice": a["advice"]["id"],
-        "Checkpoint": a["checkpoints"]["edges"][0]["node"]["id"], "Anomaly": a["anomalies"]["edges"][0]["node"]["id"],
+        "Attempt": a["id"],
+        "Job": a["job"]["id"],
+        "Workflow": a["workflow"]["id"],
+        "Advice": a["advice"]["id"],
+        "Checkpoint": a["checkpoints"]["edges"][0]["node"]["id"],
+        "Anomaly": a["anomalies"]["edges"][0]["node"]["id"],
         "AuditEvent": a["auditEvents"]["edges"][0]["node"]["id"],
     }
     assert ids["Attempt"] == to_global_id("Attempt", attempts[0].id)
     for type_name, global_id in ids.items():
         node = (await run_graphql(client, operation("NodeById"), {"id": global_id}))["data"]["node"]
         assert node["__typename"] == type_name and node["id"] == global_id
-    assert (await run_graphql(client, operation("NodeById"), {"id": to_global_id("Attempt", 10**9)}))["data"]["node"] is None
+    assert (await run_graphql(client, operation("NodeById"), {"id": to_global_id("Attempt", 10**9)}))["data"][
+        "node"
+    ] is None
     bad = await run_graphql(client, operation("NodeById"), {"id": "garbage!"}, expect_errors=True)
     assert bad["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
 
 
-async def test_advice_list_only_active_and_job_filter(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_advice_list_only_active_and_job_filter(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     seeded = await seed_many(sessions, count=3, attempts=2, advice=True)
     async with sessions() as session, session.begin():
         first = await session.get(type(seeded.advice[0]), seeded.advice[0].id)
         first.active, first.disposition, first.disposition_reason = False, "CONVERGED", "DESIRED_STATE_OBSERVED"
     everything = (await run_graphql(client, operation("AdvicePage")))["data"]["advice"]["edges"]
     assert len(everything) == 6
-    assert [e["node"]["id"] for e in everything] == [to_global_id("Advice", a.id) for a in reversed(seeded.advice)]  # newest first
+    assert [e["node"]["id"] for e in everything] == [
+        to_global_id("Advice", a.id) for a in reversed(seeded.advice)
+    ]  # newest first
     active = (await run_graphql(client, operation("AdvicePage"), {"onlyActive": True}))["data"]["advice"]["edges"]
     assert len(active) == 5 and to_global_id("Advice", seeded.advice[0].id) not in {e["node"]["id"] for e in active}
     of_job = (await run_graphql(client, operation("AdvicePage"), {"jobId": 1001}))["data"]["advice"]["edges"]
@@ -111,7 +147,9 @@ async def test_advice_list_only_active_and_job_filter(client: httpx.AsyncClient,
     assert of_job[0]["node"]["heimdallJobId"] == attempt_uuid(CLUSTER, 1001, 1)
 
 
-async def test_audit_events_filters_order_and_paging_both_ways(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_audit_events_filters_order_and_paging_both_ways(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
         await seed_job(session, slurm_job_id=10, workflow_key="a", attempts=2)
         await seed_job(session, slurm_job_id=11, workflow_key="b", attempts=1)
@@ -148,8 +186,13 @@ async def test_audit_events_filters_order_and_paging_both_ways(client: httpx.Asy
 
     bad = await run_graphql(client, operation("AuditEventsPage"), {"filter": {"attemptIndex": 0}}, expect_errors=True)
     assert "needs a job id" in bad["errors"][0]["message"]
-    wrong_list = await run_graphql(client, operation("WorkflowsPage"), {"after": forward and of_job["edges"][0]["cursor"]}, expect_errors=True)
-    assert wrong_list["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and "another list" in wrong_list["errors"][0]["message"]
+    wrong_list = await run_graphql(
+        client, operation("WorkflowsPage"), {"after": forward and of_job["edges"][0]["cursor"]}, expect_errors=True
+    )
+    assert (
+        wrong_list["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+        and "another list" in wrong_list["errors"][0]["message"]
+    )
 
 
 async def test_page_size_cap_is_named(client: httpx.AsyncClient) -> None:
@@ -159,11 +202,16 @@ async def test_page_size_cap_is_named(client: httpx.AsyncClient) -> None:
     assert "capped at 250" in body["errors"][0]["message"]
 
 
-async def test_failed_attempt_stays_attached_after_requeue(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_failed_attempt_stays_attached_after_requeue(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
         job, attempts, _ = await seed_job(session, slurm_job_id=31, workflow_key="wf", attempts=1, checkpoints=1)
         await jobs.create_attempt(session, job=job, attempt_index=1, state="RUNNING")
-    body = await run_graphql(client, "{ job(jobId: 31) { attempts { totalCount edges { node { attemptIndex state checkpoints { edges { node { iteration } } } } } } } }")
+    body = await run_graphql(
+        client,
+        "{ job(jobId: 31) { attempts { totalCount edges { node { attemptIndex state checkpoints { edges { node { iteration } } } } } } } }",
+    )
     nodes = [e["node"] for e in body["data"]["job"]["attempts"]["edges"]]
     assert [(n["attemptIndex"], n["state"]) for n in nodes] == [(0, "FAILED"), (1, "RUNNING")]
     assert nodes[0]["checkpoints"]["edges"] and not nodes[1]["checkpoints"]["edges"]

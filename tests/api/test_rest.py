@@ -40,7 +40,9 @@ async def test_jobs_by_scheduler_id(client: httpx.AsyncClient, sessions: async_s
     assert [(a["jobId"], a["attemptIndex"]) for a in body["attempts"]] == [(12345, 0), (12345, 1), (12345, 2)]
     first = body["attempts"][0]
     assert first["heimdallJobId"] == attempt_uuid(CLUSTER, 12345, 0) and first["attemptRef"] == "12345-0"
-    assert first["state"] == "FAILED" and first["workflowId"] == "training-example" and first["effectiveMode"] == "observe"
+    assert (
+        first["state"] == "FAILED" and first["workflowId"] == "training-example" and first["effectiveMode"] == "observe"
+    )
     paged = await _all_pages(client, "/v1/jobs/by-scheduler-id/12345", "attempts", limit=2)
     assert [a["attemptIndex"] for a in paged] == [0, 1, 2]
     missing = await client.get("/v1/jobs/by-scheduler-id/999")
@@ -49,15 +51,29 @@ async def test_jobs_by_scheduler_id(client: httpx.AsyncClient, sessions: async_s
     assert bad.status_code == 400 and "job id" in bad.json()["error"]["message"]
 
 
-async def test_advice_listing_pages_with_tokens(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_advice_listing_pages_with_tokens(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     seeded = await seed_many(sessions, count=7, attempts=1, advice=True)
     default = (await client.get("/v1/advice", params={"limit": "100"})).json()
     assert len(default["advice"]) == 7 and default["nextPageToken"] is None
     record = default["advice"][0]
-    assert {"jobId", "attemptIndex", "heimdallJobId", "operation", "exclusions", "generation", "reconciliationStatus"} <= set(record)
+    assert {
+        "jobId",
+        "attemptIndex",
+        "heimdallJobId",
+        "operation",
+        "exclusions",
+        "generation",
+        "reconciliationStatus",
+    } <= set(record)
     assert record["reconciliationStatus"]["milestones"][0]["idempotencyKey"].startswith("idem-")
     paged = await _all_pages(client, "/v1/advice", "advice", limit=3)
-    assert [a["id"] for a in paged] == [a["id"] for a in default["advice"]] == sorted((a.id for a in seeded.advice), reverse=True)
+    assert (
+        [a["id"] for a in paged]
+        == [a["id"] for a in default["advice"]]
+        == sorted((a.id for a in seeded.advice), reverse=True)
+    )
     async with sessions() as session, session.begin():
         row = await session.get(type(seeded.advice[0]), seeded.advice[0].id)
         row.active = False
@@ -82,7 +98,9 @@ async def test_advice_bad_parameters_are_400(client: httpx.AsyncClient, params: 
     assert response.json()["error"]["code"] == "INVALID_ARGUMENT" and message in response.json()["error"]["message"]
 
 
-async def test_a_token_of_another_listing_is_refused(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_a_token_of_another_listing_is_refused(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     await seed_many(sessions, count=3, advice=True)
     token = (await client.get("/v1/workflows", params={"limit": 1})).json()["nextPageToken"]
     assert token
@@ -99,35 +117,61 @@ async def test_workflows_listing(client: httpx.AsyncClient, sessions: async_sess
 
 
 async def test_audit_events_filters(client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]) -> None:
-    base = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     async with sessions() as session, session.begin():
         for n in range(6):
-            await audit.record(session, component="watcher" if n % 2 else "controller", event_type="anomaly.detected" if n % 2 else "scheduler.release",
-                               level="WARNING" if n % 3 == 0 else "INFO", message=f"e{n}", slurm_job_id=77, attempt_index=n % 2,
-                               produced_at=base + dt.timedelta(seconds=n))
+            await audit.record(
+                session,
+                component="watcher" if n % 2 else "controller",
+                event_type="anomaly.detected" if n % 2 else "scheduler.release",
+                level="WARNING" if n % 3 == 0 else "INFO",
+                message=f"e{n}",
+                slurm_job_id=77,
+                attempt_index=n % 2,
+                produced_at=base + dt.timedelta(seconds=n),
+            )
     everything = (await client.get("/v1/audit/events", params={"jobId": 77, "order": "asc"})).json()
     assert [e["message"] for e in everything["events"]] == [f"e{n}" for n in range(6)]
     assert everything["events"][0]["producedAtMicros"] == 1735689600000000
     attempt0 = (await client.get("/v1/audit/events", params={"jobId": 77, "attemptIndex": 0})).json()["events"]
     assert [e["message"] for e in attempt0] == ["e4", "e2", "e0"]  # attempt 0 is a real filter; newest first by default
-    by_fields = (await client.get("/v1/audit/events", params={"component": "watcher", "eventType": "anomaly.detected", "level": "WARNING"})).json()["events"]
+    by_fields = (
+        await client.get(
+            "/v1/audit/events", params={"component": "watcher", "eventType": "anomaly.detected", "level": "WARNING"}
+        )
+    ).json()["events"]
     assert [e["message"] for e in by_fields] == ["e3"]
-    micros = (await client.get("/v1/audit/events", params={"jobId": 77, "producedAfter": 1735689602000000, "producedBefore": "2025-01-01T00:00:04Z"})).json()["events"]
+    micros = (
+        await client.get(
+            "/v1/audit/events",
+            params={"jobId": 77, "producedAfter": 1735689602000000, "producedBefore": "2025-01-01T00:00:04Z"},
+        )
+    ).json()["events"]
     assert [e["message"] for e in micros] == ["e3", "e2"]
     paged = await _all_pages(client, "/v1/audit/events", "events", jobId=77, limit=4)
     assert len(paged) == 6
-    for params, status in (({"limit": 101}, 400), ({"attemptIndex": 0}, 400), ({"level": "LOUD"}, 400), ({"producedAfter": "yesterday"}, 400), ({"order": "up"}, 400)):
+    for params, status in (
+        ({"limit": 101}, 400),
+        ({"attemptIndex": 0}, 400),
+        ({"level": "LOUD"}, 400),
+        ({"producedAfter": "yesterday"}, 400),
+        ({"order": "up"}, 400),
+    ):
         response = await client.get("/v1/audit/events", params=params)
         assert response.status_code == status, (params, response.text)
         assert set(response.json()["error"]) == {"code", "message"}
 
 
-async def test_rest_and_graphql_honour_the_url_prefix(database: Database, tmp_path, sessions: async_sessionmaker[AsyncSession]) -> None:  # type: ignore[no-untyped-def]
+async def test_rest_and_graphql_honour_the_url_prefix(
+    database: Database, tmp_path, sessions: async_sessionmaker[AsyncSession]
+) -> None:  # type: ignore[no-untyped-def]
     prefix = "/mission-control/recovery-engine-api"
     settings = Settings.build(database_url=database.url, data_dir=str(tmp_path), dev_no_auth=True, url_prefix=prefix)
     app = create_app(settings, ctx=AppContext(settings=settings, engine=database.engine, sessions=database.sessions))
     await seed_many(sessions, count=1)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         assert (await http.get(f"{prefix}/v1/jobs/by-scheduler-id/1000")).status_code == 200
-        assert (await http.post(f"{prefix}/graphql", json={"query": "{ viewer { name } }"})).json()["data"]["viewer"]["name"] == "dev"
+        assert (await http.post(f"{prefix}/graphql", json={"query": "{ viewer { name } }"})).json()["data"]["viewer"][
+            "name"
+        ] == "dev"
         assert (await http.get("/v1/jobs/by-scheduler-id/1000")).status_code == 404

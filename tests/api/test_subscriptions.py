@@ -31,15 +31,24 @@ pytestmark = pytest.mark.slow
 
 def transport(server: LiveServer, payload: dict[str, Any] | None = None) -> WebsocketsTransport:
     return WebsocketsTransport(
-        url=server.ws_url, subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
+        url=server.ws_url,
+        subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
         init_payload=payload if payload is not None else {"Authorization": "Bearer dev-mode-ignores-it"},
     )
 
 
 async def write_from_another_process(database: Database, *args: str) -> None:
     """Run tests/api/writer.py in its own Python process (a stand-in for `recovery worker`)."""
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.api.writer", database.url, *args, cwd=ROOT,
-                                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.api.writer",
+        database.url,
+        *args,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     output, _ = await process.communicate()
     assert process.returncode == 0, output.decode()
 
@@ -74,16 +83,23 @@ async def test_gql_client_sees_changes_written_by_another_process_and_resumes(
     resumed = GraphQLRequest(operation("AttemptUpdates"), variable_values={"jobId": 500, "after": update["position"]})
     async with Client(transport=transport(live_server), fetch_schema_from_transport=False) as session:
         updates = session.subscribe(resumed)
-        resumed_updates = [(await asyncio.wait_for(updates.__anext__(), timeout=20))["attemptUpdates"] for _ in range(2)]
+        resumed_updates = [
+            (await asyncio.wait_for(updates.__anext__(), timeout=20))["attemptUpdates"] for _ in range(2)
+        ]
         await updates.aclose()
     # Each update says the state as of its change; `attempt` is the attempt as it is now.
     assert [u["state"] for u in resumed_updates] == ["REQUEUED", "PENDING"]
     assert [u["attempt"]["state"] for u in resumed_updates] == ["PENDING", "PENDING"]
 
 
-async def test_audit_event_subscription_with_filters(live_server: LiveServer, database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_audit_event_subscription_with_filters(
+    live_server: LiveServer, database: Database, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     start = await _position(sessions)
-    request = GraphQLRequest(operation("AuditEventsLive"), variable_values={"filter": {"jobId": 42, "attemptIndex": 0, "component": "watcher"}, "after": start})
+    request = GraphQLRequest(
+        operation("AuditEventsLive"),
+        variable_values={"filter": {"jobId": 42, "attemptIndex": 0, "component": "watcher"}, "after": start},
+    )
     async with Client(transport=transport(live_server), fetch_schema_from_transport=False) as session:
         updates = session.subscribe(request)
         pending = asyncio.ensure_future(updates.__anext__())
@@ -113,13 +129,26 @@ async def test_subscriptions_per_connection_are_bounded(live_server: LiveServer)
     assert f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} operations per connection" in str(refused.value)
 
 
-def _node_client(server: LiveServer, operation_name: str, variables: dict[str, Any], count: int, token: str | None = None) -> subprocess.Popen[str]:
+def _node_client(
+    server: LiveServer, operation_name: str, variables: dict[str, Any], count: int, token: str | None = None
+) -> subprocess.Popen[str]:
     node = shutil.which("node")
     if node is None or not (JS_DIR / "node_modules" / "graphql-ws").is_dir():
         pytest.skip("node or tests/js/node_modules missing: run .ci/bootstrap (npm ci in tests/js)")
     return subprocess.Popen(
-        [node, str(JS_DIR / "subscribe.mjs"), server.ws_url, str(OPERATIONS / f"{operation_name}.graphql"), json.dumps(variables), str(count), *([token] if token else [])],
-        cwd=JS_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            node,
+            str(JS_DIR / "subscribe.mjs"),
+            server.ws_url,
+            str(OPERATIONS / f"{operation_name}.graphql"),
+            json.dumps(variables),
+            str(count),
+            *([token] if token else []),
+        ],
+        cwd=JS_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -138,11 +167,15 @@ async def _read_lines(process: subprocess.Popen[str], until: str, timeout: float
             return lines
 
 
-async def test_reference_graphql_ws_client(live_server: LiveServer, database: Database, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def test_reference_graphql_ws_client(
+    live_server: LiveServer, database: Database, sessions: async_sessionmaker[AsyncSession]
+) -> None:
     async with sessions() as session, session.begin():
         await seed_job(session, slurm_job_id=600, workflow_key="js", failed=False)
     start = await _position(sessions)
-    client = _node_client(live_server, "AttemptUpdates", {"jobId": 600, "after": start}, count=2, token="anything-in-dev-mode")
+    client = _node_client(
+        live_server, "AttemptUpdates", {"jobId": 600, "after": start}, count=2, token="anything-in-dev-mode"
+    )
     try:
         assert (await _read_lines(client, "ready"))[-1] == {"ready": True}
         await write_from_another_process(database, "state", "600", "0", "FAILED")

@@ -9,7 +9,7 @@ from app.domain.cursor import CursorError
 from app.feed import service as feed
 from app.pagination import PageArgumentError, PageRequest
 
-T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
 
 
 async def _seed(sessions, count: int = 30) -> None:  # type: ignore[no-untyped-def]
@@ -51,14 +51,18 @@ async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) 
     after = None
     async with sessions() as session:
         while True:
-            page = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=7, after=after), descending=descending)
+            page = await audit.query(
+                session, filter=audit.AuditFilter(), page=PageRequest.build(first=7, after=after), descending=descending
+            )
             seen.extend(e.id for e in page.items)
             if not page.has_next_page:
                 break
             after = page.end_cursor
     assert len(seen) == 30 and len(set(seen)) == 30
     async with sessions() as session:
-        everything = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=100), descending=descending)
+        everything = await audit.query(
+            session, filter=audit.AuditFilter(), page=PageRequest.build(first=100), descending=descending
+        )
     assert seen == [e.id for e in everything.items]
     keys = [(e.produced_at, e.id) for e in everything.items]
     assert keys == sorted(keys, reverse=descending)
@@ -70,7 +74,9 @@ async def test_backward_paging_mirrors_forward(sessions) -> None:  # type: ignor
         forward = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=100))
         ids = [e.id for e in forward.items]
         middle_cursor = forward.cursors[10]
-        back = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(last=5, before=middle_cursor))
+        back = await audit.query(
+            session, filter=audit.AuditFilter(), page=PageRequest.build(last=5, before=middle_cursor)
+        )
     assert [e.id for e in back.items] == ids[5:10]
     assert back.has_previous_page and back.has_next_page
 
@@ -110,7 +116,9 @@ async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:  # type: 
     await _seed(sessions, 3)
     async with sessions() as session:
         with pytest.raises(CursorError):
-            await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=2, after="not-a-cursor"))
+            await audit.query(
+                session, filter=audit.AuditFilter(), page=PageRequest.build(first=2, after="not-a-cursor")
+            )
     with pytest.raises(PageArgumentError):
         PageRequest.build(first=1000, max_size=100)
     with pytest.raises(PageArgumentError):

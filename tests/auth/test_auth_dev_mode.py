@@ -8,7 +8,9 @@ from app.auth import DevModeRefused, DevVerifier, TokenVerifier, build_authentic
 from app.config import Settings, SettingsError
 
 
-@pytest.mark.parametrize("bind", ["0.0.0.0:8000", "[::]:8000", "10.1.2.3:8000", "192.168.1.5:80", "example.org:8000", "myhost:8000"])
+@pytest.mark.parametrize(
+    "bind", ["0.0.0.0:8000", "[::]:8000", "10.1.2.3:8000", "192.168.1.5:80", "example.org:8000", "myhost:8000"]
+)
 def test_dev_mode_refused_off_loopback(bind, caplog):
     with caplog.at_level(logging.WARNING, logger="recovery.auth"), pytest.raises(DevModeRefused) as refused:
         check_dev_mode(Settings.build(dev_no_auth=True, bind=bind))
@@ -23,7 +25,9 @@ def test_dev_mode_refused_off_loopback(bind, caplog):
 def test_dev_mode_allowed_on_loopback_with_warning(bind, caplog):
     with caplog.at_level(logging.WARNING, logger="recovery.auth"):
         assert check_dev_mode(Settings.build(dev_no_auth=True, bind=bind)) is True
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "AUTHENTICATION IS DISABLED" in r.getMessage()]
+    warnings = [
+        r for r in caplog.records if r.levelno == logging.WARNING and "AUTHENTICATION IS DISABLED" in r.getMessage()
+    ]
     assert len(warnings) == 1
 
 

@@ -35,7 +35,13 @@ def test_dotted_path_and_namespaced_claim():
 
 
 def test_principal_from_claims_uses_configured_claim_and_names():
-    claims = {"sub": "u1", "preferred_username": "ann", "email": "ann@x.test", "groups": "viewer", "roles": ["operator"]}
+    claims = {
+        "sub": "u1",
+        "preferred_username": "ann",
+        "email": "ann@x.test",
+        "groups": "viewer",
+        "roles": ["operator"],
+    }
     principal = principal_from_claims(claims, "groups")
     assert principal.subject == "u1"
     assert principal.name == "ann"

@@ -92,7 +92,9 @@ async def test_client_without_role_is_forbidden(oidc_provider, verifier):
 @pytest.mark.parametrize(("username", "roles"), [("operator-ann", {VIEWER, OPERATOR}), ("bob", {VIEWER})])
 async def test_interactive_login_tokens_carry_user_and_roles(oidc_provider, verifier, username, roles):
     # a random port: the dashboard client accepts any loopback port (RFC 8252 native client)
-    tokens = oidc_provider.authorization_code_tokens(username, redirect_uri="http://127.0.0.1:54321/dashboard/auth/callback")
+    tokens = oidc_provider.authorization_code_tokens(
+        username, redirect_uri="http://127.0.0.1:54321/dashboard/auth/callback"
+    )
     principal = await verifier.verify(tokens["access_token"])
     assert (principal.subject, principal.name, principal.email) == (username, username, f"{username}@example.test")
     assert principal.roles == roles
@@ -122,9 +124,15 @@ def _forgeries(p: OidcProvider) -> dict[str, tuple[str, str]]:
     return {
         "signature altered": (tamper_signature(real), "signature is invalid"),
         "payload altered (roles raised)": (tamper_payload(real, roles=["operator"]), "signature is invalid"),
-        "other RSA key, same kid": (p.sign(p.valid_claims(), key=impostor, header={"kid": p.signing_key.kid}), "signature is invalid"),
+        "other RSA key, same kid": (
+            p.sign(p.valid_claims(), key=impostor, header={"kid": p.signing_key.kid}),
+            "signature is invalid",
+        ),
         "alg none": (forge_unsigned(p.valid_claims(), kid=p.signing_key.kid), "alg none"),
-        "HS256 with the public key": (forge_hmac_with_public_key(p.valid_claims(), p.signing_key), "HMAC-signed tokens (HS256)"),
+        "HS256 with the public key": (
+            forge_hmac_with_public_key(p.valid_claims(), p.signing_key),
+            "HMAC-signed tokens (HS256)",
+        ),
         "expired": (p.sign(p.valid_claims(iat=now - 700, exp=now - 60)), "token expired"),
         "not yet valid": (p.sign(p.valid_claims(nbf=now + 120)), "not valid before"),
         "wrong audience": (p.sign(p.valid_claims(aud="some-other-api")), "audience"),
@@ -136,9 +144,18 @@ def _forgeries(p: OidcProvider) -> dict[str, tuple[str, str]]:
 
 
 FORGERY_NAMES = [
-    "signature altered", "payload altered (roles raised)", "other RSA key, same kid", "alg none",
-    "HS256 with the public key", "expired", "not yet valid", "wrong audience", "wrong issuer",
-    "garbage", "three garbage parts", "empty",
+    "signature altered",
+    "payload altered (roles raised)",
+    "other RSA key, same kid",
+    "alg none",
+    "HS256 with the public key",
+    "expired",
+    "not yet valid",
+    "wrong audience",
+    "wrong issuer",
+    "garbage",
+    "three garbage parts",
+    "empty",
 ]
 
 
@@ -153,7 +170,9 @@ async def test_unknown_kid_triggers_exactly_one_refetch(oidc_provider, verifier,
     assert http.count(oidc_provider.jwks_uri) == 1
     clock.now += 31
     stranger = new_signing_key()
-    assert "unknown signing key" in await refused(verifier, oidc_provider.sign(oidc_provider.valid_claims(), key=stranger))
+    assert "unknown signing key" in await refused(
+        verifier, oidc_provider.sign(oidc_provider.valid_claims(), key=stranger)
+    )
     assert http.count(oidc_provider.jwks_uri) == 2
     for _ in range(3):  # more made-up kids within 30 s: no more requests to the issuer
         await refused(verifier, oidc_provider.sign(oidc_provider.valid_claims(), key=new_signing_key()))

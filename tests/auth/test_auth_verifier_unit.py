@@ -121,7 +121,10 @@ async def test_bad_claims_are_refused(verifier, key, overrides, message):
     # Time claims are given as offsets from now: parameters are built at collection time,
     # which can be minutes before this test runs in a full suite.
     now = int(time.time())
-    claims = {name: (now + value if name in {"exp", "nbf", "iat"} and isinstance(value, int) else value) for name, value in overrides.items()}
+    claims = {
+        name: (now + value if name in {"exp", "nbf", "iat"} and isinstance(value, int) else value)
+        for name, value in overrides.items()
+    }
     assert message in await refused(verifier, sign(key, **claims))
 
 
@@ -147,7 +150,9 @@ async def test_disallowed_algorithm_refused_before_any_key_lookup(issuer, monoto
     ec = ECKey.generate_key("P-256", parameters={"kid": "ec"})
     issuer.keys.append(ec)
     async with httpx.AsyncClient(transport=httpx.MockTransport(issuer.handle)) as http:
-        strict = TokenVerifier(Settings.build(oidc_issuer=ISSUER, oidc_algorithms=("RS256",)), http=http, monotonic=monotonic)
+        strict = TokenVerifier(
+            Settings.build(oidc_issuer=ISSUER, oidc_algorithms=("RS256",)), http=http, monotonic=monotonic
+        )
         assert "ES256 is not allowed" in await refused(strict, sign(ec, alg="ES256"))
     assert issuer.discovery_requests == 0 and issuer.jwks_requests == 0
 

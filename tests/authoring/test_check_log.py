@@ -22,7 +22,11 @@ def test_megatron_log_report(tmp_path):
     assert code == EXIT_OK
     crashes = [(c["category"], c["nodes"], c["xid"]) for c in data["crash_signatures"]]
     assert crashes == [("CUDA_OOM", [], None), ("XID", ["node002"], 79), ("NODE_FAIL", ["node002"], None)]
-    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [("loaded", 1000), ("loaded", 1000), ("saved", 1010)]
+    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [
+        ("loaded", 1000),
+        ("loaded", 1000),
+        ("saved", 1010),
+    ]
     hang = data["hang_detector"]
     assert hang["armed"] and hang["first_marker"]["phase"] == "pretraining" and hang["first_marker"]["line"] == 8
     assert hang["thresholds_seconds"] == {"pretraining": 960, "trainingloop": 840}
@@ -47,7 +51,9 @@ def test_generic_training_started_does_not_arm(tmp_path):
 
 def test_signatures_file_is_used(tmp_path):
     config = tmp_path / "signatures.toml"
-    config.write_text('[[progress]]\nname = "hb"\nphase = "trainingloop"\nanchors = ["HEARTBEAT"]\npattern = "HEARTBEAT"\n')
+    config.write_text(
+        '[[progress]]\nname = "hb"\nphase = "trainingloop"\nanchors = ["HEARTBEAT"]\npattern = "HEARTBEAT"\n'
+    )
     log = tmp_path / "custom.log"
     log.write_text("2026-01-01 00:00:00 HEARTBEAT\n2026-01-01 00:20:00 HEARTBEAT\n")
     code, text = check(log, tmp_path, signatures_file=str(config))

@@ -27,7 +27,9 @@ def write(tmp_path: Path, *lines: str, name: str = "train.sbatch") -> Path:
     return path
 
 
-def good_script(*extra_directives: str, body: tuple[str, ...] = ("srun python -u train.py --resume",), comment: str = GUIDE_COMMENT) -> tuple[str, ...]:
+def good_script(
+    *extra_directives: str, body: tuple[str, ...] = ("srun python -u train.py --resume",), comment: str = GUIDE_COMMENT
+) -> tuple[str, ...]:
     return (
         "#!/bin/bash",
         "#SBATCH --job-name=train",
@@ -177,14 +179,22 @@ def test_append_mode_without_shared_flag_asks_for_the_flag(tmp_path):
 
 
 def test_shared_flag_silences_the_shared_path_warning(tmp_path):
-    comment = """#SBATCH --comment='{"APS":{"environment":"customer-slurm","log_file_paths_shared_across_attempts":true}}'"""
-    _, report = check_json(write(tmp_path, *good_script("#SBATCH --open-mode=append", comment=comment)), make_settings(tmp_path))
+    comment = (
+        """#SBATCH --comment='{"APS":{"environment":"customer-slurm","log_file_paths_shared_across_attempts":true}}'"""
+    )
+    _, report = check_json(
+        write(tmp_path, *good_script("#SBATCH --open-mode=append", comment=comment)), make_settings(tmp_path)
+    )
     assert "path-shared-across-attempts" not in codes(report)
 
 
 def test_truncate_with_shared_flag_warns_about_lost_evidence(tmp_path):
-    comment = """#SBATCH --comment='{"APS":{"environment":"customer-slurm","log_file_paths_shared_across_attempts":true}}'"""
-    _, report = check_json(write(tmp_path, *good_script("#SBATCH --open-mode=truncate", comment=comment)), make_settings(tmp_path))
+    comment = (
+        """#SBATCH --comment='{"APS":{"environment":"customer-slurm","log_file_paths_shared_across_attempts":true}}'"""
+    )
+    _, report = check_json(
+        write(tmp_path, *good_script("#SBATCH --open-mode=truncate", comment=comment)), make_settings(tmp_path)
+    )
     assert "truncate-shared" in codes(report)
 
 
@@ -209,7 +219,9 @@ def test_unbuffered_script_has_no_buffering_problem(tmp_path):
 
 
 def test_comment_after_the_first_command_is_ignored_like_sbatch(tmp_path):
-    path = write(tmp_path, "#!/bin/bash", "#SBATCH -p gpu", GUIDE_REQUEUE, "module load cuda", GUIDE_COMMENT, "srun true")
+    path = write(
+        tmp_path, "#!/bin/bash", "#SBATCH -p gpu", GUIDE_REQUEUE, "module load cuda", GUIDE_COMMENT, "srun true"
+    )
     code, report = check_json(path, make_settings(tmp_path))
     assert code == 1
     assert report["admission"]["status"] == "NO_POLICY"
@@ -237,8 +249,21 @@ def test_act_resolves_to_act_only_with_the_ceiling(tmp_path):
 def test_json_output_is_complete(tmp_path):
     code, report = check_json(write(tmp_path, *good_script()), make_settings(tmp_path))
     assert code == 0
-    assert set(report) >= {"file", "enrolled", "admission", "partition", "policy_result", "mode", "requeue", "logs", "problems", "directives"}
-    assert report["policy_result"]["policy"]["anomaly_detection_config"]["log_based_timeout_threshold_pretraining"] == 960
+    assert set(report) >= {
+        "file",
+        "enrolled",
+        "admission",
+        "partition",
+        "policy_result",
+        "mode",
+        "requeue",
+        "logs",
+        "problems",
+        "directives",
+    }
+    assert (
+        report["policy_result"]["policy"]["anomaly_detection_config"]["log_based_timeout_threshold_pretraining"] == 960
+    )
     assert {"line": 3, "option": "partition", "value": "gpu"} in report["directives"]
 
 

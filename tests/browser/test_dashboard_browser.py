@@ -23,7 +23,12 @@ from app.main import create_app
 from tests.views.seed import T0, seed_history
 from tests.views.server import free_port, serve
 
-pytestmark = [pytest.mark.browser, pytest.mark.oidc, pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.oidc,
+    pytest.mark.slow,
+    pytest.mark.parametrize("database", ["sqlite"], indirect=True),
+]
 
 
 async def _login(context: Any, base: str, username: str, path: str = "/dashboard/workflow") -> Any:
@@ -40,18 +45,37 @@ async def _login(context: Any, base: str, username: str, path: str = "/dashboard
 
 
 def _app(oidc_provider: Any, database: Any, settings: Any) -> Any:
-    configured = oidc_provider.settings(database_url=database.url, data_dir=settings.data_dir, cluster="test", environment="test-env", session_secret="b" * 32)
-    return create_app(configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions))
+    configured = oidc_provider.settings(
+        database_url=database.url,
+        data_dir=settings.data_dir,
+        cluster="test",
+        environment="test-env",
+        session_secret="b" * 32,
+    )
+    return create_app(
+        configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions)
+    )
 
 
 async def _audit_noise(sessions: Any, count: int) -> None:
     async with sessions() as session, session.begin():
         for i in range(count):
-            await audit.record(session, component="collector", event_type="log.read", level="DEBUG", message=f"read chunk {i}",
-                               cluster="test", slurm_job_id=555, attempt_index=0, produced_at=T0 + dt.timedelta(seconds=i))
+            await audit.record(
+                session,
+                component="collector",
+                event_type="log.read",
+                level="DEBUG",
+                message=f"read chunk {i}",
+                cluster="test",
+                slurm_job_id=555,
+                attempt_index=0,
+                produced_at=T0 + dt.timedelta(seconds=i),
+            )
 
 
-async def test_operator_walks_every_page_and_filters_audit_events(chromium, oidc_provider, database, settings, sessions, screenshots) -> None:  # type: ignore[no-untyped-def]
+async def test_operator_walks_every_page_and_filters_audit_events(
+    chromium, oidc_provider, database, settings, sessions, screenshots
+) -> None:  # type: ignore[no-untyped-def]
     seeded = await seed_history(sessions)
     await _audit_noise(sessions, 130)
     async with serve(_app(oidc_provider, database, settings), free_port()) as base:
@@ -107,17 +131,26 @@ async def test_operator_walks_every_page_and_filters_audit_events(chromium, oidc
         await page.click("#audit-apply")
         await page.wait_for_url(re.compile(r"level=DEBUG"))
         assert "after=" not in page.url and await page.get_attribute(".page-info", "data-first-page") == "yes"
-        assert await page.locator("tr[data-event-id]").evaluate_all("rows => rows.map(r => r.dataset.eventId)") == first_ids
+        assert (
+            await page.locator("tr[data-event-id]").evaluate_all("rows => rows.map(r => r.dataset.eventId)")
+            == first_ids
+        )
         await page.screenshot(path=str(screenshots / "audit-filtered.png"), full_page=True)
         # the URL is shareable: opening it fresh shows the same filters
         shared = await context.new_page()
         await shared.goto(page.url)
-        assert await shared.input_value("input[name=job]") == "555" and await shared.input_value("select[name=level]") == "DEBUG"
+        assert (
+            await shared.input_value("input[name=job]") == "555"
+            and await shared.input_value("select[name=level]") == "DEBUG"
+        )
         await shared.close()
         await page.fill("input[name=job]", "4242/0")
         await page.click("#audit-apply")
         await page.wait_for_url(re.compile(r"job=4242%2F0"))
-        assert set(await page.locator("#audit-results td a").all_inner_texts()) == {"4242/0"} or await page.locator("tr[data-event-id]").count() == 0
+        assert (
+            set(await page.locator("#audit-results td a").all_inner_texts()) == {"4242/0"}
+            or await page.locator("tr[data-event-id]").count() == 0
+        )
         await page.click("#audit-reset")
         await page.wait_for_url(re.compile(r"/dashboard/audit$"))
         assert await page.input_value("input[name=job]") == ""
@@ -132,7 +165,9 @@ async def test_operator_walks_every_page_and_filters_audit_events(chromium, oidc
         await context.close()
 
 
-async def test_timeline_updates_live_while_a_writer_records_changes(chromium, oidc_provider, database, settings, sessions, screenshots) -> None:  # type: ignore[no-untyped-def]
+async def test_timeline_updates_live_while_a_writer_records_changes(
+    chromium, oidc_provider, database, settings, sessions, screenshots
+) -> None:  # type: ignore[no-untyped-def]
     seeded = await seed_history(sessions, t0=utcnow() - dt.timedelta(minutes=45))  # attempt 1 has run for ~5 minutes
     async with serve(_app(oidc_provider, database, settings), free_port()) as base:
         context = await chromium.new_context(viewport={"width": 1440, "height": 900})
@@ -148,11 +183,30 @@ async def test_timeline_updates_live_while_a_writer_records_changes(chromium, oi
             async with sessions() as session, session.begin():
                 attempt = await session.get(Attempt, seeded.attempt_ids[1])
                 job = await session.get(jobs.Job, seeded.job_id)
-                session.add(Anomaly(attempt_id=attempt.id, event_key="live-1", kind="NO_PROGRESS", category="hang", detector="noprogress",
-                                    message="no output for 840s in the training loop", detected_at=utcnow()))
-                await audit.record(session, component="watcher", event_type="anomaly.detected", level="ERROR", message="hang",
-                                   cluster="test", slurm_job_id=attempt.slurm_job_id, attempt_index=1)
-                await jobs.update_attempt(session, attempt=attempt, job=job, state="FAILED", exit_code=137, end_time=utcnow())
+                session.add(
+                    Anomaly(
+                        attempt_id=attempt.id,
+                        event_key="live-1",
+                        kind="NO_PROGRESS",
+                        category="hang",
+                        detector="noprogress",
+                        message="no output for 840s in the training loop",
+                        detected_at=utcnow(),
+                    )
+                )
+                await audit.record(
+                    session,
+                    component="watcher",
+                    event_type="anomaly.detected",
+                    level="ERROR",
+                    message="hang",
+                    cluster="test",
+                    slurm_job_id=attempt.slurm_job_id,
+                    attempt_index=1,
+                )
+                await jobs.update_attempt(
+                    session, attempt=attempt, job=job, state="FAILED", exit_code=137, end_time=utcnow()
+                )
 
         task = asyncio.create_task(writer())
         await page.wait_for_selector("#timeline[data-running='no']", timeout=15000)

@@ -22,7 +22,7 @@ from app.domain.advice import (
 )
 from app.domain.retry import AttemptRecord, FailureKind
 
-NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 SITE = SitePolicy(max_requeue=3, early_stop_failures=3, straggler_enabled=False, advice_ttl=3600)
 REQUEUE = JobPolicy(max_requeue_times=None, requeue_eligible=True)
 
@@ -42,53 +42,358 @@ def fail(index: int = 0, kind: FailureKind = CRASH, **kw: object) -> Failure:
     return Failure(attempt_index=index, kind=kind, **kw)  # type: ignore[arg-type]
 
 
-def past(index: int, saves: int = 1, nodes: tuple[str, ...] = (), excl: tuple[str, ...] = (), ok: bool = True) -> AttemptRecord:
-    return AttemptRecord(index, failed=ok, failure_kind=CRASH if ok else None, checkpoints_saved=saves, implicated_nodes=nodes, advice_exclusions=excl)
+def past(
+    index: int, saves: int = 1, nodes: tuple[str, ...] = (), excl: tuple[str, ...] = (), ok: bool = True
+) -> AttemptRecord:
+    return AttemptRecord(
+        index,
+        failed=ok,
+        failure_kind=CRASH if ok else None,
+        checkpoints_saved=saves,
+        implicated_nodes=nodes,
+        advice_exclusions=excl,
+    )
 
 
-def run(failure: Failure, policy: JobPolicy = REQUEUE, site: SitePolicy = SITE, history: tuple[AttemptRecord, ...] = (), partition: tuple[str, ...] | None = None) -> Decision:
+def run(
+    failure: Failure,
+    policy: JobPolicy = REQUEUE,
+    site: SitePolicy = SITE,
+    history: tuple[AttemptRecord, ...] = (),
+    partition: tuple[str, ...] | None = None,
+) -> Decision:
     return decide(failure=failure, policy=policy, site=site, history=history, partition_nodes=partition, now=NOW)
 
 
 # ---- the rule table: (case, failure, policy, site, history, operation, rule, words in the reason) ----
 CASES = [
-    ("first failure restarts", fail(0), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["attempt 0 crashed (segfault)", "restart as attempt 1"]),
-    ("limit 1, attempt 0", fail(0), JobPolicy(1, requeue_eligible=True), SITE, (), "RESTART", "restart_allowed", ["retry 1 of retry limit 1"]),
-    ("limit 1, attempt 1", fail(1), JobPolicy(1, requeue_eligible=True), SITE, (past(0),), "TERMINATE", "retry_limit", ["retry limit 1 reached (job asked 1, site ceiling 3)"]),
-    ("site ceiling lower than job", fail(2), JobPolicy(5, requeue_eligible=True), SitePolicy(max_requeue=2), (past(0), past(1)), "TERMINATE", "retry_limit", ["retry limit 2 reached (job asked 5, site ceiling 2)"]),
-    ("no job limit: site ceiling", fail(3), REQUEUE, SITE, (past(0), past(1), past(2)), "TERMINATE", "retry_limit", ["job asked nothing, site ceiling 3"]),
-    ("max_requeue_times 0", fail(0), JobPolicy(0, requeue_eligible=True), SITE, (), "TERMINATE", "retry_limit", ["retry limit 0 reached"]),
-    ("scheduler FAILED", fail(0, SCHED), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["ended FAILED, exit code 1"]),
-    ("NODE_FAIL", fail(0, SCHED, state="NODE_FAIL", exit_code=None), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["NODE_FAIL"]),
+    (
+        "first failure restarts",
+        fail(0),
+        REQUEUE,
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["attempt 0 crashed (segfault)", "restart as attempt 1"],
+    ),
+    (
+        "limit 1, attempt 0",
+        fail(0),
+        JobPolicy(1, requeue_eligible=True),
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["retry 1 of retry limit 1"],
+    ),
+    (
+        "limit 1, attempt 1",
+        fail(1),
+        JobPolicy(1, requeue_eligible=True),
+        SITE,
+        (past(0),),
+        "TERMINATE",
+        "retry_limit",
+        ["retry limit 1 reached (job asked 1, site ceiling 3)"],
+    ),
+    (
+        "site ceiling lower than job",
+        fail(2),
+        JobPolicy(5, requeue_eligible=True),
+        SitePolicy(max_requeue=2),
+        (past(0), past(1)),
+        "TERMINATE",
+        "retry_limit",
+        ["retry limit 2 reached (job asked 5, site ceiling 2)"],
+    ),
+    (
+        "no job limit: site ceiling",
+        fail(3),
+        REQUEUE,
+        SITE,
+        (past(0), past(1), past(2)),
+        "TERMINATE",
+        "retry_limit",
+        ["job asked nothing, site ceiling 3"],
+    ),
+    (
+        "max_requeue_times 0",
+        fail(0),
+        JobPolicy(0, requeue_eligible=True),
+        SITE,
+        (),
+        "TERMINATE",
+        "retry_limit",
+        ["retry limit 0 reached"],
+    ),
+    (
+        "scheduler FAILED",
+        fail(0, SCHED),
+        REQUEUE,
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["ended FAILED, exit code 1"],
+    ),
+    (
+        "NODE_FAIL",
+        fail(0, SCHED, state="NODE_FAIL", exit_code=None),
+        REQUEUE,
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["NODE_FAIL"],
+    ),
     ("TIMEOUT", fail(0, SCHED, state="TIMEOUT"), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["TIMEOUT"]),
-    ("OUT_OF_MEMORY", fail(0, SCHED, state="OUT_OF_MEMORY"), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["OUT_OF_MEMORY"]),
-    ("completed", fail(0, SCHED, state="COMPLETED", exit_code=0), REQUEUE, SITE, (), "NONE", "job_completed", ["completed successfully"]),
-    ("cancelled by a person", fail(0, SCHED, state="CANCELLED", exit_code=0), REQUEUE, SITE, (), "NONE", "job_cancelled", ["cancellation"]),
-    ("preempted is not a failure", fail(0, SCHED, state="PREEMPTED"), REQUEUE, SITE, (), "NONE", "not_a_failure", ["PREEMPTED"]),
-    ("hang restarts", fail(0, HANG, attempt_running=True), REQUEUE, SITE, (), "RESTART", "restart_allowed", ["stopped making progress"]),
-    ("slowdown, both off", fail(0, SLOW), JobPolicy(requeue_eligible=True), SITE, (), "NONE", "slowdown_not_allowed", ["operator's straggler switch and the job's straggler_detection_enabled"]),
-    ("slowdown, job off", fail(0, SLOW), JobPolicy(requeue_eligible=True), SitePolicy(straggler_enabled=True), (), "NONE", "slowdown_not_allowed", ["the job's straggler_detection_enabled is off"]),
-    ("slowdown, site off", fail(0, SLOW), JobPolicy(straggler_detection_enabled=True, requeue_eligible=True), SITE, (), "NONE", "slowdown_not_allowed", ["the operator's straggler switch is off"]),
-    ("slowdown, both on", fail(0, SLOW, attempt_running=True), JobPolicy(straggler_detection_enabled=True, requeue_eligible=True), SitePolicy(straggler_enabled=True), (), "RESTART", "restart_allowed", ["slowed down"]),
-    ("slowdown at the limit keeps running", fail(1, SLOW, attempt_running=True), JobPolicy(1, straggler_detection_enabled=True, requeue_eligible=True), SitePolicy(straggler_enabled=True), (past(0),), "NONE", "retry_limit", ["keeps running"]),
-    ("no-requeue crash while running", fail(0, attempt_running=True), JobPolicy(requeue_eligible=False), SITE, (), "TERMINATE", "requeue_not_possible", ["--no-requeue", "cancelled"]),
-    ("no-requeue hang while running", fail(0, HANG, attempt_running=True), JobPolicy(requeue_eligible=False), SITE, (), "TERMINATE", "requeue_not_possible", ["cancelled"]),
-    ("no-requeue ended", fail(0, SCHED), JobPolicy(requeue_eligible=False), SITE, (), "NONE", "requeue_not_possible", ["has ended"]),
-    ("no-requeue slowdown", fail(0, SLOW, attempt_running=True), JobPolicy(straggler_detection_enabled=True, requeue_eligible=False), SitePolicy(straggler_enabled=True), (), "NONE", "requeue_not_possible", ["keeps running"]),
-    ("requeue flag unknown: try", fail(0), JobPolicy(requeue_eligible=None), SITE, (), "RESTART", "restart_allowed", []),
-    ("singleton_dependency", fail(0), JobPolicy(auto_resume_mode="singleton_dependency", requeue_eligible=True), SITE, (), "NONE", "resume_mode_unsupported", ["singleton_dependency"]),
-    ("early stop after 3 without checkpoint", fail(2, checkpoints_saved=0), REQUEUE, SITE, (past(0, 0), past(1, 0)), "TERMINATE", "early_stop_no_checkpoint", ["3 failures in a row without a new checkpoint"]),
-    ("early stop: checkpoint resets", fail(2, checkpoints_saved=0), REQUEUE, SITE, (past(0, 0), past(1, 1)), "RESTART", "restart_allowed", []),
-    ("early stop: current checkpoint counts", fail(2, checkpoints_saved=2), REQUEUE, SITE, (past(0, 0), past(1, 0)), "RESTART", "restart_allowed", []),
-    ("early stop disabled", fail(2, checkpoints_saved=0), REQUEUE, SitePolicy(early_stop_failures=0), (past(0, 0), past(1, 0)), "RESTART", "restart_allowed", []),
-    ("early stop N=1", fail(0, checkpoints_saved=0), REQUEUE, SitePolicy(early_stop_failures=1), (), "TERMINATE", "early_stop_no_checkpoint", ["1 failure in a row"]),
-    ("early stop: a person's requeue breaks the row", fail(2, checkpoints_saved=0), REQUEUE, SITE, (past(0, 0), past(1, 0, ok=False)), "RESTART", "restart_allowed", []),
-    ("retry limit wins over early stop", fail(3, checkpoints_saved=0), REQUEUE, SITE, (past(0, 0), past(1, 0), past(2, 0)), "TERMINATE", "retry_limit", []),
+    (
+        "OUT_OF_MEMORY",
+        fail(0, SCHED, state="OUT_OF_MEMORY"),
+        REQUEUE,
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["OUT_OF_MEMORY"],
+    ),
+    (
+        "completed",
+        fail(0, SCHED, state="COMPLETED", exit_code=0),
+        REQUEUE,
+        SITE,
+        (),
+        "NONE",
+        "job_completed",
+        ["completed successfully"],
+    ),
+    (
+        "cancelled by a person",
+        fail(0, SCHED, state="CANCELLED", exit_code=0),
+        REQUEUE,
+        SITE,
+        (),
+        "NONE",
+        "job_cancelled",
+        ["cancellation"],
+    ),
+    (
+        "preempted is not a failure",
+        fail(0, SCHED, state="PREEMPTED"),
+        REQUEUE,
+        SITE,
+        (),
+        "NONE",
+        "not_a_failure",
+        ["PREEMPTED"],
+    ),
+    (
+        "hang restarts",
+        fail(0, HANG, attempt_running=True),
+        REQUEUE,
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["stopped making progress"],
+    ),
+    (
+        "slowdown, both off",
+        fail(0, SLOW),
+        JobPolicy(requeue_eligible=True),
+        SITE,
+        (),
+        "NONE",
+        "slowdown_not_allowed",
+        ["operator's straggler switch and the job's straggler_detection_enabled"],
+    ),
+    (
+        "slowdown, job off",
+        fail(0, SLOW),
+        JobPolicy(requeue_eligible=True),
+        SitePolicy(straggler_enabled=True),
+        (),
+        "NONE",
+        "slowdown_not_allowed",
+        ["the job's straggler_detection_enabled is off"],
+    ),
+    (
+        "slowdown, site off",
+        fail(0, SLOW),
+        JobPolicy(straggler_detection_enabled=True, requeue_eligible=True),
+        SITE,
+        (),
+        "NONE",
+        "slowdown_not_allowed",
+        ["the operator's straggler switch is off"],
+    ),
+    (
+        "slowdown, both on",
+        fail(0, SLOW, attempt_running=True),
+        JobPolicy(straggler_detection_enabled=True, requeue_eligible=True),
+        SitePolicy(straggler_enabled=True),
+        (),
+        "RESTART",
+        "restart_allowed",
+        ["slowed down"],
+    ),
+    (
+        "slowdown at the limit keeps running",
+        fail(1, SLOW, attempt_running=True),
+        JobPolicy(1, straggler_detection_enabled=True, requeue_eligible=True),
+        SitePolicy(straggler_enabled=True),
+        (past(0),),
+        "NONE",
+        "retry_limit",
+        ["keeps running"],
+    ),
+    (
+        "no-requeue crash while running",
+        fail(0, attempt_running=True),
+        JobPolicy(requeue_eligible=False),
+        SITE,
+        (),
+        "TERMINATE",
+        "requeue_not_possible",
+        ["--no-requeue", "cancelled"],
+    ),
+    (
+        "no-requeue hang while running",
+        fail(0, HANG, attempt_running=True),
+        JobPolicy(requeue_eligible=False),
+        SITE,
+        (),
+        "TERMINATE",
+        "requeue_not_possible",
+        ["cancelled"],
+    ),
+    (
+        "no-requeue ended",
+        fail(0, SCHED),
+        JobPolicy(requeue_eligible=False),
+        SITE,
+        (),
+        "NONE",
+        "requeue_not_possible",
+        ["has ended"],
+    ),
+    (
+        "no-requeue slowdown",
+        fail(0, SLOW, attempt_running=True),
+        JobPolicy(straggler_detection_enabled=True, requeue_eligible=False),
+        SitePolicy(straggler_enabled=True),
+        (),
+        "NONE",
+        "requeue_not_possible",
+        ["keeps running"],
+    ),
+    (
+        "requeue flag unknown: try",
+        fail(0),
+        JobPolicy(requeue_eligible=None),
+        SITE,
+        (),
+        "RESTART",
+        "restart_allowed",
+        [],
+    ),
+    (
+        "singleton_dependency",
+        fail(0),
+        JobPolicy(auto_resume_mode="singleton_dependency", requeue_eligible=True),
+        SITE,
+        (),
+        "NONE",
+        "resume_mode_unsupported",
+        ["singleton_dependency"],
+    ),
+    (
+        "early stop after 3 without checkpoint",
+        fail(2, checkpoints_saved=0),
+        REQUEUE,
+        SITE,
+        (past(0, 0), past(1, 0)),
+        "TERMINATE",
+        "early_stop_no_checkpoint",
+        ["3 failures in a row without a new checkpoint"],
+    ),
+    (
+        "early stop: checkpoint resets",
+        fail(2, checkpoints_saved=0),
+        REQUEUE,
+        SITE,
+        (past(0, 0), past(1, 1)),
+        "RESTART",
+        "restart_allowed",
+        [],
+    ),
+    (
+        "early stop: current checkpoint counts",
+        fail(2, checkpoints_saved=2),
+        REQUEUE,
+        SITE,
+        (past(0, 0), past(1, 0)),
+        "RESTART",
+        "restart_allowed",
+        [],
+    ),
+    (
+        "early stop disabled",
+        fail(2, checkpoints_saved=0),
+        REQUEUE,
+        SitePolicy(early_stop_failures=0),
+        (past(0, 0), past(1, 0)),
+        "RESTART",
+        "restart_allowed",
+        [],
+    ),
+    (
+        "early stop N=1",
+        fail(0, checkpoints_saved=0),
+        REQUEUE,
+        SitePolicy(early_stop_failures=1),
+        (),
+        "TERMINATE",
+        "early_stop_no_checkpoint",
+        ["1 failure in a row"],
+    ),
+    (
+        "early stop: a person's requeue breaks the row",
+        fail(2, checkpoints_saved=0),
+        REQUEUE,
+        SITE,
+        (past(0, 0), past(1, 0, ok=False)),
+        "RESTART",
+        "restart_allowed",
+        [],
+    ),
+    (
+        "retry limit wins over early stop",
+        fail(3, checkpoints_saved=0),
+        REQUEUE,
+        SITE,
+        (past(0, 0), past(1, 0), past(2, 0)),
+        "TERMINATE",
+        "retry_limit",
+        [],
+    ),
 ]
 
 
-@pytest.mark.parametrize("case, failure, policy, site, history, operation, rule, words", CASES, ids=[c[0] for c in CASES])
-def test_rules(case: str, failure: Failure, policy: JobPolicy, site: SitePolicy, history: tuple[AttemptRecord, ...], operation: str, rule: str, words: list[str]) -> None:
+@pytest.mark.parametrize(
+    "case, failure, policy, site, history, operation, rule, words", CASES, ids=[c[0] for c in CASES]
+)
+def test_rules(
+    case: str,
+    failure: Failure,
+    policy: JobPolicy,
+    site: SitePolicy,
+    history: tuple[AttemptRecord, ...],
+    operation: str,
+    rule: str,
+    words: list[str],
+) -> None:
     decision = run(failure, policy, site, history)
     assert decision.operation == Operation(operation), decision.reason
     assert decision.rule == rule
@@ -124,7 +429,9 @@ def test_exclusions_dropped_when_newest_alone_covers_partition() -> None:
 
 
 def test_exclusions_outside_the_partition_do_not_trigger_the_guard() -> None:
-    exclusions, note = accumulate_exclusions(failure=fail(1, implicated_nodes=("x9",)), history=(past(0, nodes=("n1",)),), partition_nodes=("n1", "n2"))
+    exclusions, note = accumulate_exclusions(
+        failure=fail(1, implicated_nodes=("x9",)), history=(past(0, nodes=("n1",)),), partition_nodes=("n1", "n2")
+    )
     assert exclusions == ("n1", "x9") and note is None
 
 
@@ -141,10 +448,24 @@ def test_exclusions_are_monotonic_over_attempts(per_attempt: list[set[str]]) -> 
     history: list[AttemptRecord] = []
     previous: tuple[str, ...] = ()
     for index, nodes in enumerate(per_attempt):
-        decision = decide(failure=fail(index, implicated_nodes=tuple(nodes)), policy=JobPolicy(50, requeue_eligible=True), site=SitePolicy(max_requeue=50, early_stop_failures=0), history=tuple(history), now=NOW)
+        decision = decide(
+            failure=fail(index, implicated_nodes=tuple(nodes)),
+            policy=JobPolicy(50, requeue_eligible=True),
+            site=SitePolicy(max_requeue=50, early_stop_failures=0),
+            history=tuple(history),
+            now=NOW,
+        )
         assert set(previous) <= set(decision.exclusions)
         assert list(decision.exclusions) == sorted(decision.exclusions)
-        history.append(AttemptRecord(index, failed=True, failure_kind=CRASH, implicated_nodes=tuple(nodes), advice_exclusions=decision.exclusions))
+        history.append(
+            AttemptRecord(
+                index,
+                failed=True,
+                failure_kind=CRASH,
+                implicated_nodes=tuple(nodes),
+                advice_exclusions=decision.exclusions,
+            )
+        )
         previous = decision.exclusions
 
 
@@ -158,21 +479,41 @@ failures = st.builds(
     attempt_running=st.booleans(),
     checkpoints_saved=st.integers(0, 2),
 )
-policies = st.builds(JobPolicy, max_requeue_times=st.one_of(st.none(), st.integers(0, 5)), straggler_detection_enabled=st.booleans(), requeue_eligible=st.one_of(st.none(), st.booleans()))
-sites = st.builds(SitePolicy, max_requeue=st.integers(0, 5), early_stop_failures=st.integers(0, 4), straggler_enabled=st.booleans())
+policies = st.builds(
+    JobPolicy,
+    max_requeue_times=st.one_of(st.none(), st.integers(0, 5)),
+    straggler_detection_enabled=st.booleans(),
+    requeue_eligible=st.one_of(st.none(), st.booleans()),
+)
+sites = st.builds(
+    SitePolicy, max_requeue=st.integers(0, 5), early_stop_failures=st.integers(0, 4), straggler_enabled=st.booleans()
+)
 
 
 @given(failures, policies, sites, st.lists(st.integers(0, 2), max_size=6))
-def test_decision_is_deterministic_and_well_formed(failure: Failure, policy: JobPolicy, site: SitePolicy, saves: list[int]) -> None:
+def test_decision_is_deterministic_and_well_formed(
+    failure: Failure, policy: JobPolicy, site: SitePolicy, saves: list[int]
+) -> None:
     history = tuple(AttemptRecord(i, failed=True, failure_kind=CRASH, checkpoints_saved=s) for i, s in enumerate(saves))
-    first = decide(failure=failure, policy=policy, site=site, history=history, partition_nodes=("n1", "n2", "n3"), now=NOW)
-    second = decide(failure=failure, policy=policy, site=site, history=tuple(reversed(history)), partition_nodes=("n3", "n2", "n1"), now=NOW)
+    first = decide(
+        failure=failure, policy=policy, site=site, history=history, partition_nodes=("n1", "n2", "n3"), now=NOW
+    )
+    second = decide(
+        failure=failure,
+        policy=policy,
+        site=site,
+        history=tuple(reversed(history)),
+        partition_nodes=("n3", "n2", "n1"),
+        now=NOW,
+    )
     assert first == second
     assert first.reason and first.rule
     assert set(first.exclusions) != {"n1", "n2", "n3"}
     if first.operation is Operation.RESTART:
         assert policy.requeue_eligible is not False
-        assert failure.attempt_index < min(site.max_requeue, policy.max_requeue_times if policy.max_requeue_times is not None else site.max_requeue)
+        assert failure.attempt_index < min(
+            site.max_requeue, policy.max_requeue_times if policy.max_requeue_times is not None else site.max_requeue
+        )
     if failure.kind is FailureKind.SLOWDOWN:
         assert first.operation is not Operation.TERMINATE  # a slow run is never killed
 
@@ -238,7 +579,17 @@ def test_merge_into_nothing_is_the_new_decision() -> None:
     assert not advice_changed(None, run(fail(0, SCHED, state="COMPLETED")))
 
 
-@given(st.lists(failures.map(lambda f: Failure(0, f.kind, f.state, f.exit_code, None, f.implicated_nodes, (), f.attempt_running, f.checkpoints_saved)), min_size=1, max_size=6))
+@given(
+    st.lists(
+        failures.map(
+            lambda f: Failure(
+                0, f.kind, f.state, f.exit_code, None, f.implicated_nodes, (), f.attempt_running, f.checkpoints_saved
+            )
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_merging_signals_is_idempotent_and_exclusions_grow(signals: list[Failure]) -> None:
     current: Decision | None = None
     for signal in signals:
@@ -254,7 +605,11 @@ def test_advice_record_values() -> None:
     decision = run(fail(0, implicated_nodes=("n1",)))
     values = advice_record(decision, mode="observe", mode_reason="ceiling off", evidence_refs=("ev:1",))
     assert values["operation"] == "RESTART" and values["exclusions"] == ["n1"] and values["rule"] == "restart_allowed"
-    assert values["mode"] == "observe" and values["mode_reason"] == "ceiling off" and values["evidence"] == {"refs": ["ev:1"]}
+    assert (
+        values["mode"] == "observe"
+        and values["mode_reason"] == "ceiling off"
+        and values["evidence"] == {"refs": ["ev:1"]}
+    )
     assert values["expires_at"] == decision.expires_at
 
 

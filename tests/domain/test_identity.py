@@ -21,7 +21,7 @@ from app.domain.identity import (
     parse_attempt_ref,
 )
 
-T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def test_attempt_uuid_is_uuid5_of_cluster_job_attempt() -> None:
@@ -78,9 +78,27 @@ def test_parse_uuid_ref_normalises_case() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "", "12345", "12345-", "-12345-0", "12345--1", "12345-+1", "+1-0", "0-0", "12345-0-1", "a-0", "12345-x",
-        "1 2-0", "4294967296-0", "1-2147483648", "١٢-0", "12345_0", "12345:0", "{" + str(uuid.UUID(int=1)) + "}",
-        "urn:uuid:" + str(uuid.UUID(int=1)), uuid.UUID(int=1).hex, "not-a-uuid-at-all-0000000000000000000",
+        "",
+        "12345",
+        "12345-",
+        "-12345-0",
+        "12345--1",
+        "12345-+1",
+        "+1-0",
+        "0-0",
+        "12345-0-1",
+        "a-0",
+        "12345-x",
+        "1 2-0",
+        "4294967296-0",
+        "1-2147483648",
+        "١٢-0",
+        "12345_0",
+        "12345:0",
+        "{" + str(uuid.UUID(int=1)) + "}",
+        "urn:uuid:" + str(uuid.UUID(int=1)),
+        uuid.UUID(int=1).hex,
+        "not-a-uuid-at-all-0000000000000000000",
     ],
 )
 def test_parse_rejects_garbage(text: str) -> None:
@@ -103,7 +121,9 @@ def test_parse_never_raises(text: str) -> None:
     assert ref is None or ref.kind in {"index", "uuid"}
 
 
-def fp(submit: dt.datetime | None = T0, name: str | None = "train", comment: str | None = '{"APS":{}}', restarts: int = 0) -> SubmissionFingerprint:
+def fp(
+    submit: dt.datetime | None = T0, name: str | None = "train", comment: str | None = '{"APS":{}}', restarts: int = 0
+) -> SubmissionFingerprint:
     return SubmissionFingerprint(submit_time=submit, name=name, comment=comment, restart_count=restarts)
 
 

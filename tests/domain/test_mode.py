@@ -21,7 +21,10 @@ from app.domain.mode import (
 from app.domain.policy import parse_comment
 
 
-@pytest.mark.parametrize(("requested", "acknowledged", "managed"), list(itertools.product([None, "observe", "act", "ACT", "bogus"], [False, True], [False, True])))
+@pytest.mark.parametrize(
+    ("requested", "acknowledged", "managed"),
+    list(itertools.product([None, "observe", "act", "ACT", "bogus"], [False, True], [False, True])),
+)
 def test_act_only_when_requested_acknowledged_and_managed(requested, acknowledged, managed):
     decision = resolve_mode(requested=requested, acknowledged=acknowledged, partition_managed=managed)
     expected = ACT if (requested == "act" and acknowledged and managed) else OBSERVE

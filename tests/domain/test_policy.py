@@ -116,7 +116,22 @@ def test_unwrapped_policy_does_not_enrol_but_says_how_to_fix():
     assert '{"APS"' in result.reason
 
 
-@pytest.mark.parametrize("comment", [None, "", "   ", "nightly run for paper", "perhaps maps", "aps test run", "{}", "[]", "42", '"text"', '{"owner": "team-a"}'])
+@pytest.mark.parametrize(
+    "comment",
+    [
+        None,
+        "",
+        "   ",
+        "nightly run for paper",
+        "perhaps maps",
+        "aps test run",
+        "{}",
+        "[]",
+        "42",
+        '"text"',
+        '{"owner": "team-a"}',
+    ],
+)
 def test_ordinary_comments_are_not_policies(comment):
     result = parse_comment(comment)
     assert result.status == NO_POLICY
@@ -124,14 +139,17 @@ def test_ordinary_comments_are_not_policies(comment):
     assert result.errors == ()
 
 
-@pytest.mark.parametrize("comment", [
-    '{"APS": {"environment": "customer-slurm"',  # truncated
-    "{'APS': {'environment': 'customer-slurm'}}",  # single quotes, a common shell slip
-    "APS please",
-    '{"aps": {environment: x}}',
-    '{"HEIMDALL": NaN}',
-    '{"APS": {"environment": "e", "max_requeue_times": Infinity}}',
-])
+@pytest.mark.parametrize(
+    "comment",
+    [
+        '{"APS": {"environment": "customer-slurm"',  # truncated
+        "{'APS': {'environment': 'customer-slurm'}}",  # single quotes, a common shell slip
+        "APS please",
+        '{"aps": {environment: x}}',
+        '{"HEIMDALL": NaN}',
+        '{"APS": {"environment": "e", "max_requeue_times": Infinity}}',
+    ],
+)
 def test_malformed_attempts_are_invalid_with_a_reason(comment):
     result = parse_comment(comment)
     assert result.status == INVALID
@@ -159,30 +177,51 @@ def test_environment_is_required():
     assert "required" in result.errors[0].message
 
 
-@pytest.mark.parametrize(("policy", "path"), [
-    ({"mode": "ACT"}, "$.APS.mode"),
-    ({"mode": "auto"}, "$.APS.mode"),
-    ({"auto_resume_mode": "restart"}, "$.APS.auto_resume_mode"),
-    ({"max_requeue_times": -1}, "$.APS.max_requeue_times"),
-    ({"max_requeue_times": "1"}, "$.APS.max_requeue_times"),
-    ({"max_requeue_times": 1.5}, "$.APS.max_requeue_times"),
-    ({"max_requeue_times": 1.0}, "$.APS.max_requeue_times"),
-    ({"max_requeue_times": True}, "$.APS.max_requeue_times"),
-    ({"max_requeue_times": 10**12}, "$.APS.max_requeue_times"),
-    ({"workflow_id": 7}, "$.APS.workflow_id"),
-    ({"workflow_id": ""}, "$.APS.workflow_id"),
-    ({"workflow_id": None}, "$.APS.workflow_id"),
-    ({"environment": ["customer-slurm"]}, "$.APS.environment"),
-    ({"log_file_paths_shared_across_attempts": "true"}, "$.APS.log_file_paths_shared_across_attempts"),
-    ({"log_file_paths_shared_across_attempts": 1}, "$.APS.log_file_paths_shared_across_attempts"),
-    ({"anomaly_detection_config": []}, "$.APS.anomaly_detection_config"),
-    ({"anomaly_detection_config": {"log_based_timeout_enabled": "false"}}, "$.APS.anomaly_detection_config.log_based_timeout_enabled"),
-    ({"anomaly_detection_config": {"straggler_detection_enabled": 0}}, "$.APS.anomaly_detection_config.straggler_detection_enabled"),
-    ({"anomaly_detection_config": {"log_based_timeout_threshold_pretraining": 0}}, "$.APS.anomaly_detection_config.log_based_timeout_threshold_pretraining"),
-    ({"anomaly_detection_config": {"log_based_timeout_threshold_trainingloop": -5}}, "$.APS.anomaly_detection_config.log_based_timeout_threshold_trainingloop"),
-    ({"anomaly_detection_config": {"log_based_timeout_threshold_trainingloop": 840.0}}, "$.APS.anomaly_detection_config.log_based_timeout_threshold_trainingloop"),
-    ({"anomaly_detection_config": {"log_based_timeout_threshold_pretraining": "960"}}, "$.APS.anomaly_detection_config.log_based_timeout_threshold_pretraining"),
-])
+@pytest.mark.parametrize(
+    ("policy", "path"),
+    [
+        ({"mode": "ACT"}, "$.APS.mode"),
+        ({"mode": "auto"}, "$.APS.mode"),
+        ({"auto_resume_mode": "restart"}, "$.APS.auto_resume_mode"),
+        ({"max_requeue_times": -1}, "$.APS.max_requeue_times"),
+        ({"max_requeue_times": "1"}, "$.APS.max_requeue_times"),
+        ({"max_requeue_times": 1.5}, "$.APS.max_requeue_times"),
+        ({"max_requeue_times": 1.0}, "$.APS.max_requeue_times"),
+        ({"max_requeue_times": True}, "$.APS.max_requeue_times"),
+        ({"max_requeue_times": 10**12}, "$.APS.max_requeue_times"),
+        ({"workflow_id": 7}, "$.APS.workflow_id"),
+        ({"workflow_id": ""}, "$.APS.workflow_id"),
+        ({"workflow_id": None}, "$.APS.workflow_id"),
+        ({"environment": ["customer-slurm"]}, "$.APS.environment"),
+        ({"log_file_paths_shared_across_attempts": "true"}, "$.APS.log_file_paths_shared_across_attempts"),
+        ({"log_file_paths_shared_across_attempts": 1}, "$.APS.log_file_paths_shared_across_attempts"),
+        ({"anomaly_detection_config": []}, "$.APS.anomaly_detection_config"),
+        (
+            {"anomaly_detection_config": {"log_based_timeout_enabled": "false"}},
+            "$.APS.anomaly_detection_config.log_based_timeout_enabled",
+        ),
+        (
+            {"anomaly_detection_config": {"straggler_detection_enabled": 0}},
+            "$.APS.anomaly_detection_config.straggler_detection_enabled",
+        ),
+        (
+            {"anomaly_detection_config": {"log_based_timeout_threshold_pretraining": 0}},
+            "$.APS.anomaly_detection_config.log_based_timeout_threshold_pretraining",
+        ),
+        (
+            {"anomaly_detection_config": {"log_based_timeout_threshold_trainingloop": -5}},
+            "$.APS.anomaly_detection_config.log_based_timeout_threshold_trainingloop",
+        ),
+        (
+            {"anomaly_detection_config": {"log_based_timeout_threshold_trainingloop": 840.0}},
+            "$.APS.anomaly_detection_config.log_based_timeout_threshold_trainingloop",
+        ),
+        (
+            {"anomaly_detection_config": {"log_based_timeout_threshold_pretraining": "960"}},
+            "$.APS.anomaly_detection_config.log_based_timeout_threshold_pretraining",
+        ),
+    ],
+)
 def test_wrong_values_are_errors_at_their_json_path(policy, path):
     result = parse_comment(aps(**policy))
     assert result.status == INVALID
@@ -197,7 +236,9 @@ def test_booleans_as_strings_get_a_specific_message():
 
 
 def test_every_error_is_reported_not_just_the_first():
-    result = parse_comment(aps(mode="ACT", max_requeue_times=-1, anomaly_detection_config={"log_based_timeout_threshold_pretraining": 0}))
+    result = parse_comment(
+        aps(mode="ACT", max_requeue_times=-1, anomaly_detection_config={"log_based_timeout_threshold_pretraining": 0})
+    )
     assert len(result.errors) == 3
     assert "2 more problems" in result.reason
 
@@ -207,11 +248,15 @@ def test_zero_retries_is_allowed():
 
 
 def test_singleton_dependency_is_a_recognised_resume_mode():
-    assert parse_comment(aps(auto_resume_mode="singleton_dependency")).policy["auto_resume_mode"] == "singleton_dependency"
+    assert (
+        parse_comment(aps(auto_resume_mode="singleton_dependency")).policy["auto_resume_mode"] == "singleton_dependency"
+    )
 
 
 def test_unknown_keys_are_kept_and_warned_not_errors():
-    result = parse_comment(aps(team="vision", anomaly_detection_config={"log_based_timeout_threshold_pretraining": 600, "xid_watch": True}))
+    result = parse_comment(
+        aps(team="vision", anomaly_detection_config={"log_based_timeout_threshold_pretraining": 600, "xid_watch": True})
+    )
     assert result.status == VALID
     assert result.policy["team"] == "vision"
     assert result.policy["anomaly_detection_config"]["xid_watch"] is True
@@ -264,20 +309,35 @@ def test_to_dict_is_json_serialisable():
 
 # --- properties ---------------------------------------------------------------------------------
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
     max_leaves=25,
 )
-policy_keys = st.sampled_from([
-    "workflow_id", "environment", "mode", "auto_resume_mode", "max_requeue_times",
-    "log_file_paths_shared_across_attempts", "anomaly_detection_config", "extra",
-])
-anomaly_keys = st.sampled_from([
-    "log_based_timeout_enabled", "log_based_timeout_threshold_pretraining",
-    "log_based_timeout_threshold_trainingloop", "straggler_detection_enabled", "other",
-])
+policy_keys = st.sampled_from(
+    [
+        "workflow_id",
+        "environment",
+        "mode",
+        "auto_resume_mode",
+        "max_requeue_times",
+        "log_file_paths_shared_across_attempts",
+        "anomaly_detection_config",
+        "extra",
+    ]
+)
+anomaly_keys = st.sampled_from(
+    [
+        "log_based_timeout_enabled",
+        "log_based_timeout_threshold_pretraining",
+        "log_based_timeout_threshold_trainingloop",
+        "straggler_detection_enabled",
+        "other",
+    ]
+)
 policy_like = st.dictionaries(
     policy_keys,
     json_values | st.dictionaries(anomaly_keys, json_values, max_size=5),
@@ -296,7 +356,9 @@ def assert_consistent(result: PolicyResult) -> None:
         assert isinstance(policy["environment"], str) and policy["environment"].strip()
         assert policy["mode"] in ("observe", "act")
         assert policy["auto_resume_mode"] in ("requeue", "singleton_dependency")
-        assert policy["max_requeue_times"] is None or (type(policy["max_requeue_times"]) is int and policy["max_requeue_times"] >= 0)
+        assert policy["max_requeue_times"] is None or (
+            type(policy["max_requeue_times"]) is int and policy["max_requeue_times"] >= 0
+        )
         assert type(policy["log_file_paths_shared_across_attempts"]) is bool
         config = policy["anomaly_detection_config"]
         assert type(config["log_based_timeout_enabled"]) is bool

@@ -22,7 +22,7 @@ from app.domain.reconcile import (
     shadow_plan,
 )
 
-NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(hours=1)
 
 RQ, EX, REL, CAN = StepKind.REQUEUE_HOLD, StepKind.SET_EXCLUSIONS, StepKind.RELEASE, StepKind.CANCEL
@@ -30,8 +30,12 @@ DONE, ABANDON, WAIT = StepKind.DONE, StepKind.ABANDON, StepKind.WAIT
 R = DispositionReason
 
 
-def restart(k: int = 0, excl: tuple[str, ...] = ("n1",), gen: int = 1, expires: dt.datetime | None = LATER) -> AdviceState:
-    return AdviceState(advice_id=7, generation=gen, operation="RESTART", attempt_index=k, exclusions=excl, expires_at=expires)
+def restart(
+    k: int = 0, excl: tuple[str, ...] = ("n1",), gen: int = 1, expires: dt.datetime | None = LATER
+) -> AdviceState:
+    return AdviceState(
+        advice_id=7, generation=gen, operation="RESTART", attempt_index=k, exclusions=excl, expires_at=expires
+    )
 
 
 def terminate(k: int = 0, gen: int = 1) -> AdviceState:
@@ -44,7 +48,15 @@ def obs(state: str = "FAILED", rc: int = 0, **kw: object) -> JobObservation:
 
 
 def our_held(rc: int = 1, excluded: tuple[str, ...] = ()) -> JobObservation:
-    return obs("PENDING", rc, held=True, state_reason="JobHeldUser", state_description="job requeued in held state", priority=0, excluded_nodes=excluded)
+    return obs(
+        "PENDING",
+        rc,
+        held=True,
+        state_reason="JobHeldUser",
+        state_description="job requeued in held state",
+        priority=0,
+        excluded_nodes=excluded,
+    )
 
 
 def ms(*steps: StepKind | tuple[StepKind, str], gen: int = 1) -> tuple[Milestone, ...]:
@@ -57,14 +69,24 @@ def ms(*steps: StepKind | tuple[StepKind, str], gen: int = 1) -> tuple[Milestone
 
 ADMIN_HELD = obs("PENDING", 1, held=True, state_reason="JobHeldAdmin", priority=0)
 USER_HELD = obs("PENDING", 1, held=True, state_reason="JobHeldUser", priority=0)
-SPECIAL = obs("SPECIAL_EXIT", 1, held=True, state_reason="JobHeldUser", state_description="job requeued in special exit state", priority=0)
+SPECIAL = obs(
+    "SPECIAL_EXIT",
+    1,
+    held=True,
+    state_reason="JobHeldUser",
+    state_description="job requeued in special exit state",
+    priority=0,
+)
 MAXRQ = obs("PENDING", 1, held=True, state_reason="JobHoldMaxRequeue", priority=0)
 
 CASES = [
     # RESTART, still the failed/hung attempt
     ("failed attempt is requeue-held", restart(), obs("FAILED"), (), RQ, None),
     ("running (hung) attempt is requeue-held", restart(), obs("RUNNING", nodes=("n1",)), (), RQ, None),
-    *[(f"{s} is requeue-held", restart(), obs(s), (), RQ, None) for s in ["COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "COMPLETING"]],
+    *[
+        (f"{s} is requeue-held", restart(), obs(s), (), RQ, None)
+        for s in ["COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "COMPLETING"]
+    ],
     ("no-requeue job", restart(), obs("FAILED", requeue_eligible=False), (), ABANDON, R.REQUEUE_DISABLED),
     ("pending attempt cannot be requeued", restart(), obs("PENDING"), (), WAIT, None),
     ("requeue recorded but not visible: never twice", restart(), obs("FAILED"), ms(RQ), WAIT, None),
@@ -75,18 +97,95 @@ CASES = [
     ("held by us, exclusions set", restart(), our_held(excluded=("n1",)), ms(RQ, EX), REL, None),
     ("held by us, no exclusions wanted", restart(excl=()), our_held(), ms(RQ), REL, None),
     ("held by us after crash (intent only)", restart(), our_held(excluded=("n1",)), ms((RQ, "STARTED")), REL, None),
-    ("exclusions set but milestone lost", restart(), our_held(excluded=("n1", "u9")), ms(RQ, (EX, "STARTED")), REL, None),
-    ("held by us from an earlier generation", restart(excl=("n1", "n2"), gen=2), our_held(excluded=("n1",)), ms(RQ, EX, gen=1), EX, None),
-    ("release intent, still held: release again", restart(), our_held(excluded=("n1",)), ms(RQ, EX, (REL, "STARTED")), REL, None),
+    (
+        "exclusions set but milestone lost",
+        restart(),
+        our_held(excluded=("n1", "u9")),
+        ms(RQ, (EX, "STARTED")),
+        REL,
+        None,
+    ),
+    (
+        "held by us from an earlier generation",
+        restart(excl=("n1", "n2"), gen=2),
+        our_held(excluded=("n1",)),
+        ms(RQ, EX, gen=1),
+        EX,
+        None,
+    ),
+    (
+        "release intent, still held: release again",
+        restart(),
+        our_held(excluded=("n1",)),
+        ms(RQ, EX, (REL, "STARTED")),
+        REL,
+        None,
+    ),
     # RESTART, successor not held
-    ("released and observed", restart(), obs("PENDING", 1, state_reason="BeginTime", excluded_nodes=("n1",)), ms(RQ, EX, REL), DONE, R.DESIRED_STATE_OBSERVED),
-    ("release took effect, milestone lost", restart(), obs("RUNNING", 1, excluded_nodes=("n1",), nodes=("n2",)), ms(RQ, EX), DONE, R.DESIRED_STATE_OBSERVED),
-    ("Slurm requeued it itself, exclusions present", restart(), obs("PENDING", 1, excluded_nodes=("n1",)), (), DONE, R.ALREADY_SATISFIED),
-    ("Slurm requeued it, no exclusions wanted", restart(excl=()), obs("RUNNING", 1, nodes=("n1",)), (), DONE, R.ALREADY_SATISFIED),
-    ("Slurm requeued it, pending: set exclusions", restart(), obs("PENDING", 1, state_reason="BeginTime"), (), EX, None),
-    ("Slurm requeued it, running on excluded node", restart(), obs("RUNNING", 1, nodes=("n1",)), (), ABANDON, R.SUPERSEDED),
-    ("Slurm requeued it, running elsewhere", restart(), obs("RUNNING", 1, nodes=("n5",)), (), DONE, R.ALREADY_SATISFIED),
-    ("successor already ended without exclusions", restart(), obs("FAILED", 1, nodes=("n5",)), (), ABANDON, R.SUPERSEDED),
+    (
+        "released and observed",
+        restart(),
+        obs("PENDING", 1, state_reason="BeginTime", excluded_nodes=("n1",)),
+        ms(RQ, EX, REL),
+        DONE,
+        R.DESIRED_STATE_OBSERVED,
+    ),
+    (
+        "release took effect, milestone lost",
+        restart(),
+        obs("RUNNING", 1, excluded_nodes=("n1",), nodes=("n2",)),
+        ms(RQ, EX),
+        DONE,
+        R.DESIRED_STATE_OBSERVED,
+    ),
+    (
+        "Slurm requeued it itself, exclusions present",
+        restart(),
+        obs("PENDING", 1, excluded_nodes=("n1",)),
+        (),
+        DONE,
+        R.ALREADY_SATISFIED,
+    ),
+    (
+        "Slurm requeued it, no exclusions wanted",
+        restart(excl=()),
+        obs("RUNNING", 1, nodes=("n1",)),
+        (),
+        DONE,
+        R.ALREADY_SATISFIED,
+    ),
+    (
+        "Slurm requeued it, pending: set exclusions",
+        restart(),
+        obs("PENDING", 1, state_reason="BeginTime"),
+        (),
+        EX,
+        None,
+    ),
+    (
+        "Slurm requeued it, running on excluded node",
+        restart(),
+        obs("RUNNING", 1, nodes=("n1",)),
+        (),
+        ABANDON,
+        R.SUPERSEDED,
+    ),
+    (
+        "Slurm requeued it, running elsewhere",
+        restart(),
+        obs("RUNNING", 1, nodes=("n5",)),
+        (),
+        DONE,
+        R.ALREADY_SATISFIED,
+    ),
+    (
+        "successor already ended without exclusions",
+        restart(),
+        obs("FAILED", 1, nodes=("n5",)),
+        (),
+        ABANDON,
+        R.SUPERSEDED,
+    ),
     ("job moved two attempts on", restart(), obs("RUNNING", 2), ms(RQ), ABANDON, R.SUPERSEDED),
     # RESTART, holds that are not ours
     ("admin hold is never released", restart(), replace(ADMIN_HELD, excluded_nodes=("n1",)), ms(RQ), WAIT, None),
@@ -99,15 +198,36 @@ CASES = [
     # RESTART, job gone / other submission / expiry / authorization
     ("job not found", restart(), None, (), ABANDON, R.JOB_NOT_FOUND),
     ("restart count below the attempt", restart(k=2), obs("RUNNING", 0), (), ABANDON, R.JOB_NOT_FOUND),
-    ("expired before converging", restart(expires=NOW - dt.timedelta(seconds=1)), obs("FAILED"), (), ABANDON, R.ADVICE_EXPIRED),
-    ("expired but converged wins", restart(expires=NOW - dt.timedelta(seconds=1)), obs("PENDING", 1, excluded_nodes=("n1",)), ms(RQ, EX, REL), DONE, R.DESIRED_STATE_OBSERVED),
+    (
+        "expired before converging",
+        restart(expires=NOW - dt.timedelta(seconds=1)),
+        obs("FAILED"),
+        (),
+        ABANDON,
+        R.ADVICE_EXPIRED,
+    ),
+    (
+        "expired but converged wins",
+        restart(expires=NOW - dt.timedelta(seconds=1)),
+        obs("PENDING", 1, excluded_nodes=("n1",)),
+        ms(RQ, EX, REL),
+        DONE,
+        R.DESIRED_STATE_OBSERVED,
+    ),
     ("no expiry", restart(expires=None), obs("FAILED"), (), RQ, None),
     # TERMINATE
     ("terminate running attempt", terminate(), obs("RUNNING"), (), CAN, None),
     ("terminate pending attempt", terminate(), obs("PENDING"), (), CAN, None),
     ("terminate ended attempt", terminate(), obs("FAILED"), (), DONE, R.ALREADY_SATISFIED),
     ("terminate observed after our cancel", terminate(), obs("CANCELLED"), ms(CAN), DONE, R.DESIRED_STATE_OBSERVED),
-    ("terminate: cancel took effect, milestone lost", terminate(), obs("CANCELLED"), ms((CAN, "STARTED")), DONE, R.DESIRED_STATE_OBSERVED),
+    (
+        "terminate: cancel took effect, milestone lost",
+        terminate(),
+        obs("CANCELLED"),
+        ms((CAN, "STARTED")),
+        DONE,
+        R.DESIRED_STATE_OBSERVED,
+    ),
     ("terminate: cancel sent, still running", terminate(), obs("RUNNING"), ms(CAN), WAIT, None),
     ("terminate: completing", terminate(), obs("COMPLETING"), (), WAIT, None),
     ("terminate our held successor", terminate(gen=2), our_held(), ms(RQ, gen=1), CAN, None),
@@ -120,7 +240,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("case, advice, observation, milestones, kind, reason", CASES, ids=[c[0] for c in CASES])
-def test_planner_rules(case: str, advice: AdviceState, observation: JobObservation | None, milestones: tuple[Milestone, ...], kind: StepKind, reason: DispositionReason | None) -> None:
+def test_planner_rules(
+    case: str,
+    advice: AdviceState,
+    observation: JobObservation | None,
+    milestones: tuple[Milestone, ...],
+    kind: StepKind,
+    reason: DispositionReason | None,
+) -> None:
     step = plan_next_step(advice, observation, now=NOW, milestones=milestones)
     assert step.kind is kind, step.message
     assert step.reason is reason
@@ -162,7 +289,17 @@ def test_idempotency_key_format() -> None:
         (USER_HELD, HoldKind.USER),
         (SPECIAL, HoldKind.SPECIAL_EXIT),
         (MAXRQ, HoldKind.MAX_REQUEUE),
-        (obs("PENDING", 1, held=True, state_reason="JobHeldUser", state_description="launch failed requeued held", priority=0), HoldKind.LAUNCH_FAILED),
+        (
+            obs(
+                "PENDING",
+                1,
+                held=True,
+                state_reason="JobHeldUser",
+                state_description="launch failed requeued held",
+                priority=0,
+            ),
+            HoldKind.LAUNCH_FAILED,
+        ),
         (obs("PENDING", 1, priority=0, state_reason="Dependency"), HoldKind.OTHER),
         (obs("PENDING", 1, state_reason="BeginTime", priority=100), HoldKind.NONE),
         (obs("RUNNING", 0), HoldKind.NONE),
@@ -188,9 +325,26 @@ def test_shadow_plan_skips_what_is_already_true() -> None:
 
 
 # ---- safety properties ----
-states = st.sampled_from(["PENDING", "RUNNING", "FAILED", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "COMPLETING", "SPECIAL_EXIT", "SUSPENDED"])
-reasons = st.sampled_from([None, "JobHeldUser", "JobHeldAdmin", "BeginTime", "JobHoldMaxRequeue", "job_requeued_in_held_state", "None"])
-descriptions = st.sampled_from([None, "job requeued in held state", "job requeued in special exit state", "launch failed requeued held"])
+states = st.sampled_from(
+    [
+        "PENDING",
+        "RUNNING",
+        "FAILED",
+        "COMPLETED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "COMPLETING",
+        "SPECIAL_EXIT",
+        "SUSPENDED",
+    ]
+)
+reasons = st.sampled_from(
+    [None, "JobHeldUser", "JobHeldAdmin", "BeginTime", "JobHoldMaxRequeue", "job_requeued_in_held_state", "None"]
+)
+descriptions = st.sampled_from(
+    [None, "job requeued in held state", "job requeued in special exit state", "launch failed requeued held"]
+)
 nodes = st.sets(st.sampled_from(["n1", "n2", "n3"]), max_size=3).map(lambda s: tuple(sorted(s)))
 observations = st.builds(
     JobObservation,
@@ -218,21 +372,35 @@ advices = st.builds(
 
 
 @given(advices, observations, st.lists(st.tuples(st.integers(1, 3), non_hold_steps, statuses), max_size=4))
-def test_never_releases_a_hold_without_our_requeue_milestone(advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]) -> None:
+def test_never_releases_a_hold_without_our_requeue_milestone(
+    advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]
+) -> None:
     milestones = tuple(Milestone(g, s, st_) for g, s, st_ in raw)
     assert plan_next_step(advice, observation, now=NOW, milestones=milestones).kind is not REL
 
 
-@given(advices, observations, st.lists(st.tuples(st.integers(1, 3), st.sampled_from([RQ, EX, REL, CAN]), statuses), max_size=4))
-def test_never_releases_an_admin_or_user_hold(advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]) -> None:
+@given(
+    advices,
+    observations,
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([RQ, EX, REL, CAN]), statuses), max_size=4),
+)
+def test_never_releases_an_admin_or_user_hold(
+    advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]
+) -> None:
     milestones = tuple(Milestone(g, s, st_) for g, s, st_ in raw)
     step = plan_next_step(advice, observation, now=NOW, milestones=milestones)
     if hold_kind(observation) is not HoldKind.REQUEUE_HOLD:
         assert step.kind is not REL
 
 
-@given(advices, observations, st.lists(st.tuples(st.integers(1, 3), st.sampled_from([RQ, EX, REL, CAN]), statuses), max_size=4))
-def test_planner_is_deterministic_and_consistent(advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]) -> None:
+@given(
+    advices,
+    observations,
+    st.lists(st.tuples(st.integers(1, 3), st.sampled_from([RQ, EX, REL, CAN]), statuses), max_size=4),
+)
+def test_planner_is_deterministic_and_consistent(
+    advice: AdviceState, observation: JobObservation, raw: list[tuple[int, StepKind, str]]
+) -> None:
     milestones = tuple(Milestone(g, s, st_) for g, s, st_ in raw)
     step = plan_next_step(advice, observation, now=NOW, milestones=milestones)
     assert step == plan_next_step(advice, observation, now=NOW, milestones=milestones)
@@ -267,9 +435,15 @@ class FakeSlurm:
 
     def observe(self) -> JobObservation:
         return JobObservation(
-            state=self.state, restart_count=self.restarts, held=self.priority == 0, state_reason=self.reason,
-            state_description=self.description, priority=self.priority, excluded_nodes=self.excluded,
-            nodes=self.nodes, requeue_eligible=self.requeue,
+            state=self.state,
+            restart_count=self.restarts,
+            held=self.priority == 0,
+            state_reason=self.reason,
+            state_description=self.description,
+            priority=self.priority,
+            excluded_nodes=self.excluded,
+            nodes=self.nodes,
+            requeue_eligible=self.requeue,
         )
 
     def run(self, kind: StepKind, exclusions: tuple[str, ...]) -> bool:
@@ -312,10 +486,17 @@ class FakeSlurm:
     scheduler_runs=st.lists(st.booleans(), max_size=12),
 )
 def test_controller_converges_against_simulated_slurm_despite_crashes(
-    operation: str, start_state: str, requeue: bool, exclusions: tuple[str, ...], crashes: list[str], scheduler_runs: list[bool]
+    operation: str,
+    start_state: str,
+    requeue: bool,
+    exclusions: tuple[str, ...],
+    crashes: list[str],
+    scheduler_runs: list[bool],
 ) -> None:
     slurm = FakeSlurm(state=start_state, restarts=0, requeue=requeue, nodes=("n1",) if start_state == "RUNNING" else ())
-    advice = AdviceState(advice_id=1, generation=1, operation=operation, attempt_index=0, exclusions=exclusions, expires_at=LATER)
+    advice = AdviceState(
+        advice_id=1, generation=1, operation=operation, attempt_index=0, exclusions=exclusions, expires_at=LATER
+    )
     milestones: list[Milestone] = []
     effective: list[str] = []
     final = None

@@ -28,11 +28,19 @@ def test_effective_retry_limit(site: int, job: int | None, limit: int) -> None:
 
 
 def test_describe_names_both_sources() -> None:
-    assert effective_retry_limit(site_ceiling=3, job_max_requeue=1).describe_reached() == "retry limit 1 reached (job asked 1, site ceiling 3)"
-    assert effective_retry_limit(site_ceiling=3, job_max_requeue=None).describe() == "retry limit 3 (job asked nothing, site ceiling 3)"
+    assert (
+        effective_retry_limit(site_ceiling=3, job_max_requeue=1).describe_reached()
+        == "retry limit 1 reached (job asked 1, site ceiling 3)"
+    )
+    assert (
+        effective_retry_limit(site_ceiling=3, job_max_requeue=None).describe()
+        == "retry limit 3 (job asked nothing, site ceiling 3)"
+    )
 
 
-@pytest.mark.parametrize("index, limit, reached", [(0, 1, False), (1, 1, True), (0, 0, True), (2, 3, False), (3, 3, True), (7, 3, True)])
+@pytest.mark.parametrize(
+    "index, limit, reached", [(0, 1, False), (1, 1, True), (0, 0, True), (2, 3, False), (3, 3, True), (7, 3, True)]
+)
 def test_retry_limit_reached_counts_attempt_index_as_retries_used(index: int, limit: int, reached: bool) -> None:
     assert retry_limit_reached(effective_retry_limit(site_ceiling=10, job_max_requeue=limit), index) is reached
 
@@ -44,7 +52,13 @@ def test_effective_limit_never_exceeds_either_source(site: int, job: int | None)
 
 
 def failed(index: int, saves: int = 0, iteration: int | None = None) -> AttemptRecord:
-    return AttemptRecord(attempt_index=index, failed=True, failure_kind=FailureKind.CRASH, checkpoints_saved=saves, latest_checkpoint_iteration=iteration)
+    return AttemptRecord(
+        attempt_index=index,
+        failed=True,
+        failure_kind=FailureKind.CRASH,
+        checkpoints_saved=saves,
+        latest_checkpoint_iteration=iteration,
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,9 +91,13 @@ def test_made_progress(saves: int, iteration: int | None, earlier: list[AttemptR
     ],
 )
 def test_failures_without_progress(history: list[AttemptRecord], saves: int, count: int) -> None:
-    assert failures_without_progress(history=history, checkpoints_saved=saves, latest_checkpoint_iteration=None) == count
+    assert (
+        failures_without_progress(history=history, checkpoints_saved=saves, latest_checkpoint_iteration=None) == count
+    )
 
 
-@pytest.mark.parametrize("streak, n, applies", [(3, 3, True), (2, 3, False), (5, 3, True), (9, 0, False), (1, 1, True), (0, 1, False)])
+@pytest.mark.parametrize(
+    "streak, n, applies", [(3, 3, True), (2, 3, False), (5, 3, True), (9, 0, False), (1, 1, True), (0, 1, False)]
+)
 def test_early_stop_applies(streak: int, n: int, applies: bool) -> None:
     assert early_stop_applies(failures_in_a_row=streak, early_stop_failures=n) is applies

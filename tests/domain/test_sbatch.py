@@ -16,7 +16,9 @@ def script(*lines: str) -> str:
 
 
 def test_user_guide_directives():
-    parsed = parse_script(script("#SBATCH --requeue", f"#SBATCH --comment='{GUIDE_COMMENT}'", "", "srun python -u train.py"))
+    parsed = parse_script(
+        script("#SBATCH --requeue", f"#SBATCH --comment='{GUIDE_COMMENT}'", "", "srun python -u train.py")
+    )
     assert parsed.requeue is True
     assert parsed.value("comment") == GUIDE_COMMENT
     assert parsed.notes == ()
@@ -24,40 +26,45 @@ def test_user_guide_directives():
     assert parsed.body.startswith("srun python -u train.py")
 
 
-@pytest.mark.parametrize(("rest", "expected"), [
-    (" --comment='{\"APS\": {\"a\": 1}}'", ['--comment={"APS": {"a": 1}}']),
-    (' --comment="{\\"APS\\":{}}"', ['--comment={"APS":{}}']),
-    (" -J 'my job' -p gpu", ["-J", "my job", "-p", "gpu"]),
-    (" --time=10 # ten minutes", ["--time=10"]),
-    (" --job-name=a#b", ["--job-name=a"]),
-    (" --job-name='a#b'", ["--job-name=a#b"]),
-    (" --job-name=a\\#b", ["--job-name=a#b"]),
-    # sbatch checks for whitespace before it applies a backslash, so "\ " does not join arguments
-    (" --job-name=a\\ b", ["--job-name=a", "b"]),
-    ("", []),
-    ("   # only a comment", []),
-    (" '' --requeue", []),  # sbatch stops at an empty argument
-])
+@pytest.mark.parametrize(
+    ("rest", "expected"),
+    [
+        (' --comment=\'{"APS": {"a": 1}}\'', ['--comment={"APS": {"a": 1}}']),
+        (' --comment="{\\"APS\\":{}}"', ['--comment={"APS":{}}']),
+        (" -J 'my job' -p gpu", ["-J", "my job", "-p", "gpu"]),
+        (" --time=10 # ten minutes", ["--time=10"]),
+        (" --job-name=a#b", ["--job-name=a"]),
+        (" --job-name='a#b'", ["--job-name=a#b"]),
+        (" --job-name=a\\#b", ["--job-name=a#b"]),
+        # sbatch checks for whitespace before it applies a backslash, so "\ " does not join arguments
+        (" --job-name=a\\ b", ["--job-name=a", "b"]),
+        ("", []),
+        ("   # only a comment", []),
+        (" '' --requeue", []),  # sbatch stops at an empty argument
+    ],
+)
 def test_split_arguments_like_sbatch(rest, expected):
     assert split_arguments(rest) == expected
 
 
 def test_unmatched_quote_is_refused():
     with pytest.raises(DirectiveSyntaxError):
-        split_arguments(" --comment='{\"APS\": {}}")
+        split_arguments(' --comment=\'{"APS": {}}')
     parsed = parse_script(script("#SBATCH --comment='{oops}", "true"))
     assert any(n.refused and n.line == 2 for n in parsed.notes)
 
 
 def test_long_short_and_separate_value_forms():
-    parsed = parse_script(script(
-        "#SBATCH --output=logs/%j.out",
-        "#SBATCH --error logs/%j.err",
-        "#SBATCH -p gpu,debug",
-        "#SBATCH -Jtrain",
-        "#SBATCH -o other.out",
-        "hostname",
-    ))
+    parsed = parse_script(
+        script(
+            "#SBATCH --output=logs/%j.out",
+            "#SBATCH --error logs/%j.err",
+            "#SBATCH -p gpu,debug",
+            "#SBATCH -Jtrain",
+            "#SBATCH -o other.out",
+            "hostname",
+        )
+    )
     assert parsed.value("output") == "other.out"  # the later directive wins
     assert parsed.value("error") == "logs/%j.err"
     assert parsed.value("partition") == "gpu,debug"
@@ -152,40 +159,47 @@ def test_directive_like_scripts_never_raise(lines):
 
 # --- buffering ----------------------------------------------------------------------------------
 
+
 def risks(*lines: str, directives: tuple[str, ...] = ()) -> list[int]:
     return [r.line for r in python_buffering_risks(parse_script(script(*directives, *lines)))]
 
 
-@pytest.mark.parametrize("command", [
-    "python train.py",
-    "python3 -m torch.distributed.run train.py",
-    "srun python train.py --lr 3e-4",
-    "/opt/venv/bin/python3.11 train.py",
-    "srun --ntasks=8 torchrun --nproc-per-node=8 train.py",
-    "cd run && python train.py",
-    "python train.py | tee train.log",
-    "PYTHONUNBUFFERED= python train.py",
-    "stdbuf -oL python train.py",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python train.py",
+        "python3 -m torch.distributed.run train.py",
+        "srun python train.py --lr 3e-4",
+        "/opt/venv/bin/python3.11 train.py",
+        "srun --ntasks=8 torchrun --nproc-per-node=8 train.py",
+        "cd run && python train.py",
+        "python train.py | tee train.log",
+        "PYTHONUNBUFFERED= python train.py",
+        "stdbuf -oL python train.py",
+    ],
+)
 def test_buffered_python_is_flagged(command):
     assert risks(command) == [2]
 
 
-@pytest.mark.parametrize("lines", [
-    ("python -u train.py",),
-    ("python -Bu train.py",),
-    ("srun -u python train.py",),
-    ("srun --unbuffered python train.py",),
-    ("PYTHONUNBUFFERED=1 python train.py",),
-    ("env PYTHONUNBUFFERED=1 python train.py",),
-    ("export PYTHONUNBUFFERED=1", "python train.py"),
-    ("PYTHONUNBUFFERED=1", "export PYTHONUNBUFFERED", "python train.py"),
-    ("echo python train.py",),
-    ("which python",),
-    ("module load python/3.11",),
-    ("# python train.py",),
-    ("pip install -r requirements.txt",),
-])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ("python -u train.py",),
+        ("python -Bu train.py",),
+        ("srun -u python train.py",),
+        ("srun --unbuffered python train.py",),
+        ("PYTHONUNBUFFERED=1 python train.py",),
+        ("env PYTHONUNBUFFERED=1 python train.py",),
+        ("export PYTHONUNBUFFERED=1", "python train.py"),
+        ("PYTHONUNBUFFERED=1", "export PYTHONUNBUFFERED", "python train.py"),
+        ("echo python train.py",),
+        ("which python",),
+        ("module load python/3.11",),
+        ("# python train.py",),
+        ("pip install -r requirements.txt",),
+    ],
+)
 def test_unbuffered_or_non_python_lines_are_not_flagged(lines):
     assert risks(*lines) == []
 

@@ -8,7 +8,8 @@ import dataclasses
 import json
 import time
 import uuid
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 from sqlalchemy import select
 
@@ -30,27 +31,37 @@ def unique_environment() -> str:
 
 def policy_comment(environment: str, *, mode: str = "act", max_requeue_times: int = 1) -> str:
     """The user guide's directive, with mode act unless told otherwise."""
-    body = {"workflow_id": f"wf-{uuid.uuid4().hex[:6]}", "environment": environment, "mode": mode, "auto_resume_mode": "requeue", "max_requeue_times": max_requeue_times}
+    body = {
+        "workflow_id": f"wf-{uuid.uuid4().hex[:6]}",
+        "environment": environment,
+        "mode": mode,
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": max_requeue_times,
+    }
     return json.dumps({"APS": body}, separators=(",", ":"))
 
 
 def batch_script(comment: str, body: str, *, name: str = "e2e") -> str:
     """The user guide's two directives on top of a script; every attempt appends to one output file."""
-    return "\n".join([
-        "#!/bin/bash",
-        f"#SBATCH --job-name={name}",
-        "#SBATCH --requeue",
-        f"#SBATCH --comment='{comment}'",
-        "#SBATCH --output=out-%j.log",
-        "#SBATCH --open-mode=append",
-        body,
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={name}",
+            "#SBATCH --requeue",
+            f"#SBATCH --comment='{comment}'",
+            "#SBATCH --output=out-%j.log",
+            "#SBATCH --open-mode=append",
+            body,
+            "",
+        ]
+    )
 
 
 def lab_context(ctx: AppContext, environment: str, **changes: object) -> AppContext:
     """The test's database with settings for a fast worker in this test's own environment."""
-    values: dict[str, object] = dict(environment=environment, acknowledge_scheduler_actions=True, poll_interval=0.3, lease_seconds=3.0)
+    values: dict[str, object] = dict(
+        environment=environment, acknowledge_scheduler_actions=True, poll_interval=0.3, lease_seconds=3.0
+    )
     values.update(changes)
     return AppContext(settings=dataclasses.replace(ctx.settings, **values), engine=ctx.engine, sessions=ctx.sessions)  # type: ignore[arg-type]
 
@@ -81,17 +92,34 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float
 
 async def attempts(ctx: AppContext, job_id: int) -> list[Attempt]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index)
+                )
+            ).all()
+        )
 
 
 async def advice_list(ctx: AppContext, job_id: int) -> list[Advice]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index)
+                )
+            ).all()
+        )
 
 
 async def milestones(ctx: AppContext, job_id: int) -> list[SchedulerAction]:
     async with ctx.sessions() as session:
-        query = select(SchedulerAction).join(Advice, Advice.id == SchedulerAction.advice_id).where(Advice.slurm_job_id == job_id).order_by(SchedulerAction.id)
+        query = (
+            select(SchedulerAction)
+            .join(Advice, Advice.id == SchedulerAction.advice_id)
+            .where(Advice.slurm_job_id == job_id)
+            .order_by(SchedulerAction.id)
+        )
         return list((await session.scalars(query)).all())
 
 

@@ -39,7 +39,12 @@ def _json_documents(text: str) -> list[Any]:
 
 
 def _story(base: str, job_id: int) -> dict[str, Any]:
-    response = httpx.post(f"{base}/graphql", content=graphql_request_body("RecoveryStory", {"jobId": job_id}), headers={"content-type": "application/json"}, timeout=30)
+    response = httpx.post(
+        f"{base}/graphql",
+        content=graphql_request_body("RecoveryStory", {"jobId": job_id}),
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     response.raise_for_status()
     body = response.json()
     assert "errors" not in body, body
@@ -56,11 +61,23 @@ def _nodes(connection: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_demo_recovers_a_crash_and_a_hang(slurm_lab: SlurmLab, tmp_path: Path) -> None:
     port = _free_port()
-    env = {**slurm_lab.env(), "RECOVERY_DATA_DIR": str(tmp_path), "RECOVERY_BIND": f"127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **slurm_lab.env(),
+        "RECOVERY_DATA_DIR": str(tmp_path),
+        "RECOVERY_BIND": f"127.0.0.1:{port}",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("RECOVERY_OIDC_ISSUER", None)
     log_path = tmp_path / "demo.out"
     with log_path.open("w") as log:
-        demo = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--timeout", "400"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "demo", "--timeout", "400"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     try:
         deadline = time.monotonic() + 450
         while "Serving until you press Ctrl-C." not in log_path.read_text():
@@ -68,12 +85,16 @@ def test_demo_recovers_a_crash_and_a_hang(slurm_lab: SlurmLab, tmp_path: Path) -
             assert time.monotonic() < deadline, log_path.read_text()[-4000:]
             time.sleep(1)
         output = log_path.read_text()
-        assert "both examples were recovered automatically and completed from their checkpoints" in output, output[-4000:]
+        assert "both examples were recovered automatically and completed from their checkpoints" in output, output[
+            -4000:
+        ]
         crash_id = int(re.search(r"submitted examples/crash\.sbatch as job (\d+)", output).group(1))
         hang_id = int(re.search(r"submitted examples/hang\.sbatch as job (\d+)", output).group(1))
 
         # The commands the demo printed, run exactly as printed.
-        block = output.split("Inspect the attempts from a shell (the user guide's commands, as written):", 1)[1].split("Serving until", 1)[0]
+        block = output.split("Inspect the attempts from a shell (the user guide's commands, as written):", 1)[1].split(
+            "Serving until", 1
+        )[0]
         commands = "\n".join(line for line in block.splitlines() if line.startswith("  "))
         shell = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], capture_output=True, text=True, timeout=60)
         assert shell.returncode == 0, shell.stderr

@@ -15,8 +15,8 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 from sqlalchemy import select
@@ -32,7 +32,7 @@ from worker.watcher import Watcher
 
 pytestmark = pytest.mark.slurm
 
-TS = 'ts() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }'
+TS = "ts() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }"
 PRETRAIN = 'echo "[$(ts)] [before the start of training step] datetime: $(ts)"'
 ITERATION = 'echo "[$(ts)] iteration $1/  100 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.3E+00 |"'
 SAVED = 'echo "[$(ts)]   successfully saved checkpoint from iteration     1 to /ckpt/run [ t 1/1, p 1/1 ]"'
@@ -42,23 +42,41 @@ XID = 'echo "$(date "+%b %e %H:%M:%S") node2 kernel: NVRM: Xid (PCI:0000:3b:00):
 
 
 def comment(workflow: str, **extra) -> str:  # type: ignore[no-untyped-def]
-    body = {"workflow_id": workflow, "environment": "test-env", "mode": "observe", "auto_resume_mode": "requeue", "max_requeue_times": 2, **extra}
+    body = {
+        "workflow_id": workflow,
+        "environment": "test-env",
+        "mode": "observe",
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": 2,
+        **extra,
+    }
     return json.dumps({"APS": body}, separators=(",", ":"))
 
 
 def script(policy: str, body: str, *, output: str = "out-%j.log", append: bool = False) -> str:
-    return "\n".join([
-        "#!/bin/bash", "#SBATCH --job-name=logs-test", "#SBATCH --requeue", f"#SBATCH --comment='{policy}'",
-        f"#SBATCH --output={output}", *(["#SBATCH --open-mode=append"] if append else []),
-        TS, "step() { " + ITERATION + "; }", body, "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "#SBATCH --job-name=logs-test",
+            "#SBATCH --requeue",
+            f"#SBATCH --comment='{policy}'",
+            f"#SBATCH --output={output}",
+            *(["#SBATCH --open-mode=append"] if append else []),
+            TS,
+            "step() { " + ITERATION + "; }",
+            body,
+            "",
+        ]
+    )
 
 
 class Stack:
     """Observer (ticked by the test), collector and watcher (running as services) over the lab."""
 
     def __init__(self, ctx: AppContext, lab: SlurmLab, log_dir: Path) -> None:
-        settings = dataclasses.replace(ctx.settings, log_dirs=(str(log_dir),), hang_query_delay=2.0, collector_poll_interval=0.3)
+        settings = dataclasses.replace(
+            ctx.settings, log_dirs=(str(log_dir),), hang_query_delay=2.0, collector_poll_interval=0.3
+        )
         self.ctx = dataclasses.replace(ctx, settings=settings)
         self.observer = Observer(self.ctx, CliScheduler(settings, env=lab.env()))
         self.collector = Collector(self.ctx, use_inotify=False)
@@ -73,7 +91,9 @@ class Stack:
     async def tick(self) -> None:
         await self.observer.tick()
 
-    async def until(self, condition: Callable[[], Awaitable[bool]], timeout: float = 40.0, what: str = "condition") -> None:
+    async def until(
+        self, condition: Callable[[], Awaitable[bool]], timeout: float = 40.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while True:
             await self.tick()
@@ -84,15 +104,33 @@ class Stack:
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         async with self.ctx.sessions() as session:
-            return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+            return list(
+                (
+                    await session.scalars(
+                        select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index)
+                    )
+                ).all()
+            )
 
     async def evidence(self, job_id: int) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
         """attempt index -> anomaly categories, attempt index -> checkpoint kinds."""
         async with self.ctx.sessions() as session:
-            found = (await session.execute(select(Anomaly.category, Attempt.attempt_index).join(Attempt, Attempt.id == Anomaly.attempt_id)
-                                           .where(Attempt.slurm_job_id == job_id).order_by(Anomaly.id))).all()
-            saved = (await session.execute(select(Checkpoint.kind, Attempt.attempt_index).join(Attempt, Attempt.id == Checkpoint.attempt_id)
-                                           .where(Attempt.slurm_job_id == job_id).order_by(Checkpoint.id))).all()
+            found = (
+                await session.execute(
+                    select(Anomaly.category, Attempt.attempt_index)
+                    .join(Attempt, Attempt.id == Anomaly.attempt_id)
+                    .where(Attempt.slurm_job_id == job_id)
+                    .order_by(Anomaly.id)
+                )
+            ).all()
+            saved = (
+                await session.execute(
+                    select(Checkpoint.kind, Attempt.attempt_index)
+                    .join(Attempt, Attempt.id == Checkpoint.attempt_id)
+                    .where(Attempt.slurm_job_id == job_id)
+                    .order_by(Checkpoint.id)
+                )
+            ).all()
         anomalies: dict[int, list[str]] = {}
         checkpoints: dict[int, list[str]] = {}
         for category, index in found:
@@ -144,34 +182,43 @@ async def _requeue_and_check(stack: Stack, slurm_lab: SlurmLab, job_id: int) -> 
 
 async def test_per_attempt_files_in_a_log_directory_across_a_requeue(stack: Stack, slurm_lab: SlurmLab) -> None:
     log_dir: Path = stack.log_dir  # type: ignore[attr-defined]
-    body = "\n".join([
-        f'LOG={log_dir}/train-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}.log',
-        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
-        f'  {{ {PRETRAIN}; step 1; {SAVED}; {CRASH}; }} >> "$LOG"',
-        "else",
-        f'  {{ {PRETRAIN}; {LOADED}; {XID}; }} >> "$LOG"',
-        "fi",
-        "sleep 300",
-    ])
+    body = "\n".join(
+        [
+            f"LOG={log_dir}/train-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}.log",
+            'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
+            f'  {{ {PRETRAIN}; step 1; {SAVED}; {CRASH}; }} >> "$LOG"',
+            "else",
+            f'  {{ {PRETRAIN}; {LOADED}; {XID}; }} >> "$LOG"',
+            "fi",
+            "sleep 300",
+        ]
+    )
     job_id = slurm_lab.submit(script(comment(f"wf-{uuid.uuid4().hex[:6]}"), body))
     await _requeue_and_check(stack, slurm_lab, job_id)
     async with stack.ctx.sessions() as session:
-        owned = (await session.execute(select(LogSource.path, Attempt.attempt_index).join(Attempt, Attempt.id == LogSource.attempt_id)
-                                       .where(Attempt.slurm_job_id == job_id))).all()
+        owned = (
+            await session.execute(
+                select(LogSource.path, Attempt.attempt_index)
+                .join(Attempt, Attempt.id == LogSource.attempt_id)
+                .where(Attempt.slurm_job_id == job_id)
+            )
+        ).all()
     named = {Path(path).name: index for path, index in owned if "train-" in path}
     assert named == {f"train-{job_id}-0.log": 0, f"train-{job_id}-1.log": 1}
 
 
 async def test_shared_append_file_with_label_and_time_across_a_requeue(stack: Stack, slurm_lab: SlurmLab) -> None:
-    body = "\n".join([
-        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
-        f"  {PRETRAIN}; step 1; {SAVED}; {CRASH}",  # attempt 0: source timestamps only
-        "else",
-        # attempt 1: a slurm_job_attempt label on each line (the syslog-style Xid line has no year, the label decides)
-        f'  {{ {LOADED}; {XID}; }} | sed "s/^/slurm_job_attempt=${{SLURM_RESTART_COUNT}} /"',
-        "fi",
-        "sleep 300",
-    ])
+    body = "\n".join(
+        [
+            'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
+            f"  {PRETRAIN}; step 1; {SAVED}; {CRASH}",  # attempt 0: source timestamps only
+            "else",
+            # attempt 1: a slurm_job_attempt label on each line (the syslog-style Xid line has no year, the label decides)
+            f'  {{ {LOADED}; {XID}; }} | sed "s/^/slurm_job_attempt=${{SLURM_RESTART_COUNT}} /"',
+            "fi",
+            "sleep 300",
+        ]
+    )
     policy = comment(f"wf-{uuid.uuid4().hex[:6]}", log_file_paths_shared_across_attempts=True)
     job_id = slurm_lab.submit(script(policy, body, output="shared-%j.log", append=True))
     await _requeue_and_check(stack, slurm_lab, job_id)
@@ -181,8 +228,13 @@ async def test_shared_append_file_with_label_and_time_across_a_requeue(stack: St
 
 
 async def test_silent_job_raises_no_progress_and_a_printing_one_does_not(stack: Stack, slurm_lab: SlurmLab) -> None:
-    policy = comment(f"wf-{uuid.uuid4().hex[:6]}", anomaly_detection_config={
-        "log_based_timeout_threshold_pretraining": 5, "log_based_timeout_threshold_trainingloop": 5})
+    policy = comment(
+        f"wf-{uuid.uuid4().hex[:6]}",
+        anomaly_detection_config={
+            "log_based_timeout_threshold_pretraining": 5,
+            "log_based_timeout_threshold_trainingloop": 5,
+        },
+    )
     silent = slurm_lab.submit(script(policy, f"{PRETRAIN}; step 1; step 2; sleep 120"))
     busy = slurm_lab.submit(script(policy, f"{PRETRAIN}; for i in $(seq 1 60); do step $i; sleep 1; done"))
 
@@ -192,7 +244,9 @@ async def test_silent_job_raises_no_progress_and_a_printing_one_does_not(stack: 
 
     await stack.until(silent_flagged, timeout=60, what="NO_PROGRESS on the silent job")
     async with stack.ctx.sessions() as session:
-        anomaly = await session.scalar(select(Anomaly).join(Attempt, Attempt.id == Anomaly.attempt_id).where(Attempt.slurm_job_id == silent))
+        anomaly = await session.scalar(
+            select(Anomaly).join(Attempt, Attempt.id == Anomaly.attempt_id).where(Attempt.slurm_job_id == silent)
+        )
     assert anomaly.kind == "NO_PROGRESS" and anomaly.category == "NO_OUTPUT_TRAININGLOOP"
     last_output = dt.datetime.fromisoformat(anomaly.details["lastOutputAt"])
     delay = (anomaly.detected_at - last_output).total_seconds()

@@ -50,7 +50,11 @@ async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContex
     async with running_worker(wctx, slurm_lab):
         job_id = slurm_lab.submit(batch_script(policy_comment(env), CHECKPOINT_BODY))
         advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="attempt 0's Advice converged")
-        assert (advice.operation, advice.disposition, advice.disposition_reason) == ("RESTART", "CONVERGED", "DESIRED_STATE_OBSERVED")
+        assert (advice.operation, advice.disposition, advice.disposition_reason) == (
+            "RESTART",
+            "CONVERGED",
+            "DESIRED_STATE_OBSERVED",
+        )
 
         async def second_completed():  # type: ignore[no-untyped-def]
             found = await attempts(wctx, job_id)
@@ -61,7 +65,10 @@ async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContex
     output = (slurm_lab.test_dir() / f"out-{job_id}.log").read_text()
     assert "attempt 1 on node" in output and "resumed from iteration 100" in output
     assert slurm_lab.scontrol_show(job_id)["Restarts"] == "1"
-    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [("requeue_hold", "SUCCEEDED"), ("release", "SUCCEEDED")]
+    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [
+        ("requeue_hold", "SUCCEEDED"),
+        ("release", "SUCCEEDED"),
+    ]
 
 
 async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:
@@ -69,7 +76,9 @@ async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slur
     wctx = lab_context(ctx, env)
     async with running_worker(wctx, slurm_lab):
         job_id = slurm_lab.submit(batch_script(policy_comment(env, max_requeue_times=1), "sleep 1; exit 1"))
-        terminate = await eventually(lambda: advice_done(wctx, job_id, 1), timeout=180, what="attempt 1's Advice settled")
+        terminate = await eventually(
+            lambda: advice_done(wctx, job_id, 1), timeout=180, what="attempt 1's Advice settled"
+        )
         await asyncio.sleep(3)  # room for a wrong extra requeue to show
     assert (terminate.operation, terminate.rule) == ("TERMINATE", "retry_limit")
     assert "retry limit 1 reached (job asked 1" in terminate.reason
@@ -92,7 +101,10 @@ async def test_act_without_the_ceiling_stays_observe_and_touches_nothing(ctx: Ap
         advice = await eventually(not_authorized, what="NOT_AUTHORIZED status")
         await asyncio.sleep(2)
     assert advice.mode == "observe" and "ceiling" in advice.mode_reason and advice.disposition == "PENDING"
-    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [("requeue_hold", "SHADOW"), ("release", "SHADOW")]
+    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [
+        ("requeue_hold", "SHADOW"),
+        ("release", "SHADOW"),
+    ]
     shown = slurm_lab.scontrol_show(job_id)
     assert (shown["Restarts"], shown["JobState"]) == ("0", "FAILED")
 
@@ -104,7 +116,9 @@ async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, s
         job_id = slurm_lab.submit(batch_script(policy_comment(env), LONG_FIRST_ATTEMPT))
         a0 = await eventually(lambda: attempt_running(wctx, job_id, 0), what="attempt 0 running")
         bad = a0.nodes[0]
-        await add_anomaly(wctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")  # as the watcher would
+        await add_anomaly(
+            wctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}"
+        )  # as the watcher would
         advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
 
         async def second_placed():  # type: ignore[no-untyped-def]
@@ -147,7 +161,11 @@ async def test_two_workers_started_at_once_never_both_act(ctx: AppContext, slurm
     rows = await milestones(wctx, job_id)
     assert [(m.step, m.status) for m in rows] == [("requeue_hold", "SUCCEEDED"), ("release", "SUCCEEDED")]
     async with wctx.sessions() as session:
-        sent = await session.scalar(select(func.count()).select_from(AuditEvent).where(AuditEvent.event_type.like("scheduler.%"), AuditEvent.slurm_job_id == job_id))
+        sent = await session.scalar(
+            select(func.count())
+            .select_from(AuditEvent)
+            .where(AuditEvent.event_type.like("scheduler.%"), AuditEvent.slurm_job_id == job_id)
+        )
         keys = await session.scalar(select(func.count(func.distinct(SchedulerAction.idempotency_key))))
     assert sent == 2 and keys == 2
     assert slurm_lab.scontrol_show(job_id)["Restarts"] == "1"

@@ -14,22 +14,37 @@ from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 
-T0 = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.UTC)
 
 
 def effective_policy(*, shared: bool = False, **detection: Any) -> dict[str, Any]:
     return {
-        "workflow_id": "wf", "environment": "test-env", "mode": "observe", "auto_resume_mode": "requeue", "max_requeue_times": 3,
-        "log_file_paths_shared_across_attempts": shared, "anomaly_detection_config": {**DEFAULT_ANOMALY_DETECTION_CONFIG, **detection},
+        "workflow_id": "wf",
+        "environment": "test-env",
+        "mode": "observe",
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": 3,
+        "log_file_paths_shared_across_attempts": shared,
+        "anomaly_detection_config": {**DEFAULT_ANOMALY_DETECTION_CONFIG, **detection},
     }
 
 
 async def make_job(ctx: AppContext, slurm_job_id: int, *, shared: bool = False, **detection: Any) -> Job:
     async with ctx.sessions() as session, session.begin():
-        return await jobs.register_job(session, registration=jobs.JobRegistration(
-            cluster=ctx.settings.cluster, slurm_job_id=slurm_job_id, environment="test-env", enrolment="ENROLLED", enrolment_reason=None,
-            workflow_key="wf", policy_valid=True, policy_effective=effective_policy(shared=shared, **detection), shared_log_paths=shared,
-        ))
+        return await jobs.register_job(
+            session,
+            registration=jobs.JobRegistration(
+                cluster=ctx.settings.cluster,
+                slurm_job_id=slurm_job_id,
+                environment="test-env",
+                enrolment="ENROLLED",
+                enrolment_reason=None,
+                workflow_key="wf",
+                policy_valid=True,
+                policy_effective=effective_policy(shared=shared, **detection),
+                shared_log_paths=shared,
+            ),
+        )
 
 
 async def add_attempt(ctx: AppContext, job: Job, index: int, *, state: str = "RUNNING", **values: Any) -> Attempt:

@@ -2,12 +2,19 @@
 
 import datetime as dt
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.domain import association as assoc
-from app.domain.association import AttemptWindow, attribute_shared_event, job_file_name, next_retry_delay, written_after_end
+from app.domain.association import (
+    AttemptWindow,
+    attribute_shared_event,
+    job_file_name,
+    next_retry_delay,
+    written_after_end,
+)
 
-T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.timezone.utc)
+T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.UTC)
 
 
 def at(seconds: float) -> dt.datetime:
@@ -62,7 +69,10 @@ def test_no_timestamp_and_no_label_waits() -> None:
 
 def test_unstarted_attempt_has_no_window() -> None:
     pending = AttemptWindow(1, None, None)
-    assert attribute_shared_event(label=None, source_time=at(250), windows=[W0, pending], now=NOW).reason == assoc.OUTSIDE_WINDOWS
+    assert (
+        attribute_shared_event(label=None, source_time=at(250), windows=[W0, pending], now=NOW).reason
+        == assoc.OUTSIDE_WINDOWS
+    )
     assert attribute_shared_event(label=None, source_time=at(250), windows=[], now=NOW).reason == assoc.NO_ATTEMPTS
 
 
@@ -71,24 +81,42 @@ def test_open_window_ends_now() -> None:
 
 
 windows_strategy = st.lists(
-    st.tuples(st.integers(0, 1000), st.integers(0, 500), st.booleans()), min_size=0, max_size=5,
-).map(lambda spec: [AttemptWindow(i, at(s), None if open_ else at(s + length)) for i, (s, length, open_) in enumerate(spec)])
+    st.tuples(st.integers(0, 1000), st.integers(0, 500), st.booleans()),
+    min_size=0,
+    max_size=5,
+).map(
+    lambda spec: [
+        AttemptWindow(i, at(s), None if open_ else at(s + length)) for i, (s, length, open_) in enumerate(spec)
+    ]
+)
 
 
 @given(windows=windows_strategy, label=st.none() | st.integers(0, 6), stamp=st.none() | st.integers(-100, 2000))
 def test_decisions_only_name_registered_attempts_by_a_stated_rule(windows, label, stamp) -> None:  # type: ignore[no-untyped-def]
     now = at(1500)
-    decision = attribute_shared_event(label=label, source_time=None if stamp is None else at(stamp), windows=windows, now=now)
+    decision = attribute_shared_event(
+        label=label, source_time=None if stamp is None else at(stamp), windows=windows, now=now
+    )
     if decision.decided:
         assert decision.attempt_index in {w.index for w in windows}
         if decision.rule == "label":
             assert decision.attempt_index == label
         else:
             assert label is None and decision.rule == "window"
-            inside = [w for w in windows if w.start is not None and w.start <= at(stamp) < (w.end or now) + dt.timedelta(seconds=1)]
+            inside = [
+                w
+                for w in windows
+                if w.start is not None and w.start <= at(stamp) < (w.end or now) + dt.timedelta(seconds=1)
+            ]
             assert [w.index for w in inside] == [decision.attempt_index]
     else:
-        assert decision.reason in {assoc.LABEL_NOT_REGISTERED, assoc.NO_TIMESTAMP, assoc.OUTSIDE_WINDOWS, assoc.AMBIGUOUS, assoc.NO_ATTEMPTS}
+        assert decision.reason in {
+            assoc.LABEL_NOT_REGISTERED,
+            assoc.NO_TIMESTAMP,
+            assoc.OUTSIDE_WINDOWS,
+            assoc.AMBIGUOUS,
+            assoc.NO_ATTEMPTS,
+        }
 
 
 def test_redelivery_is_bounded_to_about_two_minutes() -> None:

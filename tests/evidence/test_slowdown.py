@@ -4,11 +4,18 @@ import datetime as dt
 
 from app.domain.slowdown import BASELINE_SAMPLES, SlowdownState, observe, rate_of
 
-T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.timezone.utc)
+T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.UTC)
 
 
 def feed(state, values, seconds, *, attempt=1, duration=60.0):  # type: ignore[no-untyped-def]
-    return observe(state, attempt_id=attempt, values=values, at=T + dt.timedelta(seconds=seconds), drop_ratio=0.7, duration=duration)
+    return observe(
+        state,
+        attempt_id=attempt,
+        values=values,
+        at=T + dt.timedelta(seconds=seconds),
+        drop_ratio=0.7,
+        duration=duration,
+    )
 
 
 def with_baseline(rate: float = 100.0) -> SlowdownState:

@@ -10,7 +10,18 @@ from app.jobs.models import Policy, Workflow
 
 
 def _registration(**kw):  # type: ignore[no-untyped-def]
-    base = dict(cluster="c1", slurm_job_id=42, environment="env", enrolment="ENROLLED", enrolment_reason=None, workflow_key="wf-a", name="train", partition="gpu", policy_valid=True, policy_effective={"mode": "observe"})
+    base = dict(
+        cluster="c1",
+        slurm_job_id=42,
+        environment="env",
+        enrolment="ENROLLED",
+        enrolment_reason=None,
+        workflow_key="wf-a",
+        name="train",
+        partition="gpu",
+        policy_valid=True,
+        policy_effective={"mode": "observe"},
+    )
     base.update(kw)
     return jobs.JobRegistration(**base)
 
@@ -18,7 +29,9 @@ def _registration(**kw):  # type: ignore[no-untyped-def]
 async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None:  # type: ignore[no-untyped-def]
     async with sessions() as session, session.begin():
         job = await jobs.register_job(session, registration=_registration())
-        a0 = await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING", nodes=["node1"], stdout_path="/logs/out-42.log")
+        a0 = await jobs.create_attempt(
+            session, job=job, attempt_index=0, state="RUNNING", nodes=["node1"], stdout_path="/logs/out-42.log"
+        )
         await jobs.update_attempt(session, attempt=a0, job=job, state="FAILED", exit_code=1)
         a1 = await jobs.create_attempt(session, job=job, attempt_index=1, state="PENDING")
     async with sessions() as session:
@@ -30,10 +43,18 @@ async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None: 
     assert workflow.workflow_key == "wf-a" and workflow.attempt_count == 2 and workflow.failed_attempt_count == 1
     assert workflow.latest_state == "PENDING"
     assert policy.valid and policy.effective == {"mode": "observe"}
-    assert [e.event_type for e in events] == ["job.registered", "attempt.registered", "attempt.state_changed", "attempt.registered"]
+    assert [e.event_type for e in events] == [
+        "job.registered",
+        "attempt.registered",
+        "attempt.state_changed",
+        "attempt.registered",
+    ]
     assert "exit code 1" in events[2].message and events[2].level == "WARNING"
     # the failed attempt keeps its own state and paths after the next one starts
-    assert [(a.attempt_index, a.state, a.stdout_path) for a in attempts] == [(0, "FAILED", "/logs/out-42.log"), (1, "PENDING", None)]
+    assert [(a.attempt_index, a.state, a.stdout_path) for a in attempts] == [
+        (0, "FAILED", "/logs/out-42.log"),
+        (1, "PENDING", None),
+    ]
     assert a1.uuid == attempt_uuid("c1", 42, 1) != a0.uuid
     assert {e.topic for e in entries} == {"workflow", "job", "attempt", "audit"}
     ids = [e.id for e in entries]
@@ -53,7 +74,12 @@ async def test_unchanged_update_writes_nothing(sessions) -> None:  # type: ignor
 
 async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None:  # type: ignore[no-untyped-def]
     async with sessions() as session, session.begin():
-        job = await jobs.register_job(session, registration=_registration(enrolment="ENVIRONMENT_MISMATCH", enrolment_reason="environment 'prod' is not 'env'"))
+        job = await jobs.register_job(
+            session,
+            registration=_registration(
+                enrolment="ENVIRONMENT_MISMATCH", enrolment_reason="environment 'prod' is not 'env'"
+            ),
+        )
     async with sessions() as session:
         event = await session.scalar(select(AuditEvent))
         assert job.workflow_id is None

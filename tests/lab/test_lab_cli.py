@@ -39,8 +39,14 @@ def test_up_again_is_a_no_op(slurm_lab: SlurmLab) -> None:
     assert _pids(slurm_lab.lab_dir) == before, "a second `up` must not restart anything"
     assert {"slurmctld.pid", "slurmd-node1.pid", "slurmd-node2.pid", "slurmd-node3.pid"} <= set(before)
     conf = Path(slurm_lab.slurm_conf).read_text()
-    for line in ("ClusterName=lab", "AuthInfo=cred_expire=5", "SchedulerParameters=bf_interval=1,sched_interval=2",
-                 "JobRequeue=1", "MinJobAge=86400", "JobCompType=jobcomp/filetxt"):
+    for line in (
+        "ClusterName=lab",
+        "AuthInfo=cred_expire=5",
+        "SchedulerParameters=bf_interval=1,sched_interval=2",
+        "JobRequeue=1",
+        "MinJobAge=86400",
+        "JobCompType=jobcomp/filetxt",
+    ):
         assert line in conf.splitlines(), line
 
 

@@ -18,11 +18,17 @@ async def test_renewal_and_takeover_after_expiry(sessions) -> None:  # type: ign
     now = utcnow()
     first = await leases.try_acquire(sessions, name="worker:test", holder="a", seconds=10, now=now)
     assert first.held and first.epoch == 1
-    renewed = await leases.try_acquire(sessions, name="worker:test", holder="a", seconds=10, now=now + dt.timedelta(seconds=5))
+    renewed = await leases.try_acquire(
+        sessions, name="worker:test", holder="a", seconds=10, now=now + dt.timedelta(seconds=5)
+    )
     assert renewed.held and renewed.epoch == 1
-    refused = await leases.try_acquire(sessions, name="worker:test", holder="b", seconds=10, now=now + dt.timedelta(seconds=6))
+    refused = await leases.try_acquire(
+        sessions, name="worker:test", holder="b", seconds=10, now=now + dt.timedelta(seconds=6)
+    )
     assert not refused.held and refused.holder == "a"
-    taken = await leases.try_acquire(sessions, name="worker:test", holder="b", seconds=10, now=now + dt.timedelta(seconds=30))
+    taken = await leases.try_acquire(
+        sessions, name="worker:test", holder="b", seconds=10, now=now + dt.timedelta(seconds=30)
+    )
     assert taken.held and taken.epoch == 2
 
 

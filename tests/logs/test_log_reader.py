@@ -1,10 +1,11 @@
 """The file tailer on real temp files: offsets, truncation, rotation, deletion, long and partial lines."""
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.domain import chunkscan
 from app.domain.signatures import CheckpointEvent, CrashSignature
@@ -16,7 +17,7 @@ ENGINES = ["python"] + (["hyperscan"] if chunkscan.HYPERSCAN_AVAILABLE else [])
 
 @pytest.fixture(params=ENGINES)
 def tailer(request):
-    with LogTailer(engine=request.param, tz=timezone.utc, traceback_wait=0.0) as t:
+    with LogTailer(engine=request.param, tz=UTC, traceback_wait=0.0) as t:
         yield t
 
 
@@ -43,7 +44,7 @@ def test_reads_new_lines_from_the_saved_offset(tmp_path, tailer):
     assert r1.exists and r1.events == () and r1.position.line_number == 3
     assert r1.latest_progress.signal.phase == "trainingloop" and r1.latest_progress.line_number == 3
     assert r1.latest_throughput.signal.values["iter_ms"] == pytest.approx(1000.1)
-    assert r1.last_source_time == datetime(2026, 11, 30, 2, 0, 1, tzinfo=timezone.utc)
+    assert r1.last_source_time == datetime(2026, 11, 30, 2, 0, 1, tzinfo=UTC)
     append(log, "Rank0: (1) segmentation fault: artificial segfault\n")
     r2 = tailer.read(r1.position)
     assert [(e.line_number, e.signal.category) for e in r2.events] == [(4, "SEGFAULT")]
@@ -54,12 +55,15 @@ def test_reads_new_lines_from_the_saved_offset(tmp_path, tailer):
 
 def test_crash_and_checkpoint_events_carry_their_facts(tmp_path, tailer):
     log = tmp_path / "train.log"
-    append(log, "2026-11-30 02:00:00,000 slurm_job_attempt=1 successfully saved checkpoint from iteration 500 to /ckpt\n"
-                "x\nNov 30 02:00:02 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    append(
+        log,
+        "2026-11-30 02:00:00,000 slurm_job_attempt=1 successfully saved checkpoint from iteration 500 to /ckpt\n"
+        "x\nNov 30 02:00:02 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n",
+    )
     result = tailer.read(FilePosition(path=str(log)))
     ckpt, xid = result.events
     assert isinstance(ckpt.signal, CheckpointEvent) and ckpt.signal.iteration == 500 and ckpt.attempt == 1
-    assert ckpt.source_time == datetime(2026, 11, 30, 2, 0, 0, tzinfo=timezone.utc)
+    assert ckpt.source_time == datetime(2026, 11, 30, 2, 0, 0, tzinfo=UTC)
     assert isinstance(xid.signal, CrashSignature) and xid.signal.nodes == ("node12",) and xid.line_number == 3
     assert xid.source_time.month == 11 and xid.source_time.day == 30
 
@@ -76,7 +80,9 @@ def test_partial_last_line_waits_for_its_newline(tmp_path, tailer):
 
 def test_progress_bar_without_newline_still_counts(tmp_path, tailer):
     log = tmp_path / "train.log"
-    append(log, "Epoch 0:   0%|          | 0/100 [00:00<?, ?it/s]\rEpoch 0:  10%|#         | 10/100 [00:05<00:45, 2.0it/s]")
+    append(
+        log, "Epoch 0:   0%|          | 0/100 [00:00<?, ?it/s]\rEpoch 0:  10%|#         | 10/100 [00:05<00:45, 2.0it/s]"
+    )
     result = tailer.read(FilePosition(path=str(log)))
     assert result.latest_progress.signal.phase == "trainingloop" and result.latest_progress.signal.iteration == 10
     assert result.position.offset == 0  # not consumed: the line has not ended
@@ -160,7 +166,10 @@ def test_very_long_line_is_capped_and_the_rest_skipped(tmp_path):
     append(log, b"before\n" + huge + b"\nCUDA error: after\n")
     with LogTailer(chunk_size=256 * 1024, line_cap=64 * 1024) as tailer:
         result, events, _, position = read_all(tailer, FilePosition(path=str(log)))
-    assert [(e.signal.category, e.line_number, e.was_truncated) for e in events] == [("SEGFAULT", 2, True), ("CUDA_ERROR", 3, False)]
+    assert [(e.signal.category, e.line_number, e.was_truncated) for e in events] == [
+        ("SEGFAULT", 2, True),
+        ("CUDA_ERROR", 3, False),
+    ]
     assert all(len(e.text) <= 64 * 1024 for e in events)
     assert position.line_number == 3 and not position.skipping
 
@@ -180,7 +189,7 @@ def test_long_line_without_newline_yet_is_bounded(tmp_path):
 def test_traceback_is_decided_by_its_exception_line(tmp_path, engine):
     tailer = LogTailer(engine=engine, traceback_wait=30.0)
     log = tmp_path / "train.log"
-    append(log, "[rank1]:Traceback (most recent call last):\n[rank1]:  File \"t.py\", line 1, in <module>\n")
+    append(log, '[rank1]:Traceback (most recent call last):\n[rank1]:  File "t.py", line 1, in <module>\n')
     r1 = tailer.read(FilePosition(path=str(log)))
     assert r1.events == () and r1.position.offset == 0  # waits: the exception line may still come
     append(log, "[rank1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
@@ -192,7 +201,7 @@ def test_traceback_is_decided_by_its_exception_line(tmp_path, engine):
 
 def test_unfinished_traceback_of_an_idle_file_is_reported_as_is(tmp_path, tailer):
     log = tmp_path / "train.log"
-    append(log, "Traceback (most recent call last):\n  File \"t.py\", line 1\n")
+    append(log, 'Traceback (most recent call last):\n  File "t.py", line 1\n')
     result = tailer.read(FilePosition(path=str(log)))  # traceback_wait=0: no more waiting
     assert [e.signal.category for e in result.events] == ["PYTHON_TRACEBACK"]
 
@@ -210,14 +219,18 @@ def test_last_output_at_prefers_recent_evidence(tmp_path, tailer):
     log = tmp_path / "train.log"
     append(log, "2020-01-01 00:00:00 old line\n")
     result = tailer.read(FilePosition(path=str(log)))
-    assert result.last_output_at >= datetime.now(timezone.utc) - timedelta(minutes=5)  # mtime beats an old source time
+    assert result.last_output_at >= datetime.now(UTC) - timedelta(minutes=5)  # mtime beats an old source time
 
 
 def test_fallback_engine_matches_hyperscan(tmp_path):
     if not chunkscan.HYPERSCAN_AVAILABLE:
         pytest.skip("hyperscan wheel not installed: nothing to compare the fallback with")
     log = tmp_path / "mixed.log"
-    append(log, "".join(ITER.format(s=i % 60, i=i) for i in range(200)) + "NCCL INFO x\nSegmentation fault\nSaving model checkpoint to /o/checkpoint-5\n")
+    append(
+        log,
+        "".join(ITER.format(s=i % 60, i=i) for i in range(200))
+        + "NCCL INFO x\nSegmentation fault\nSaving model checkpoint to /o/checkpoint-5\n",
+    )
     with LogTailer(engine="python") as slow, LogTailer(engine="hyperscan") as fast:
         a, b = slow.read(FilePosition(path=str(log))), fast.read(FilePosition(path=str(log)))
     assert slow.engine == "python" and fast.engine == "hyperscan"
@@ -226,11 +239,27 @@ def test_fallback_engine_matches_hyperscan(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(chunks=st.lists(st.one_of(
-    st.binary(max_size=300),
-    st.sampled_from([b"\r", b"\x00", b"\n", b"\xff\xfe", b"Segmentation fault\n", b"Traceback (most recent call last):\n", b"Epoch 0:  5%|", b" iteration 1/ 2 |"]),
-    st.builds(lambda n: b"z" * n, st.integers(0, 200_000)),
-), max_size=12))
+@given(
+    chunks=st.lists(
+        st.one_of(
+            st.binary(max_size=300),
+            st.sampled_from(
+                [
+                    b"\r",
+                    b"\x00",
+                    b"\n",
+                    b"\xff\xfe",
+                    b"Segmentation fault\n",
+                    b"Traceback (most recent call last):\n",
+                    b"Epoch 0:  5%|",
+                    b" iteration 1/ 2 |",
+                ]
+            ),
+            st.builds(lambda n: b"z" * n, st.integers(0, 200_000)),
+        ),
+        max_size=12,
+    )
+)
 def test_no_byte_sequence_breaks_the_reader(tmp_path_factory, chunks):
     log = tmp_path_factory.mktemp("prop") / "any.log"
     position = FilePosition(path=str(log))

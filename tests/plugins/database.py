@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 import pytest
 from sqlalchemy import text
@@ -88,7 +88,9 @@ async def _databases(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
 
 
 @pytest.fixture(params=BACKENDS)
-async def database(request: pytest.FixtureRequest, _databases: dict[str, Database], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
+async def database(
+    request: pytest.FixtureRequest, _databases: dict[str, Database], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Database]:
     """A clean, migrated database: the test runs once on SQLite and once on PostgreSQL."""
     backend = request.param
     if backend not in _databases:

@@ -19,9 +19,10 @@ import subprocess
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,11 @@ from tests.plugins import require
 OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
 AUDIENCE = "recovery"
 DASHBOARD_CLIENT_ID = "recovery-dashboard"
-CLIENT_SECRETS = {"viewer-client": "viewer-secret", "operator-client": "operator-secret", "norole-client": "norole-secret"}
+CLIENT_SECRETS = {
+    "viewer-client": "viewer-secret",
+    "operator-client": "operator-secret",
+    "norole-client": "norole-secret",
+}
 DEFAULT_REDIRECT_URI = "http://127.0.0.1:8000/dashboard/auth/callback"  # any loopback port works (native client)
 MIN_NODE_MAJOR = 20
 START_TIMEOUT = 30.0
@@ -53,7 +58,9 @@ def _check_node() -> str:
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False).stdout.strip()
     major = int(version.lstrip("v").split(".")[0]) if version.lstrip("v")[:1].isdigit() else 0
     if major < MIN_NODE_MAJOR:
-        _unavailable(f"node {version or '(unknown version)'} is older than v{MIN_NODE_MAJOR}, which oidc-provider needs")
+        _unavailable(
+            f"node {version or '(unknown version)'} is older than v{MIN_NODE_MAJOR}, which oidc-provider needs"
+        )
     if not (OIDC_DIR / "node_modules" / "oidc-provider").is_dir():
         command = ["npm", "ci"] if (OIDC_DIR / "package-lock.json").exists() else ["npm", "install"]
         done = subprocess.run(
@@ -129,8 +136,10 @@ class OidcProvider:
         try:
             url = authorize_url
             for _ in range(10):
-                response = http.get(url) if "/interaction/" not in url else http.post(
-                    url, data={"prompt": "login", "login": username, "password": "any"}
+                response = (
+                    http.get(url)
+                    if "/interaction/" not in url
+                    else http.post(url, data={"prompt": "login", "login": username, "password": "any"})
                 )
                 if response.status_code not in (302, 303):
                     raise AssertionError(f"{url} answered {response.status_code}: {response.text[:500]}")
@@ -146,25 +155,47 @@ class OidcProvider:
         """The token response of a complete authorization code + PKCE login as the dashboard client."""
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-        query = urllib.parse.urlencode({
-            "client_id": self.dashboard_client_id, "response_type": "code", "scope": "openid profile email roles",
-            "redirect_uri": redirect_uri, "code_challenge": challenge, "code_challenge_method": "S256",
-            "state": secrets.token_urlsafe(8), "nonce": secrets.token_urlsafe(8),
-        })
+        query = urllib.parse.urlencode(
+            {
+                "client_id": self.dashboard_client_id,
+                "response_type": "code",
+                "scope": "openid profile email roles",
+                "redirect_uri": redirect_uri,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+                "state": secrets.token_urlsafe(8),
+                "nonce": secrets.token_urlsafe(8),
+            }
+        )
         callback = self.login(f"{self.issuer}/auth?{query}", username)
         code = urllib.parse.parse_qs(urllib.parse.urlsplit(callback).query)["code"][0]
-        response = httpx.post(f"{self.issuer}/token", timeout=10, data={
-            "grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
-            "code_verifier": verifier, "client_id": self.dashboard_client_id,
-        })
+        response = httpx.post(
+            f"{self.issuer}/token",
+            timeout=10,
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": redirect_uri,
+                "code_verifier": verifier,
+                "client_id": self.dashboard_client_id,
+            },
+        )
         response.raise_for_status()
         return response.json()
 
     def valid_claims(self, **overrides: Any) -> dict[str, Any]:
         """Claims of a token that this provider could have issued to operator-client; override to break one."""
         now = int(time.time())
-        claims = {"iss": self.issuer, "aud": self.audience, "sub": "operator-client", "client_id": "operator-client",
-                  "iat": now, "exp": now + 300, "jti": secrets.token_urlsafe(8), "roles": ["operator"]}
+        claims = {
+            "iss": self.issuer,
+            "aud": self.audience,
+            "sub": "operator-client",
+            "client_id": "operator-client",
+            "iat": now,
+            "exp": now + 300,
+            "jti": secrets.token_urlsafe(8),
+            "roles": ["operator"],
+        }
         return claims | overrides
 
     def sign(self, claims: dict[str, Any], *, key: RSAKey | None = None, header: dict[str, Any] | None = None) -> str:
@@ -234,8 +265,13 @@ def start_oidc_provider(workdir: Path, *, env: dict[str, str] | None = None, att
                 stderr=subprocess.STDOUT,
             )
         provider = OidcProvider(
-            issuer=f"http://127.0.0.1:{port}", port=port, process=process, keys_file=keys_file,
-            log_path=log_path, admin_token=admin_token, keys=keys,
+            issuer=f"http://127.0.0.1:{port}",
+            port=port,
+            process=process,
+            keys_file=keys_file,
+            log_path=log_path,
+            admin_token=admin_token,
+            keys=keys,
         )
         if _wait_for_discovery(provider):
             return provider

@@ -17,13 +17,14 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterator, Sequence
 
 import pytest
 
-from app.lab.cli import default_lab_dir, run as lab_run
+from app.lab.cli import default_lab_dir
+from app.lab.cli import run as lab_run
 from tests.plugins import require
 
 _KEY_SPLIT = re.compile(r" (?=[A-Za-z][\w:/]*=)")
@@ -61,7 +62,11 @@ class SlurmLab:
         script.write_text(script_text)
         result = subprocess.run(
             ["sbatch", "--parsable", f"--chdir={directory}", *sbatch_args, str(script)],
-            env=self.env(**env), capture_output=True, text=True, timeout=30, check=False,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         if result.returncode != 0:
             raise AssertionError(f"sbatch failed ({result.returncode}): {result.stderr.strip()}")
@@ -73,7 +78,11 @@ class SlurmLab:
         """The job's state as `squeue -t all` prints it ('' when unknown)."""
         result = subprocess.run(
             ["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"],
-            env=self.env(), capture_output=True, text=True, timeout=15, check=False,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
         )
         return result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
 
@@ -97,7 +106,11 @@ class SlurmLab:
         """`scontrol show job -o` as a dict, for assertions only (values with ' Key=' inside are split)."""
         result = subprocess.run(
             ["scontrol", "show", "job", "-o", str(job_id)],
-            env=self.env(), capture_output=True, text=True, timeout=15, check=False,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
         )
         fields: dict[str, str] = {}
         for part in _KEY_SPLIT.split(result.stdout.strip()):
@@ -109,7 +122,9 @@ class SlurmLab:
     def cancel_submitted(self) -> None:
         """Cancel every job this session submitted (finished ones are ignored by scancel)."""
         if self.submitted:
-            subprocess.run(["scancel", *map(str, self.submitted)], env=self.env(), capture_output=True, timeout=30, check=False)
+            subprocess.run(
+                ["scancel", *map(str, self.submitted)], env=self.env(), capture_output=True, timeout=30, check=False
+            )
 
 
 _LAB: SlurmLab | None = None
@@ -157,7 +172,6 @@ def slurm_lab() -> Iterator[SlurmLab]:
         require("the Slurm lab", str(exc))
     yield lab
     lab.cancel_submitted()
-
 
 
 @pytest.fixture(autouse=True)

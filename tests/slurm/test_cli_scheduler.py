@@ -231,26 +231,35 @@ async def test_missing_binary_is_a_scheduler_error(tmp_path: Path) -> None:
 
 
 async def test_job_history_without_any_accounting_is_none(tmp_path: Path) -> None:
-    _fake_tool(tmp_path, "sacct", "case \"$*\" in *-c*) echo 'Slurm job completion is disabled' >&2; exit 1;; esac; echo 'Slurm accounting storage is disabled' >&2; exit 1")
+    _fake_tool(
+        tmp_path,
+        "sacct",
+        "case \"$*\" in *-c*) echo 'Slurm job completion is disabled' >&2; exit 1;; esac; echo 'Slurm accounting storage is disabled' >&2; exit 1",
+    )
     assert await CliScheduler(bin_dir=str(tmp_path), timeout=5).job_history(7) is None
 
 
 async def test_partition_nodes_fall_back_to_plain_sinfo_without_json(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     _fake_tool(
-        tmp_path, "sinfo",
-        f"echo \"$*\" >> {calls}; case \"$*\" in *--json*) echo \"sinfo: unrecognized option '--json'\" >&2; exit 1;; esac; printf 'gpu2\\ngpu1\\n'",
+        tmp_path,
+        "sinfo",
+        f'echo "$*" >> {calls}; case "$*" in *--json*) echo "sinfo: unrecognized option \'--json\'" >&2; exit 1;; esac; printf \'gpu2\\ngpu1\\n\'',
     )
     assert await CliScheduler(bin_dir=str(tmp_path), timeout=5).partition_nodes("gpu") == ("gpu1", "gpu2")
     assert calls.read_text().splitlines() == ["--json", "-h -a -N -p gpu -o %N"]
 
 
 async def test_partition_nodes_fall_back_when_the_json_shape_is_unknown(tmp_path: Path) -> None:
-    _fake_tool(tmp_path, "sinfo", "case \"$*\" in *--json*) echo '{\"sinfo\": []}';; *) echo gpu1;; esac")
+    _fake_tool(tmp_path, "sinfo", 'case "$*" in *--json*) echo \'{"sinfo": []}\';; *) echo gpu1;; esac')
     assert await CliScheduler(bin_dir=str(tmp_path), timeout=5).partition_nodes("gpu") == ("gpu1",)
 
 
 async def test_partition_nodes_unreachable_controller_is_transient(tmp_path: Path) -> None:
-    _fake_tool(tmp_path, "sinfo", "echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1")
+    _fake_tool(
+        tmp_path,
+        "sinfo",
+        "echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+    )
     with pytest.raises(TransientSchedulerError):
         await CliScheduler(bin_dir=str(tmp_path), timeout=5).partition_nodes("debug")

@@ -23,7 +23,14 @@ async def test_fake_requeue_hold_exclude_release_cycle() -> None:
     assert not released.held and released.excluded_nodes == ("node1",)
     history = await fake.job_history(7)
     assert [(r.attempt, r.state, r.exit_code) for r in history] == [(0, "FAILED", 1)]
-    assert [call[0] for call in fake.calls] == ["requeue_hold", "list_jobs", "set_excluded_nodes", "release", "list_jobs", "job_history"]
+    assert [call[0] for call in fake.calls] == [
+        "requeue_hold",
+        "list_jobs",
+        "set_excluded_nodes",
+        "release",
+        "list_jobs",
+        "job_history",
+    ]
 
 
 async def test_fake_refusals_match_slurm() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,28 @@ from app.slurm.parse import (
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 REFERENCE = Path("/work/shared/reference/slurm-json")
 KNOWN_STATES = {
-    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
-    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "COMPLETING", "CONFIGURING", "REQUEUED",
-    "SPECIAL_EXIT", "REQUEUE_HOLD", "RESIZING", "REVOKED", "SIGNALING", "STAGE_OUT", "STOPPED",
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "COMPLETING",
+    "CONFIGURING",
+    "REQUEUED",
+    "SPECIAL_EXIT",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "REVOKED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
 }
 
 
@@ -39,7 +58,7 @@ def by_id(name: str) -> dict:
 
 
 def utc(epoch: int) -> datetime:
-    return datetime.fromtimestamp(epoch, timezone.utc)
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 # ---------------------------------------------------------------- every captured file
@@ -255,8 +274,18 @@ def test_bad_records_are_skipped_and_reported() -> None:
             None,
             {"name": "no id"},
             {"job_id": 42},  # nothing else: still a job, with defaults
-            {"job_id": 43, "job_state": 7, "nodes": 5, "priority": "x", "exit_code": "?", "submit_time": "soon",
-             "hold": "yes", "restart_cnt": None, "excluded_nodes": None, "standard_output": 3},
+            {
+                "job_id": 43,
+                "job_state": 7,
+                "nodes": 5,
+                "priority": "x",
+                "exit_code": "?",
+                "submit_time": "soon",
+                "hold": "yes",
+                "restart_cnt": None,
+                "excluded_nodes": None,
+                "standard_output": 3,
+            },
         ],
         "errors": [],
     }
@@ -284,7 +313,10 @@ def test_ten_thousand_jobs_parse_in_one_snapshot() -> None:
     """Speed is measured by bench/observer_tick.py; here only the result is checked."""
     template = load("squeue-v0.0.42.json")
     jobs = template["jobs"]
-    template["jobs"] = [dict(jobs[i % len(jobs)], job_id=1_000_000 + i, nodes=f"gpu[{i % 90:02d}-{i % 90 + 3:02d}]") for i in range(10_000)]
+    template["jobs"] = [
+        dict(jobs[i % len(jobs)], job_id=1_000_000 + i, nodes=f"gpu[{i % 90:02d}-{i % 90 + 3:02d}]")
+        for i in range(10_000)
+    ]
     raw = json.dumps(template).encode()
     snapshot = parse_snapshot(raw)
     assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()

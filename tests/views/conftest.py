@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -41,7 +42,9 @@ def stub_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def dashboard_settings(settings: Settings, **overrides: Any) -> Settings:
     values = {f: getattr(settings, f) for f in settings.__dataclass_fields__}
-    values.update({"oidc_issuer": "http://issuer.invalid", "oidc_client_id": "recovery-dashboard", "session_secret": "s" * 32})
+    values.update(
+        {"oidc_issuer": "http://issuer.invalid", "oidc_client_id": "recovery-dashboard", "session_secret": "s" * 32}
+    )
     values.update(overrides)
     return Settings.build(**values)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Iterator
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -13,16 +13,16 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 class Node:
     tag: str
     attrs: dict[str, str | None] = field(default_factory=dict)
-    children: list["Node | str"] = field(default_factory=list)
-    parent: "Node | None" = None
+    children: list[Node | str] = field(default_factory=list)
+    parent: Node | None = None
 
-    def iter(self) -> Iterator["Node"]:
+    def iter(self) -> Iterator[Node]:
         for child in self.children:
             if isinstance(child, Node):
                 yield child
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, **attrs: str) -> list["Node"]:
+    def find_all(self, tag: str | None = None, **attrs: str) -> list[Node]:
         """Descendants with this tag whose attributes equal (or, for class, contain) the given values."""
         found = []
         for node in self.iter():
@@ -42,12 +42,12 @@ class Node:
                 found.append(node)
         return found
 
-    def find(self, tag: str | None = None, **attrs: str) -> "Node":
+    def find(self, tag: str | None = None, **attrs: str) -> Node:
         found = self.find_all(tag, **attrs)
         assert found, f"no <{tag}> with {attrs}"
         return found[0]
 
-    def by_id(self, element_id: str) -> "Node":
+    def by_id(self, element_id: str) -> Node:
         return self.find(None, id=element_id)
 
     @property

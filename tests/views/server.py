@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 
@@ -20,7 +21,9 @@ def free_port() -> int:
 async def serve(app: Any, port: int | None = None) -> AsyncIterator[str]:
     """Yield the base URL while uvicorn serves `app`; stops it (our own task) afterwards."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=2, ws="none")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=2, ws="none"
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(), name=f"uvicorn-{port}")
     for _ in range(200):

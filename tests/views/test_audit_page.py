@@ -12,8 +12,17 @@ from tests.views.seed import T0, seed_history
 async def _many_events(sessions, count: int) -> None:  # type: ignore[no-untyped-def]
     async with sessions() as session, session.begin():
         for i in range(count):
-            await audit.record(session, component="collector", event_type="log.read", level="DEBUG", message=f"read chunk {i}",
-                               cluster="test", slurm_job_id=555, attempt_index=i % 2, produced_at=T0 + dt.timedelta(seconds=i))
+            await audit.record(
+                session,
+                component="collector",
+                event_type="log.read",
+                level="DEBUG",
+                message=f"read chunk {i}",
+                cluster="test",
+                slurm_job_id=555,
+                attempt_index=i % 2,
+                produced_at=T0 + dt.timedelta(seconds=i),
+            )
 
 
 def _event_ids(html: str) -> list[str]:
@@ -33,7 +42,9 @@ async def test_job_box_selects_all_attempts_or_one_attempt_including_zero(viewer
 
 async def test_exact_event_type_component_and_level_filters(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
     await seed_history(sessions)
-    doc = parse((await viewer.get("/dashboard/audit?event_type=reconciliation.converged&component=controller&level=INFO")).text)
+    doc = parse(
+        (await viewer.get("/dashboard/audit?event_type=reconciliation.converged&component=controller&level=INFO")).text
+    )
     types = [code.text for code in doc.by_id("audit-results").find_all("code")]
     assert types == ["reconciliation.converged"]
     assert not _event_ids((await viewer.get("/dashboard/audit?event_type=reconciliation")).text)  # exact, not prefix
@@ -43,7 +54,9 @@ async def test_exact_event_type_component_and_level_filters(viewer, sessions) ->
 
 async def test_time_range_filter(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
     await _many_events(sessions, 10)
-    ids = _event_ids((await viewer.get("/dashboard/audit?job=555&from=2025-03-01T08:00:03&to=2025-03-01T08:00:06Z")).text)
+    ids = _event_ids(
+        (await viewer.get("/dashboard/audit?job=555&from=2025-03-01T08:00:03&to=2025-03-01T08:00:06Z")).text
+    )
     assert len(ids) == 3
 
 
@@ -52,7 +65,10 @@ async def test_bad_filters_show_errors_next_to_the_field_not_a_500(viewer) -> No
     assert response.status_code == 200
     doc = parse(response.text)
     job_label = doc.find("input", type="text").parent
-    assert "invalid" in job_label.attrs["class"] and "expected a job id or job_id/attempt_index" in job_label.find("span", class_="field-error").text
+    assert (
+        "invalid" in job_label.attrs["class"]
+        and "expected a job id or job_id/attempt_index" in job_label.find("span", class_="field-error").text
+    )
     assert len(doc.find_all("span", class_="field-error")) == 3
     assert "Fix the highlighted filter" in doc.by_id("audit-results").text
     forged = await viewer.get("/dashboard/audit?after=not-a-cursor")

@@ -31,11 +31,21 @@ def test_stream_limiter_bounds_streams_per_session() -> None:
 
 
 def test_feed_match_filters_by_page() -> None:
-    entry = lambda **kw: SimpleNamespace(**({"topic": "attempt", "workflow_id": None, "cluster": "c", "slurm_job_id": None} | kw))  # noqa: E731
+    entry = lambda **kw: SimpleNamespace(
+        **({"topic": "attempt", "workflow_id": None, "cluster": "c", "slurm_job_id": None} | kw)
+    )  # noqa: E731
     job = FeedMatch(frozenset({"attempt", "advice"}), slurm_job_id=7)
-    assert job(entry(slurm_job_id=7)) and not job(entry(slurm_job_id=8)) and not job(entry(topic="workflow", slurm_job_id=7))
+    assert (
+        job(entry(slurm_job_id=7))
+        and not job(entry(slurm_job_id=8))
+        and not job(entry(topic="workflow", slurm_job_id=7))
+    )
     workflow = FeedMatch(frozenset({"attempt", "advice"}), workflow_id=3, jobs=frozenset({("c", 9)}))
-    assert workflow(entry(workflow_id=3)) and workflow(entry(topic="advice", slurm_job_id=9)) and not workflow(entry(workflow_id=4))
+    assert (
+        workflow(entry(workflow_id=3))
+        and workflow(entry(topic="advice", slurm_job_id=9))
+        and not workflow(entry(workflow_id=4))
+    )
 
 
 async def _update_state(sessions: Any, attempt_id: int, state: str) -> None:
@@ -47,7 +57,12 @@ async def _update_state(sessions: Any, attempt_id: int, state: str) -> None:
 async def test_changes_yields_only_for_the_pages_job(sessions, settings) -> None:  # type: ignore[no-untyped-def]
     seeded = await seed_history(sessions)
     other = await seed_history(sessions, slurm_job_id=9000)
-    stream = changes(sessions, shared_waker(settings.database_url), FeedMatch(frozenset({"attempt"}), slurm_job_id=seeded.slurm_job_id), after_id=None)
+    stream = changes(
+        sessions,
+        shared_waker(settings.database_url),
+        FeedMatch(frozenset({"attempt"}), slurm_job_id=seeded.slurm_job_id),
+        after_id=None,
+    )
     ready = await asyncio.wait_for(stream.__anext__(), 5)
     assert ready["event"] == "ready"
     await _update_state(sessions, other.attempt_ids[1], "COMPLETING")  # another job: no event
@@ -82,10 +97,14 @@ async def _read_events(response: httpx.Response, wanted: str, timeout: float = 1
     return await asyncio.wait_for(read(), timeout)
 
 
-async def test_sse_stream_over_real_http_sends_changed_and_bounds_streams(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_sse_stream_over_real_http_sends_changed_and_bounds_streams(
+    database, settings, stub_tokens, sessions
+) -> None:  # type: ignore[no-untyped-def]
     seeded = await seed_history(sessions)
     configured = dashboard_settings(settings)
-    app = create_app(configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions))
+    app = create_app(
+        configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions)
+    )
     url = f"/dashboard/live?view=attempt&job={seeded.slurm_job_id}"
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=15) as client:
         headers = {"Authorization": f"Bearer {VIEWER_TOKEN}", "Accept": "text/event-stream"}
@@ -114,7 +133,9 @@ def contextlib_streams(client: httpx.AsyncClient, url: str, headers: dict[str, s
     @contextlib.asynccontextmanager
     async def opened() -> Any:
         async with contextlib.AsyncExitStack() as stack:
-            responses = [await stack.enter_async_context(client.stream("GET", url, headers=headers)) for _ in range(count)]
+            responses = [
+                await stack.enter_async_context(client.stream("GET", url, headers=headers)) for _ in range(count)
+            ]
             for response in responses:
                 await _read_events(response, "ready")
             yield responses

@@ -16,16 +16,30 @@ pytestmark = [pytest.mark.oidc, pytest.mark.parametrize("database", ["sqlite"], 
 
 
 def _app(oidc_provider, database, settings):  # type: ignore[no-untyped-def]
-    configured = oidc_provider.settings(database_url=database.url, data_dir=settings.data_dir, cluster="test", environment="test-env", session_secret="x" * 32)
-    return create_app(configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions))
+    configured = oidc_provider.settings(
+        database_url=database.url,
+        data_dir=settings.data_dir,
+        cluster="test",
+        environment="test-env",
+        session_secret="x" * 32,
+    )
+    return create_app(
+        configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions)
+    )
 
 
-async def _login(client: httpx.AsyncClient, oidc_provider, username: str, next_path: str = "/dashboard/advice") -> httpx.Response:  # type: ignore[no-untyped-def]
+async def _login(
+    client: httpx.AsyncClient, oidc_provider, username: str, next_path: str = "/dashboard/advice"
+) -> httpx.Response:  # type: ignore[no-untyped-def]
     start = await client.get("/dashboard/auth/login", params={"next": next_path})
     assert start.status_code == 302
     authorize = start.headers["location"]
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(authorize).query)
-    assert authorize.startswith(oidc_provider.issuer) and query["code_challenge_method"] == ["S256"] and query["code_challenge"]
+    assert (
+        authorize.startswith(oidc_provider.issuer)
+        and query["code_challenge_method"] == ["S256"]
+        and query["code_challenge"]
+    )
     assert query["redirect_uri"] == ["http://127.0.0.1:8000/dashboard/auth/callback"]
     callback = oidc_provider.login(authorize, username)
     return await client.get(callback.replace("http://127.0.0.1:8000", ""))
@@ -35,7 +49,10 @@ async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider,
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         anonymous = await client.get("/dashboard/advice")
-        assert anonymous.status_code == 303 and anonymous.headers["location"] == "/dashboard/auth/login?next=%2Fdashboard%2Fadvice"
+        assert (
+            anonymous.status_code == 303
+            and anonymous.headers["location"] == "/dashboard/auth/login?next=%2Fdashboard%2Fadvice"
+        )
         done = await _login(client, oidc_provider, "operator-otto")
         assert done.status_code == 303 and done.headers["location"] == "/dashboard/advice"
         cookie = done.headers["set-cookie"].lower()
@@ -72,7 +89,11 @@ async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider
 async def test_bearer_token_from_the_provider_works_on_dashboard_routes(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
-        ok = await client.get("/dashboard/workflow", headers={"Authorization": f"Bearer {oidc_provider.token('viewer-client')}"})
+        ok = await client.get(
+            "/dashboard/workflow", headers={"Authorization": f"Bearer {oidc_provider.token('viewer-client')}"}
+        )
         assert ok.status_code == 200
-        norole = await client.get("/dashboard/workflow", headers={"Authorization": f"Bearer {oidc_provider.token('norole-client')}"})
+        norole = await client.get(
+            "/dashboard/workflow", headers={"Authorization": f"Bearer {oidc_provider.token('norole-client')}"}
+        )
         assert norole.status_code == 403

@@ -41,7 +41,10 @@ async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:  # 
     assert "No enrolled jobs yet" in empty.text
     directives = empty.find("pre").text
     assert "#SBATCH --requeue" in directives
-    assert '#SBATCH --comment=\'{"APS":{"workflow_id":"training-example","environment":"test-env","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}\'' in empty.find("pre").children[0]
+    assert (
+        '#SBATCH --comment=\'{"APS":{"workflow_id":"training-example","environment":"test-env","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}\''
+        in empty.find("pre").children[0]
+    )
 
 
 async def test_overview_filters_and_failed_only(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
@@ -82,12 +85,27 @@ async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewe
     doc = parse(response.text)
     assert doc.find("h1").text.startswith("Job Details")
     text = doc.by_id("attempt-details").text
-    for expected in ("FAILED", "gpu-a01, gpu-a02", "NonZeroExitCode", "/logs/llama-4242-0.out", "pretraining 960s, training loop 840s",
-                     "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false", "requested act",
-                     "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "/logs/llama-4242-0.err :1312",
-                     "generation 1", "gpu-a02", "observed generation —", "/ckpt/iter_0001200"):
+    for expected in (
+        "FAILED",
+        "gpu-a01, gpu-a02",
+        "NonZeroExitCode",
+        "/logs/llama-4242-0.out",
+        "pretraining 960s, training loop 840s",
+        "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false",
+        "requested act",
+        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "/logs/llama-4242-0.err :1312",
+        "generation 1",
+        "gpu-a02",
+        "observed generation —",
+        "/ckpt/iter_0001200",
+    ):
         assert expected in text, expected
-    milestones = [tr.find_all("td")[0].text for tr in doc.by_id("attempt-details").find_all("tr") if tr.find_all("td") and tr.find_all("td")[0].text in ("requeue_hold", "update_exclusions", "release")]
+    milestones = [
+        tr.find_all("td")[0].text
+        for tr in doc.by_id("attempt-details").find_all("tr")
+        if tr.find_all("td") and tr.find_all("td")[0].text in ("requeue_hold", "update_exclusions", "release")
+    ]
     assert milestones == ["requeue_hold", "update_exclusions", "release"]
     raw = doc.find("details", class_="raw")
     payload = json.loads(raw.find("pre").children[0])
@@ -102,7 +120,10 @@ async def test_attempt_deep_links_by_index_and_uuid(viewer, sessions) -> None:  
     by_uuid = parse((await viewer.get(f"/dashboard/attempts/{seeded.attempt_uuids[1]}")).text)
     assert "attempt 1" in by_uuid.find("h1").text
     unknown_attempt = await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/7")
-    assert unknown_attempt.status_code == 404 and "has no attempt 7; 2 attempt(s) are recorded" in parse(unknown_attempt.text).find("main").text
+    assert (
+        unknown_attempt.status_code == 404
+        and "has no attempt 7; 2 attempt(s) are recorded" in parse(unknown_attempt.text).find("main").text
+    )
     unknown_job = await viewer.get("/dashboard/jobs/31337/attempts/0")
     assert unknown_job.status_code == 404 and "No job 31337 is recorded" in parse(unknown_job.text).find("main").text
 
@@ -132,7 +153,10 @@ async def test_audit_views_disabled_say_so(database, settings, stub_tokens, sess
         for path in ("/dashboard/audit", f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline"):
             response = await client.get(path)
             assert response.status_code == 404
-            assert "turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false)" in parse(response.text).find("main").text
+            assert (
+                "turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false)"
+                in parse(response.text).find("main").text
+            )
         details = parse((await client.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")).text)
         assert not [a for a in details.find_all("a") if "timeline" in (a.attrs.get("href") or "")]
         assert "Audit Events" not in details.find("header").text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import event, insert, select
 
@@ -34,28 +35,103 @@ def count_statements(engine: Any) -> Iterator[list[str]]:
 async def _bulk_workflows(sessions: Any, count: int) -> None:
     """Workflows, each with one job, attempt 0 (FAILED for every 7th), an anomaly and active Advice on some."""
     async with sessions() as session, session.begin():
-        await session.execute(insert(Workflow), [
-            {"cluster": "test", "environment": "test-env", "workflow_key": f"wf-{i:05d}", "latest_state": "FAILED" if i % 7 == 0 else "RUNNING",
-             "latest_job_name": f"job-{i}", "attempt_count": 1, "failed_attempt_count": int(i % 7 == 0),
-             "created_at": T0, "updated_at": T0 + dt.timedelta(seconds=i)} for i in range(count)])
+        await session.execute(
+            insert(Workflow),
+            [
+                {
+                    "cluster": "test",
+                    "environment": "test-env",
+                    "workflow_key": f"wf-{i:05d}",
+                    "latest_state": "FAILED" if i % 7 == 0 else "RUNNING",
+                    "latest_job_name": f"job-{i}",
+                    "attempt_count": 1,
+                    "failed_attempt_count": int(i % 7 == 0),
+                    "created_at": T0,
+                    "updated_at": T0 + dt.timedelta(seconds=i),
+                }
+                for i in range(count)
+            ],
+        )
         ids = dict((await session.execute(select(Workflow.workflow_key, Workflow.id))).all())
-        await session.execute(insert(Job), [
-            {"cluster": "test", "slurm_job_id": 100000 + i, "incarnation": 0, "workflow_id": ids[f"wf-{i:05d}"], "name": f"job-{i}",
-             "enrolment": "ENROLLED", "effective_mode": "observe", "restart_count": 0, "shared_log_paths": False} for i in range(count)])
+        await session.execute(
+            insert(Job),
+            [
+                {
+                    "cluster": "test",
+                    "slurm_job_id": 100000 + i,
+                    "incarnation": 0,
+                    "workflow_id": ids[f"wf-{i:05d}"],
+                    "name": f"job-{i}",
+                    "enrolment": "ENROLLED",
+                    "effective_mode": "observe",
+                    "restart_count": 0,
+                    "shared_log_paths": False,
+                }
+                for i in range(count)
+            ],
+        )
         jobs = dict((await session.execute(select(Job.slurm_job_id, Job.id))).all())
-        await session.execute(insert(Attempt), [
-            {"uuid": f"00000000-0000-5000-8000-{i:012d}", "job_id": jobs[100000 + i], "workflow_id": ids[f"wf-{i:05d}"], "cluster": "test",
-             "slurm_job_id": 100000 + i, "attempt_index": 0, "state": "FAILED" if i % 7 == 0 else "RUNNING", "nodes": [], "excluded_nodes": [],
-             "held": False, "created_at": T0, "updated_at": T0} for i in range(count)])
+        await session.execute(
+            insert(Attempt),
+            [
+                {
+                    "uuid": f"00000000-0000-5000-8000-{i:012d}",
+                    "job_id": jobs[100000 + i],
+                    "workflow_id": ids[f"wf-{i:05d}"],
+                    "cluster": "test",
+                    "slurm_job_id": 100000 + i,
+                    "attempt_index": 0,
+                    "state": "FAILED" if i % 7 == 0 else "RUNNING",
+                    "nodes": [],
+                    "excluded_nodes": [],
+                    "held": False,
+                    "created_at": T0,
+                    "updated_at": T0,
+                }
+                for i in range(count)
+            ],
+        )
         attempts = dict((await session.execute(select(Attempt.slurm_job_id, Attempt.id))).all())
         failed = [i for i in range(count) if i % 7 == 0]
-        await session.execute(insert(Anomaly), [
-            {"attempt_id": attempts[100000 + i], "event_key": f"bulk-{i}", "kind": "CRASH", "category": "segfault", "detector": "signatures",
-             "details": {}, "detected_at": T0} for i in failed])
-        await session.execute(insert(Advice), [
-            {"attempt_id": attempts[100000 + i], "job_id": jobs[100000 + i], "cluster": "test", "slurm_job_id": 100000 + i, "attempt_index": 0,
-             "operation": "RESTART", "exclusions": [], "reason": "crash", "evidence": {}, "generation": 1, "mode": "observe", "active": True,
-             "disposition": "PENDING", "reconcile_failures": 0, "created_at": T0, "updated_at": T0} for i in failed])
+        await session.execute(
+            insert(Anomaly),
+            [
+                {
+                    "attempt_id": attempts[100000 + i],
+                    "event_key": f"bulk-{i}",
+                    "kind": "CRASH",
+                    "category": "segfault",
+                    "detector": "signatures",
+                    "details": {},
+                    "detected_at": T0,
+                }
+                for i in failed
+            ],
+        )
+        await session.execute(
+            insert(Advice),
+            [
+                {
+                    "attempt_id": attempts[100000 + i],
+                    "job_id": jobs[100000 + i],
+                    "cluster": "test",
+                    "slurm_job_id": 100000 + i,
+                    "attempt_index": 0,
+                    "operation": "RESTART",
+                    "exclusions": [],
+                    "reason": "crash",
+                    "evidence": {},
+                    "generation": 1,
+                    "mode": "observe",
+                    "active": True,
+                    "disposition": "PENDING",
+                    "reconcile_failures": 0,
+                    "created_at": T0,
+                    "updated_at": T0,
+                }
+                for i in failed
+            ],
+        )
 
 
 async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(viewer, sessions, database) -> None:  # type: ignore[no-untyped-def]

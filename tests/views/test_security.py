@@ -23,9 +23,16 @@ PUBLIC = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/
 def _pages(seeded) -> list[str]:  # type: ignore[no-untyped-def]
     j = seeded.slurm_job_id
     return [
-        "/dashboard/workflow", f"/dashboard/workflow/{seeded.workflow_id}", f"/dashboard/jobs/{j}", f"/dashboard/jobs/{j}/attempts/0",
-        f"/dashboard/jobs/{j}/attempts/1/timeline", f"/dashboard/attempts/{seeded.attempt_uuids[0]}", "/dashboard/audit?job=4242/0",
-        "/dashboard/advice?show=all", "/dashboard/jobs/1", "/dashboard/audit?job=bad",
+        "/dashboard/workflow",
+        f"/dashboard/workflow/{seeded.workflow_id}",
+        f"/dashboard/jobs/{j}",
+        f"/dashboard/jobs/{j}/attempts/0",
+        f"/dashboard/jobs/{j}/attempts/1/timeline",
+        f"/dashboard/attempts/{seeded.attempt_uuids[0]}",
+        "/dashboard/audit?job=4242/0",
+        "/dashboard/advice?show=all",
+        "/dashboard/jobs/1",
+        "/dashboard/audit?job=bad",
     ]
 
 
@@ -56,11 +63,19 @@ def _dashboard_routes(app) -> list[tuple[str, set[str]]]:  # type: ignore[no-unt
 
 async def test_every_dashboard_route_refuses_anonymous_callers(anonymous, database, settings, stub_tokens) -> None:  # type: ignore[no-untyped-def]
     configured = dashboard_settings(settings)
-    app = create_app(configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions))
+    app = create_app(
+        configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions)
+    )
     routes = _dashboard_routes(app)
     assert len(routes) >= 14
-    fill = {"{workflow_id:int}": "1", "{job_id:int}": "1", "{attempt_index:int}": "0", "{uuid}": "0b0e4f6e-1111-5222-8333-444455556666",
-            "{advice_id:int}": "1", "{action}": "approve"}
+    fill = {
+        "{workflow_id:int}": "1",
+        "{job_id:int}": "1",
+        "{attempt_index:int}": "0",
+        "{uuid}": "0b0e4f6e-1111-5222-8333-444455556666",
+        "{advice_id:int}": "1",
+        "{action}": "approve",
+    }
     checked = 0
     for template, methods in routes:
         path = template
@@ -71,9 +86,13 @@ async def test_every_dashboard_route_refuses_anonymous_callers(anonymous, databa
         for method in methods - {"HEAD"}:
             browser = await anonymous.request(method, path, follow_redirects=False)
             htmx = await anonymous.request(method, path, headers={"HX-Request": "true"}, follow_redirects=False)
-            stream = await anonymous.request(method, path, headers={"Accept": "text/event-stream"}, follow_redirects=False)
+            stream = await anonymous.request(
+                method, path, headers={"Accept": "text/event-stream"}, follow_redirects=False
+            )
             if method == "GET":
-                assert browser.status_code == 303 and browser.headers["location"].startswith("/dashboard/auth/login?next="), path
+                assert browser.status_code == 303 and browser.headers["location"].startswith(
+                    "/dashboard/auth/login?next="
+                ), path
             else:
                 assert browser.status_code == 401, path
             assert htmx.status_code == 401 and stream.status_code == 401, path
@@ -100,8 +119,15 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
         assert (await browser.post(url, headers={"X-CSRF-Token": "x" * 43})).status_code == 403
         done = await browser.post(url, data={"csrf_token": token}, follow_redirects=False)
         assert done.status_code == 303
-        fragment = await browser.post(f"/dashboard/advice/{seeded.advice_id}/veto", headers={"X-CSRF-Token": token, "HX-Request": "true"}, data={"reason": ""})
-        assert fragment.status_code == 200 and "a veto needs a reason" in parse(fragment.text).find(None, class_="field-error").text
+        fragment = await browser.post(
+            f"/dashboard/advice/{seeded.advice_id}/veto",
+            headers={"X-CSRF-Token": token, "HX-Request": "true"},
+            data={"reason": ""},
+        )
+        assert (
+            fragment.status_code == 200
+            and "a veto needs a reason" in parse(fragment.text).find(None, class_="field-error").text
+        )
     async with sessions() as session:
         advice = await session.get(Advice, seeded.advice_id)
         event = await session.scalar(select(AuditEvent).where(AuditEvent.event_type == "advice.approved"))
@@ -111,7 +137,9 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
 async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, operator, sessions) -> None:  # type: ignore[no-untyped-def]
     seeded = await seed_history(sessions)
     as_viewer = parse((await viewer.get("/dashboard/advice")).text)
-    assert not as_viewer.find_all("form", method="post") or all("logout" in f.attrs["action"] for f in as_viewer.find_all("form", method="post"))
+    assert not as_viewer.find_all("form", method="post") or all(
+        "logout" in f.attrs["action"] for f in as_viewer.find_all("form", method="post")
+    )
     assert not as_viewer.find_all("td", class_="operator-actions")
     refused = await viewer.post(f"/dashboard/advice/{seeded.advice_id}/approve", data={"csrf_token": "x"})
     assert refused.status_code == 403 and "operator role" in refused.text
@@ -129,7 +157,9 @@ async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, o
 
 
 async def test_dev_mode_shows_a_banner(database, settings) -> None:  # type: ignore[no-untyped-def]
-    async with await open_client(database, dashboard_settings(settings, dev_no_auth=True, oidc_issuer=""), token=None) as client:
+    async with await open_client(
+        database, dashboard_settings(settings, dev_no_auth=True, oidc_issuer=""), token=None
+    ) as client:
         doc = parse((await client.get("/dashboard/workflow")).text)
     assert "Authentication is off" in doc.by_id("dev-banner").text
 
@@ -147,5 +177,10 @@ async def test_session_cookie_is_scoped_httponly_lax_and_secure_on_https(databas
     for base, secure in (("http://testserver", False), ("https://testserver", True)):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base) as client:
             cookie = (await client.get("/dashboard/workflow")).headers["set-cookie"].lower()
-        assert "recovery_dashboard=" in cookie and "httponly" in cookie and "samesite=lax" in cookie and "path=/dashboard" in cookie
+        assert (
+            "recovery_dashboard=" in cookie
+            and "httponly" in cookie
+            and "samesite=lax" in cookie
+            and "path=/dashboard" in cookie
+        )
         assert ("secure" in cookie.replace("samesite", "")) is secure

@@ -28,20 +28,36 @@ def advisor(ctx: AppContext) -> Advisor:
     return Advisor(ctx)
 
 
-async def test_failed_attempt_gets_one_restart_advice_in_observe_without_the_ceiling(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_failed_attempt_gets_one_restart_advice_in_observe_without_the_ceiling(
+    ctx, fake, observer, advisor
+) -> None:  # type: ignore[no-untyped-def]
     await advisor.tick()  # positions start before the failure
     await submit(observer, fake, 11)
     fake.finish(11, "FAILED", exit_code=1)
     await observer.tick()
     await advisor.tick()
     [advice] = await advice_of(ctx, 11)
-    assert (advice.operation, advice.rule, advice.generation, advice.attempt_index) == ("RESTART", "restart_allowed", 1, 0)
+    assert (advice.operation, advice.rule, advice.generation, advice.attempt_index) == (
+        "RESTART",
+        "restart_allowed",
+        1,
+        0,
+    )
     assert advice.mode == "observe" and "ceiling" in advice.mode_reason
     assert advice.active and advice.disposition == "PENDING" and advice.expires_at is not None
     [created] = await events(ctx, "advice.created")
-    assert created.payload["rule"] == "restart_allowed" and created.payload["generation"] == 1 and created.attempt_index == 0
+    assert (
+        created.payload["rule"] == "restart_allowed"
+        and created.payload["generation"] == 1
+        and created.attempt_index == 0
+    )
     async with ctx.sessions() as session:
-        assert await session.scalar(select(func.count()).select_from(ChangeFeedEntry).where(ChangeFeedEntry.topic == "advice")) == 1
+        assert (
+            await session.scalar(
+                select(func.count()).select_from(ChangeFeedEntry).where(ChangeFeedEntry.topic == "advice")
+            )
+            == 1
+        )
     decisions = advisor.decisions
     await advisor.tick()
     assert advisor.decisions == decisions  # nothing new: no work, no scan
@@ -178,7 +194,9 @@ async def _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advis
     return await advice_of(ctx, job_id)
 
 
-async def test_partition_guard_keeps_the_newest_evidence_when_exclusions_would_cover_the_partition(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_partition_guard_keeps_the_newest_evidence_when_exclusions_would_cover_the_partition(
+    ctx, fake, observer
+) -> None:  # type: ignore[no-untyped-def]
     assert await fake.partition_nodes("debug") == ("node1", "node2", "node3")  # the job's partition, as on the lab
     fake.calls.clear()
     advisor = Advisor(ctx, fake)

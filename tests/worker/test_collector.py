@@ -8,14 +8,23 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from sqlalchemy import update as sql_update
 
 from app.context import AppContext
 from app.evidence.models import Anomaly, LogSource
 from app.logs.reader import LogTailer
 from tests.evidence.helpers import (
-    add_attempt, anomalies, audit_events, checkpoints, make_job, pending, sources, update,
+    add_attempt,
+    anomalies,
+    audit_events,
+    checkpoints,
+    make_job,
+    pending,
+    sources,
+    update,
 )
 from worker.collector import Collector, load_ruleset
 
@@ -39,28 +48,51 @@ class Clock:
 def collector_for(ctx: AppContext, clock: Clock | None = None, **settings) -> Collector:  # type: ignore[no-untyped-def]
     if settings:
         ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, **settings))
-    return Collector(ctx, clock=clock or Clock(dt.datetime.now(dt.timezone.utc)), use_inotify=False)
+    return Collector(ctx, clock=clock or Clock(dt.datetime.now(dt.UTC)), use_inotify=False)
 
 
 def stamp(seconds_ago: float = 0.0) -> str:
-    return (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 async def test_per_attempt_file_becomes_evidence_on_its_attempt(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-10.log"
     out.write_text("setup\n" + ITERATION + SAVED + XID)
     job = await make_job(ctx, 10)
-    a0 = await add_attempt(ctx, job, 0, stdout_path=str(out), stderr_path=str(out), start_time=dt.datetime.now(dt.timezone.utc))
+    a0 = await add_attempt(
+        ctx, job, 0, stdout_path=str(out), stderr_path=str(out), start_time=dt.datetime.now(dt.UTC)
+    )
     collector = collector_for(ctx)
     await collector.tick()
     [checkpoint] = await checkpoints(ctx)
-    assert (checkpoint.attempt_id, checkpoint.kind, checkpoint.iteration, checkpoint.line_number) == (a0.id, "saved", 500, 3)
+    assert (checkpoint.attempt_id, checkpoint.kind, checkpoint.iteration, checkpoint.line_number) == (
+        a0.id,
+        "saved",
+        500,
+        3,
+    )
     [crash] = await anomalies(ctx)
-    assert (crash.attempt_id, crash.kind, crash.category, crash.node, crash.xid, crash.line_number) == (a0.id, "CRASH", "XID", "node12", 79, 4)
+    assert (crash.attempt_id, crash.kind, crash.category, crash.node, crash.xid, crash.line_number) == (
+        a0.id,
+        "CRASH",
+        "XID",
+        "node12",
+        79,
+        4,
+    )
     assert crash.log_path == str(out) and "NVRM: Xid" in crash.line and crash.source_time is not None
     [source] = await sources(ctx)
-    assert (source.attempt_id, source.shared, source.offset, source.line_number) == (a0.id, False, out.stat().st_size, 4)
-    assert source.progress_phase == "trainingloop" and source.progress_attempt_id == a0.id and source.last_read_at is not None
+    assert (source.attempt_id, source.shared, source.offset, source.line_number) == (
+        a0.id,
+        False,
+        out.stat().st_size,
+        4,
+    )
+    assert (
+        source.progress_phase == "trainingloop"
+        and source.progress_attempt_id == a0.id
+        and source.last_read_at is not None
+    )
     assert source.last_output_at is not None and source.head_length > 0
     [detected] = await audit_events(ctx, "anomaly.detected")
     assert detected.component == "watcher" and detected.attempt_index == 0
@@ -106,7 +138,9 @@ async def test_restart_records_nothing_twice(ctx: AppContext, tmp_path: Path) ->
     third = collector_for(ctx)
     await third.tick()
     assert len(await checkpoints(ctx)) == 1 and len(await anomalies(ctx)) == 2
-    assert len(await audit_events(ctx, "anomaly.detected")) == 2 and len(await audit_events(ctx, "checkpoint.saved")) == 1
+    assert (
+        len(await audit_events(ctx, "anomaly.detected")) == 2 and len(await audit_events(ctx, "checkpoint.saved")) == 1
+    )
 
 
 async def test_repeated_crash_lines_of_one_category_and_node_are_one_anomaly(ctx: AppContext, tmp_path: Path) -> None:
@@ -115,7 +149,11 @@ async def test_repeated_crash_lines_of_one_category_and_node_are_one_anomaly(ctx
     job = await make_job(ctx, 13)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     await collector_for(ctx).tick()
-    assert sorted((a.category, a.node) for a in await anomalies(ctx)) == [("CUDA_ERROR", None), ("XID", "node12"), ("XID", "node13")]
+    assert sorted((a.category, a.node) for a in await anomalies(ctx)) == [
+        ("CUDA_ERROR", None),
+        ("XID", "node12"),
+        ("XID", "node13"),
+    ]
 
 
 async def test_truncation_rotation_and_late_files(ctx: AppContext, tmp_path: Path) -> None:
@@ -140,10 +178,10 @@ async def test_stale_path_stays_with_the_old_attempt(ctx: AppContext, tmp_path: 
     out = tmp_path / "out-15.log"
     out.write_text(ITERATION)
     job = await make_job(ctx, 15)
-    a0 = await add_attempt(ctx, job, 0, stdout_path=str(out), start_time=dt.datetime.now(dt.timezone.utc))
+    a0 = await add_attempt(ctx, job, 0, stdout_path=str(out), start_time=dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, collector_poll_interval=0.0)
     await collector.tick()
-    ended = dt.datetime.now(dt.timezone.utc)
+    ended = dt.datetime.now(dt.UTC)
     await update(ctx, a0, state="REQUEUED", end_time=ended)
     a1 = await add_attempt(ctx, job, 1, stdout_path=None)  # the observer withholds the stale path
     with out.open("a") as handle:
@@ -170,7 +208,7 @@ async def test_lines_stamped_after_the_owner_ended_are_dropped(ctx: AppContext, 
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out))
     collector = collector_for(ctx, collector_poll_interval=0.0)
     await collector.tick()
-    await update(ctx, a0, state="FAILED", end_time=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=20))
+    await update(ctx, a0, state="FAILED", end_time=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=20))
     with out.open("a") as handle:
         handle.write(f"[{stamp(25)}] {CRASH}")
         handle.write(f"[{stamp(0)}] {XID}")
@@ -185,7 +223,7 @@ async def test_ended_attempt_is_read_a_last_time_then_no_longer_tracked(ctx: App
     out.write_text(ITERATION)
     job = await make_job(ctx, 17)
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out))
-    clock = Clock(dt.datetime.now(dt.timezone.utc))
+    clock = Clock(dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, clock, collector_ended_grace=5.0)
     await collector.tick()
     with out.open("a") as handle:
@@ -201,15 +239,23 @@ async def test_ended_attempt_is_read_a_last_time_then_no_longer_tracked(ctx: App
 
 async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "shared-18.log"
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     job = await make_job(ctx, 18, shared=True)
-    a0 = await add_attempt(ctx, job, 0, state="FAILED", stdout_path=str(out), start_time=now - dt.timedelta(seconds=300), end_time=now - dt.timedelta(seconds=200))
+    a0 = await add_attempt(
+        ctx,
+        job,
+        0,
+        state="FAILED",
+        stdout_path=str(out),
+        start_time=now - dt.timedelta(seconds=300),
+        end_time=now - dt.timedelta(seconds=200),
+    )
     a1 = await add_attempt(ctx, job, 1, stdout_path=str(out), start_time=now - dt.timedelta(seconds=100))
     out.write_text(
-        f"[{stamp(250)}] {SAVED}"                       # attempt 0 by its window
-        + f"slurm_job_attempt=1 {CRASH}"                  # attempt 1 by its label
-        + f"[{stamp(150)}] {XID}"                       # between the windows: waits
-        + SAVED.replace("500", "900")                   # no time, no label: waits
+        f"[{stamp(250)}] {SAVED}"  # attempt 0 by its window
+        + f"slurm_job_attempt=1 {CRASH}"  # attempt 1 by its label
+        + f"[{stamp(150)}] {XID}"  # between the windows: waits
+        + SAVED.replace("500", "900")  # no time, no label: waits
     )
     clock = Clock(now)
     collector = collector_for(ctx, clock)
@@ -235,9 +281,17 @@ async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_pa
 
 async def test_waiting_event_lands_once_its_attempt_is_registered(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "shared-19.log"
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     job = await make_job(ctx, 19, shared=True)
-    await add_attempt(ctx, job, 0, state="FAILED", stdout_path=str(out), start_time=now - dt.timedelta(seconds=300), end_time=now - dt.timedelta(seconds=10))
+    await add_attempt(
+        ctx,
+        job,
+        0,
+        state="FAILED",
+        stdout_path=str(out),
+        start_time=now - dt.timedelta(seconds=300),
+        end_time=now - dt.timedelta(seconds=10),
+    )
     out.write_text(f"slurm_job_attempt=1 {CRASH}")
     collector = collector_for(ctx, Clock(now))
     await collector.tick()
@@ -253,7 +307,7 @@ async def test_log_directory_files_by_job_id_and_attempt_in_the_name(ctx: AppCon
     logs = tmp_path / "logs"
     logs.mkdir()
     job = await make_job(ctx, 4321)
-    a0 = await add_attempt(ctx, job, 0, state="FAILED", end_time=dt.datetime.now(dt.timezone.utc))
+    a0 = await add_attempt(ctx, job, 0, state="FAILED", end_time=dt.datetime.now(dt.UTC))
     a1 = await add_attempt(ctx, job, 1)
     (logs / "train-4321-0.log").write_text(SAVED)
     (logs / "train-4321-1.log").write_text(CRASH)
@@ -278,9 +332,21 @@ async def test_broken_signatures_file_refuses_to_start(ctx: AppContext, tmp_path
     assert load_ruleset(dataclasses.replace(ctx.settings, signatures_file=str(good))).by_name("app_fatal") is not None
 
 
-@hsettings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(chunks=st.lists(st.binary(max_size=3000) | st.sampled_from([CRASH.encode(), SAVED.encode(), b"\xff\xfe\r\n", b"\n" * 50, b"Traceback (most recent call last):\n"]), max_size=8))
-async def test_no_bytes_break_the_collector(ctx: AppContext, tmp_path_factory: pytest.TempPathFactory, chunks: list[bytes]) -> None:
+@hsettings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    chunks=st.lists(
+        st.binary(max_size=3000)
+        | st.sampled_from(
+            [CRASH.encode(), SAVED.encode(), b"\xff\xfe\r\n", b"\n" * 50, b"Traceback (most recent call last):\n"]
+        ),
+        max_size=8,
+    )
+)
+async def test_no_bytes_break_the_collector(
+    ctx: AppContext, tmp_path_factory: pytest.TempPathFactory, chunks: list[bytes]
+) -> None:
     from app.db import utcnow
 
     directory = tmp_path_factory.mktemp("bytes")
@@ -290,6 +356,7 @@ async def test_no_bytes_break_the_collector(ctx: AppContext, tmp_path_factory: p
         from sqlalchemy import select
 
         from app.jobs.models import Job
+
         job = await session.scalar(select(Job).where(Job.slurm_job_id == 777))
     if job is None:
         job = await make_job(ctx, 777)

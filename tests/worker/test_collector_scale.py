@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from sqlalchemy import event
 
@@ -22,7 +23,7 @@ async def track(ctx: AppContext, directory: Path, first: int, count: int) -> lis
         path = directory / f"out-{slurm_job_id}.log"
         path.write_text(ITERATION)
         job = await make_job(ctx, slurm_job_id)
-        await add_attempt(ctx, job, 0, stdout_path=str(path), start_time=dt.datetime.now(dt.timezone.utc))
+        await add_attempt(ctx, job, 0, stdout_path=str(path), start_time=dt.datetime.now(dt.UTC))
         paths.append(path)
     return paths
 
@@ -47,7 +48,9 @@ async def statements(ctx: AppContext, action: Callable[[], Awaitable[Any]]) -> t
     return counts[0], counts[1]
 
 
-async def tick_costs(ctx: AppContext, collector: Collector, clock: Clock, paths: list[Path], changed: list[Path]) -> dict[str, tuple[int, int]]:
+async def tick_costs(
+    ctx: AppContext, collector: Collector, clock: Clock, paths: list[Path], changed: list[Path]
+) -> dict[str, tuple[int, int]]:
     """(statements, rows loaded) of: an idle poll tick (stats every file), a tick reading 2 changed files, a tick after an attempt change."""
     await collector.tick()  # settles whatever the previous phase left
     costs = {"idle": await statements(ctx, collector.tick)}
@@ -73,7 +76,7 @@ async def attempt_of(ctx: AppContext, path: Path) -> Any:
 
 
 async def test_tick_statements_do_not_grow_with_unchanged_files(ctx: AppContext, tmp_path: Path) -> None:
-    clock = Clock(dt.datetime.now(dt.timezone.utc))
+    clock = Clock(dt.datetime.now(dt.UTC))
     few = await track(ctx, tmp_path, 7000, 50)
     collector = collector_for(ctx, clock, collector_poll_interval=0.0)  # every tick polls (stats) every file
     await collector.tick()  # the first tick reads every file
@@ -92,9 +95,11 @@ async def test_tick_statements_do_not_grow_with_unchanged_files(ctx: AppContext,
     assert len(await anomalies(ctx)) == 2
 
 
-async def test_ended_attempt_stops_being_read_when_its_grace_runs_out_without_another_change(ctx: AppContext, tmp_path: Path) -> None:
+async def test_ended_attempt_stops_being_read_when_its_grace_runs_out_without_another_change(
+    ctx: AppContext, tmp_path: Path
+) -> None:
     [out] = await track(ctx, tmp_path, 9100, 1)
-    clock = Clock(dt.datetime.now(dt.timezone.utc))
+    clock = Clock(dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, clock, collector_ended_grace=5.0)
     await collector.tick()
     await update(ctx, await attempt_of(ctx, out), state="COMPLETED", end_time=clock.now)
@@ -112,7 +117,7 @@ async def test_a_new_file_in_a_log_directory_is_found_by_polling_alone(ctx: AppC
     logs.mkdir()
     job = await make_job(ctx, 9200)
     await add_attempt(ctx, job, 0)
-    clock = Clock(dt.datetime.now(dt.timezone.utc))
+    clock = Clock(dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, clock, log_dirs=(str(logs),))
     await collector.tick()
     assert collector.tracked == {}

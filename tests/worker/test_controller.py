@@ -24,7 +24,9 @@ def act_ctx(ctx: AppContext) -> AppContext:
     return acting(ctx, acknowledge_scheduler_actions=True)
 
 
-async def failed_job(ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy) -> Advice:  # type: ignore[no-untyped-def]
+async def failed_job(
+    ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy
+) -> Advice:  # type: ignore[no-untyped-def]
     """A job whose attempt 0 crashed on `node` and failed, decided by the real advisor."""
     observer, advisor = Observer(ctx, fake), Advisor(ctx)
     await advisor.tick()
@@ -55,7 +57,12 @@ async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fa
     job = fake.jobs[31]
     assert (job.restart_count, job.held, job.excluded_nodes) == (1, False, ("node1",))
     [advice] = await advice_of(act_ctx, 31)
-    assert (advice.disposition, advice.disposition_reason, advice.observed_generation, advice.active) == ("CONVERGED", "DESIRED_STATE_OBSERVED", 1, False)
+    assert (advice.disposition, advice.disposition_reason, advice.observed_generation, advice.active) == (
+        "CONVERGED",
+        "DESIRED_STATE_OBSERVED",
+        1,
+        False,
+    )
     rows = await actions(act_ctx, advice.id)
     assert [(r.step, r.status, r.idempotency_key) for r in rows] == [
         ("requeue_hold", "SUCCEEDED", f"{advice.id}:1:requeue_hold"),
@@ -63,7 +70,12 @@ async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fa
         ("release", "SUCCEEDED", f"{advice.id}:1:release"),
     ]
     assert all(r.duration_ms is not None and r.finished_at >= r.started_at for r in rows)
-    for event_type in ("scheduler.requeue_hold", "scheduler.update_exclusions", "scheduler.release", "reconciliation.converged"):
+    for event_type in (
+        "scheduler.requeue_hold",
+        "scheduler.update_exclusions",
+        "scheduler.release",
+        "reconciliation.converged",
+    ):
         [event] = await events(act_ctx, event_type)
     assert "durationMs" in (await events(act_ctx, "scheduler.release"))[0].payload
     fake.calls.clear()
@@ -81,7 +93,11 @@ async def test_observe_mode_records_shadow_actions_once_and_touches_nothing(ctx,
     await controller.tick()
     assert {call[0] for call in fake.calls} == {"list_jobs"}
     rows = await actions(ctx, advice.id)
-    assert [(r.step, r.status) for r in rows] == [("requeue_hold", "SHADOW"), ("update_exclusions", "SHADOW"), ("release", "SHADOW")]
+    assert [(r.step, r.status) for r in rows] == [
+        ("requeue_hold", "SHADOW"),
+        ("update_exclusions", "SHADOW"),
+        ("release", "SHADOW"),
+    ]
     [advice] = await advice_of(ctx, 32)
     assert (advice.disposition, advice.disposition_reason, advice.active) == ("PENDING", "NOT_AUTHORIZED", True)
     assert "would run: scontrol requeuehold 32" in advice.disposition_message
@@ -95,7 +111,9 @@ async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ct
     fake.fail_next("requeue_hold", TransientSchedulerError("socket timed out", command=("scontrol",), returncode=1))
     await controller.tick()
     [advice] = await advice_of(act_ctx, 33)
-    assert advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.timezone.utc)
+    assert (
+        advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.UTC)
+    )
     [row] = await actions(act_ctx, advice.id)
     assert (row.step, row.status) == ("requeue_hold", "FAILED")
     await controller.tick()
@@ -157,7 +175,9 @@ async def test_vetoed_or_fenced_advice_is_never_acted_on(act_ctx, fake) -> None:
     assert fake.count("requeue_hold") == 0 and await actions(act_ctx, advice.id) == []
     controller.fence = None
     async with act_ctx.sessions() as session, session.begin():
-        await session.execute(update(Advice).values(review="VETOED", active=False, disposition="ABANDONED", disposition_reason="VETOED"))
+        await session.execute(
+            update(Advice).values(review="VETOED", active=False, disposition="ABANDONED", disposition_reason="VETOED")
+        )
     await controller.tick()
     assert fake.count("requeue_hold") == 0
 
@@ -166,13 +186,26 @@ async def test_an_interrupted_requeue_hold_is_confirmed_not_repeated(act_ctx, fa
     advice = await failed_job(act_ctx, fake, 37)
     # A controller wrote its intent, sent the command, and died before recording the result.
     async with act_ctx.sessions() as session, session.begin():
-        session.add(SchedulerAction(advice_id=advice.id, generation=1, step="requeue_hold", idempotency_key=f"{advice.id}:1:requeue_hold", status="STARTED", command="scontrol requeuehold 37"))
+        session.add(
+            SchedulerAction(
+                advice_id=advice.id,
+                generation=1,
+                step="requeue_hold",
+                idempotency_key=f"{advice.id}:1:requeue_hold",
+                status="STARTED",
+                command="scontrol requeuehold 37",
+            )
+        )
     await fake.requeue_hold(37)
     fake.calls.clear()
     await Controller(act_ctx, fake).tick()
     assert [call[0] for call in fake.calls if call[0] != "list_jobs"] == ["set_excluded_nodes", "release"]
     rows = await actions(act_ctx, advice.id)
-    assert [(r.step, r.status) for r in rows] == [("requeue_hold", "SUCCEEDED"), ("update_exclusions", "SUCCEEDED"), ("release", "SUCCEEDED")]
+    assert [(r.step, r.status) for r in rows] == [
+        ("requeue_hold", "SUCCEEDED"),
+        ("update_exclusions", "SUCCEEDED"),
+        ("release", "SUCCEEDED"),
+    ]
     assert "before recording the result" in rows[0].detail
     assert fake.jobs[37].restart_count == 1 and len(await events(act_ctx, "scheduler.confirmed")) == 1
 

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 from sqlalchemy import func, select
@@ -56,7 +56,9 @@ async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
             require("PostgreSQL", str(exc))
     engine = create_engine(url)
     await upgrade(engine)
-    settings = Settings.build(database_url=url, data_dir=str(tmp_path), cluster="crash", environment=f"crash-{uuid.uuid4().hex[:8]}")
+    settings = Settings.build(
+        database_url=url, data_dir=str(tmp_path), cluster="crash", environment=f"crash-{uuid.uuid4().hex[:8]}"
+    )
     try:
         yield AppContext(settings=settings, engine=engine, sessions=session_factory(engine))
     finally:
@@ -80,7 +82,9 @@ def start_worker(ctx: AppContext, lab: SlurmLab, log: Path, *, fault: str | None
     if fault:
         env["RECOVERY_FAULT_INJECT"] = fault
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 async def wait_exit(process: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
@@ -95,7 +99,9 @@ async def wait_exit(process: subprocess.Popen[bytes], timeout: float, log: Path)
 
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("step", STEPS)
-async def test_sigkill_at_a_step_boundary_neither_repeats_nor_loses_a_command(shared_db: AppContext, slurm_lab: SlurmLab, step: str, when: str) -> None:
+async def test_sigkill_at_a_step_boundary_neither_repeats_nor_loses_a_command(
+    shared_db: AppContext, slurm_lab: SlurmLab, step: str, when: str
+) -> None:
     ctx = shared_db
     log = slurm_lab.test_dir() / f"worker-{uuid.uuid4().hex[:6]}.log"
     first = start_worker(ctx, slurm_lab, log, fault=f"{when}:{step}")
@@ -110,14 +116,18 @@ async def test_sigkill_at_a_step_boundary_neither_repeats_nor_loses_a_command(sh
         assert intent.status == "STARTED"  # the process died between intent and result
 
         second = start_worker(ctx, slurm_lab, log, fault=None)
-        advice = await eventually(lambda: advice_done(ctx, job_id, 0), timeout=180, what="Advice converged after the restart")
+        advice = await eventually(
+            lambda: advice_done(ctx, job_id, 0), timeout=180, what="Advice converged after the restart"
+        )
         await asyncio.sleep(1.5)  # room for a wrongly repeated command to show
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(30)
-    assert (advice.disposition, advice.disposition_reason) == ("CONVERGED", "DESIRED_STATE_OBSERVED"), log.read_text()[-3000:]
+    assert (advice.disposition, advice.disposition_reason) == ("CONVERGED", "DESIRED_STATE_OBSERVED"), log.read_text()[
+        -3000:
+    ]
     shown = slurm_lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1"  # requeued exactly once
     # released: when it starts again is up to Slurm's scheduler (the shared lab may be busy)
@@ -127,10 +137,14 @@ async def test_sigkill_at_a_step_boundary_neither_repeats_nor_loses_a_command(sh
     async with ctx.sessions() as session:
         for name in STEPS:
             recorded = await session.scalar(
-                select(func.count()).select_from(AuditEvent).where(AuditEvent.slurm_job_id == job_id, AuditEvent.event_type == f"scheduler.{name}")
+                select(func.count())
+                .select_from(AuditEvent)
+                .where(AuditEvent.slurm_job_id == job_id, AuditEvent.event_type == f"scheduler.{name}")
             )
             confirmed = await session.scalar(
-                select(func.count()).select_from(AuditEvent).where(AuditEvent.event_type == "scheduler.confirmed", AuditEvent.payload["step"].as_string() == name)
+                select(func.count())
+                .select_from(AuditEvent)
+                .where(AuditEvent.event_type == "scheduler.confirmed", AuditEvent.payload["step"].as_string() == name)
             )
             # A command killed after it returned is confirmed from Slurm, never sent again.
             assert (recorded, confirmed) == ((0, 1) if (name, when) == (step, "after") else (1, 0)), name

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 import uuid
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from sqlalchemy import select
@@ -22,21 +22,30 @@ pytestmark = pytest.mark.slurm
 
 
 def policy_comment(workflow: str, environment: str = "test-env", **extra) -> str:  # type: ignore[no-untyped-def]
-    body = {"workflow_id": workflow, "environment": environment, "mode": "observe", "auto_resume_mode": "requeue", "max_requeue_times": 1, **extra}
+    body = {
+        "workflow_id": workflow,
+        "environment": environment,
+        "mode": "observe",
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": 1,
+        **extra,
+    }
     return json.dumps({"APS": body}, separators=(",", ":"))
 
 
 def script(comment: str, body: str, *, requeue: bool = True) -> str:
-    return "\n".join([
-        "#!/bin/bash",
-        "#SBATCH --job-name=observer-test",
-        "#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
-        f"#SBATCH --comment='{comment}'",
-        "#SBATCH --output=out-%j.log",
-        "#SBATCH --error=err-%j.log",
-        body,
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "#SBATCH --job-name=observer-test",
+            "#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
+            f"#SBATCH --comment='{comment}'",
+            "#SBATCH --output=out-%j.log",
+            "#SBATCH --error=err-%j.log",
+            body,
+            "",
+        ]
+    )
 
 
 async def tick_until(observer: Observer, condition: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
@@ -51,7 +60,13 @@ async def tick_until(observer: Observer, condition: Callable[[], Awaitable[bool]
 
 async def attempts(ctx: AppContext, job_id: int) -> list[Attempt]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index)
+                )
+            ).all()
+        )
 
 
 async def job_record(ctx: AppContext, job_id: int) -> Job | None:

@@ -13,7 +13,15 @@ from app.slurm.errors import TransientSchedulerError
 from app.slurm.fake import FakeScheduler, make_job
 from worker.observer import Observer
 
-POLICY = {"APS": {"workflow_id": "wf", "environment": "test-env", "mode": "act", "auto_resume_mode": "requeue", "max_requeue_times": 1}}
+POLICY = {
+    "APS": {
+        "workflow_id": "wf",
+        "environment": "test-env",
+        "mode": "act",
+        "auto_resume_mode": "requeue",
+        "max_requeue_times": 1,
+    }
+}
 
 
 def _comment(**changes) -> str:  # type: ignore[no-untyped-def]
@@ -32,7 +40,13 @@ def observer(ctx: AppContext, scheduler: FakeScheduler) -> Observer:
 
 async def _attempts(ctx: AppContext, job_id: int) -> list[Attempt]:
     async with ctx.sessions() as session:
-        return list((await session.scalars(select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index))).all())
+        return list(
+            (
+                await session.scalars(
+                    select(Attempt).where(Attempt.slurm_job_id == job_id).order_by(Attempt.attempt_index)
+                )
+            ).all()
+        )
 
 
 async def _events(ctx: AppContext, event_type: str) -> list[AuditEvent]:
@@ -108,7 +122,9 @@ async def test_shared_paths_are_kept_for_every_attempt(ctx, observer, scheduler)
         (_comment(environment="other"), "ENVIRONMENT_MISMATCH", "'other'"),
     ],
 )
-async def test_failed_enrolment_is_visible_with_reason(ctx, observer, scheduler, comment, enrolment, reason_part) -> None:  # type: ignore[no-untyped-def]
+async def test_failed_enrolment_is_visible_with_reason(
+    ctx, observer, scheduler, comment, enrolment, reason_part
+) -> None:  # type: ignore[no-untyped-def]
     scheduler.add(make_job(11, comment=comment))
     await observer.tick()
     async with ctx.sessions() as session:
@@ -155,13 +171,18 @@ async def test_job_id_reuse_starts_a_new_job_record(ctx, observer, scheduler) ->
     await observer.tick()
     async with ctx.sessions() as session:
         records = (await session.scalars(select(Job).order_by(Job.incarnation))).all()
-    assert [(r.incarnation, r.name, r.retired_at is not None) for r in records] == [(0, "first", True), (1, "second", False)]
+    assert [(r.incarnation, r.name, r.retired_at is not None) for r in records] == [
+        (0, "first", True),
+        (1, "second", False),
+    ]
     assert len(await _events(ctx, "job.id_reused")) == 1
     attempts = await _attempts(ctx, 17)
     assert sorted(a.job_id for a in attempts) == sorted(r.id for r in records)
 
 
-async def test_disappeared_job_uses_accounting_else_unknown_never_failed(ctx: AppContext, scheduler: FakeScheduler) -> None:
+async def test_disappeared_job_uses_accounting_else_unknown_never_failed(
+    ctx: AppContext, scheduler: FakeScheduler
+) -> None:
     settings = dataclasses.replace(ctx.settings, unknown_grace_seconds=0)
     observer = Observer(AppContext(settings, ctx.engine, ctx.sessions), scheduler)
     scheduler.add(make_job(18, comment=_comment()))
@@ -185,7 +206,12 @@ async def test_transient_slurm_error_marks_nothing_failed(ctx, observer, schedul
     scheduler.start(20)
     await observer.tick()
     for _ in range(3):
-        scheduler.fail_next("list_jobs", TransientSchedulerError("slurm_load_jobs error: Unable to contact slurm controller", command=["squeue", "--json"]))
+        scheduler.fail_next(
+            "list_jobs",
+            TransientSchedulerError(
+                "slurm_load_jobs error: Unable to contact slurm controller", command=["squeue", "--json"]
+            ),
+        )
         with pytest.raises(TransientSchedulerError):
             await observer.tick()
     await observer.tick()
@@ -201,7 +227,9 @@ async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, obse
     await observer.tick()
     from app.slurm.records import Snapshot
 
-    partial = Snapshot(jobs=(), taken_at=scheduler.jobs[21].submit_time, problems=("slurm reported: {'error': 'Unspecified error'}",))
+    partial = Snapshot(
+        jobs=(), taken_at=scheduler.jobs[21].submit_time, problems=("slurm reported: {'error': 'Unspecified error'}",)
+    )
     await observer.apply(partial)
     assert observer.state.missing == {}
     [a21] = await _attempts(ctx, 21)

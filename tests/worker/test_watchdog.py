@@ -42,7 +42,10 @@ async def test_releases_our_hold_once_its_advice_is_inactive(ctx, fake) -> None:
     [event] = await events(ctx, "watchdog.release")
     assert "no longer active" in event.message and event.component == "watchdog"
     rows = await actions(ctx, advice.id)
-    assert [(r.actor, r.step, r.status) for r in rows] == [("controller", "requeue_hold", "SUCCEEDED"), ("watchdog", "release", "SUCCEEDED")]
+    assert [(r.actor, r.step, r.status) for r in rows] == [
+        ("controller", "requeue_hold", "SUCCEEDED"),
+        ("watchdog", "release", "SUCCEEDED"),
+    ]
     await watchdog.tick()
     assert fake.count("release") == 1  # our hold is released: nothing left to do
 
@@ -60,7 +63,9 @@ async def test_never_touches_holds_it_did_not_cause(ctx, fake) -> None:  # type:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act", watchdog_hold_bound=0.0)
     observer = Observer(ctx, fake)
     await submit(observer, fake, 43)  # a job with no Advice, held by its user (sbatch --hold / uhold)
-    fake.jobs[43] = dataclasses.replace(fake.jobs[43], state="PENDING", held=True, state_reason="JobHeldUser", priority=0, nodes=())
+    fake.jobs[43] = dataclasses.replace(
+        fake.jobs[43], state="PENDING", held=True, state_reason="JobHeldUser", priority=0, nodes=()
+    )
     await held_by_our_requeue(ctx, fake, 44)
     # ... and our hold replaced by an admin's `scontrol hold` after we placed it
     fake.jobs[44] = dataclasses.replace(fake.jobs[44], state_reason="JobHeldAdmin", state_description=None)
@@ -79,7 +84,10 @@ async def test_observe_mode_only_says_what_it_would_do_once(ctx, fake) -> None: 
     assert fake.count("release") == 0 and fake.jobs[45].held
     [event] = await events(ctx, "watchdog.would_release")
     assert event.payload["mode"] == "observe"
-    assert [(r.actor, r.status) for r in await actions(ctx, advice.id)] == [("controller", "SUCCEEDED"), ("watchdog", "SHADOW")]
+    assert [(r.actor, r.status) for r in await actions(ctx, advice.id)] == [
+        ("controller", "SUCCEEDED"),
+        ("watchdog", "SHADOW"),
+    ]
 
 
 async def test_idle_watchdog_does_not_call_slurm(ctx, fake) -> None:  # type: ignore[no-untyped-def]

@@ -54,9 +54,26 @@ async def test_worker_and_watchdog_hold_their_own_leases_at_once(ctx: AppContext
 
 
 def test_recovery_watchdog_command_runs_under_its_lease(tmp_path: Path) -> None:
-    env = {**os.environ, "RECOVERY_DATA_DIR": str(tmp_path), "RECOVERY_CLUSTER": "wd", "RECOVERY_WATCHDOG_PROCESS": "separate"}
-    assert subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, env=env, capture_output=True, timeout=60).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "watchdog"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "RECOVERY_DATA_DIR": str(tmp_path),
+        "RECOVERY_CLUSTER": "wd",
+        "RECOVERY_WATCHDOG_PROCESS": "separate",
+    }
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, env=env, capture_output=True, timeout=60
+        ).returncode
+        == 0
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "watchdog"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         from app.config import Settings
 

@@ -16,15 +16,34 @@ from worker.watcher import Watcher
 PRE, LOOP, DELAY = 50, 30, 10
 
 
-async def armed_source(ctx: AppContext, path: Path, *, attempt_id: int | None, job_id: int, phase: str | None, last_output: dt.datetime,
-                       progress_attempt_id: int | None = None) -> LogSource:
+async def armed_source(
+    ctx: AppContext,
+    path: Path,
+    *,
+    attempt_id: int | None,
+    job_id: int,
+    phase: str | None,
+    last_output: dt.datetime,
+    progress_attempt_id: int | None = None,
+) -> LogSource:
     path.write_text("x\n")
     old = last_output.timestamp()
     os.utime(path, (old, old))
     async with ctx.sessions() as session, session.begin():
-        row = LogSource(path=str(path), job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=2, line_number=1,
-                        progress_phase=phase, progress_at=last_output if phase else None, progress_line="iteration 5/100 |" if phase else None,
-                        progress_line_number=1 if phase else None, progress_attempt_id=progress_attempt_id or attempt_id, last_output_at=last_output)
+        row = LogSource(
+            path=str(path),
+            job_id=job_id,
+            attempt_id=attempt_id,
+            shared=attempt_id is None,
+            offset=2,
+            line_number=1,
+            progress_phase=phase,
+            progress_at=last_output if phase else None,
+            progress_line="iteration 5/100 |" if phase else None,
+            progress_line_number=1 if phase else None,
+            progress_attempt_id=progress_attempt_id or attempt_id,
+            last_output_at=last_output,
+        )
         session.add(row)
     return row
 
@@ -34,12 +53,16 @@ def watcher_for(ctx: AppContext, clock: Clock, **settings) -> Watcher:  # type: 
     return Watcher(ctx, clock=clock)
 
 
-async def setup(ctx: AppContext, tmp_path: Path, *, phase: str | None = "trainingloop", state: str = "RUNNING", **detection):  # type: ignore[no-untyped-def]
-    job = await make_job(ctx, 50, log_based_timeout_threshold_pretraining=PRE, log_based_timeout_threshold_trainingloop=LOOP, **detection)
+async def setup(
+    ctx: AppContext, tmp_path: Path, *, phase: str | None = "trainingloop", state: str = "RUNNING", **detection
+):  # type: ignore[no-untyped-def]
+    job = await make_job(
+        ctx, 50, log_based_timeout_threshold_pretraining=PRE, log_based_timeout_threshold_trainingloop=LOOP, **detection
+    )
     out = tmp_path / "out-50.log"
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=3600)
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=3600)
     attempt = await add_attempt(ctx, job, 0, state=state, stdout_path=str(out), start_time=start)
-    last = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1000)
+    last = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1000)
     await armed_source(ctx, out, attempt_id=attempt.id, job_id=job.id, phase=phase, last_output=last)
     return job, attempt, out, last
 
@@ -52,7 +75,9 @@ async def run(watcher: Watcher, clock: Clock, seconds: float, step: float = 1.0)
         elapsed += step
 
 
-async def test_silence_past_threshold_and_query_delay_is_one_no_progress_anomaly(ctx: AppContext, tmp_path: Path) -> None:
+async def test_silence_past_threshold_and_query_delay_is_one_no_progress_anomaly(
+    ctx: AppContext, tmp_path: Path
+) -> None:
     job, attempt, out, last = await setup(ctx, tmp_path)
     clock = Clock(last + dt.timedelta(seconds=LOOP - 1))
     woken: list[int] = []
@@ -62,12 +87,21 @@ async def test_silence_past_threshold_and_query_delay_is_one_no_progress_anomaly
     assert await anomalies(ctx) == []
     await run(watcher, clock, 3)
     [anomaly] = await anomalies(ctx)
-    assert (anomaly.kind, anomaly.category, anomaly.detector, anomaly.attempt_id) == ("NO_PROGRESS", "NO_OUTPUT_TRAININGLOOP", "noprogress", attempt.id)
+    assert (anomaly.kind, anomaly.category, anomaly.detector, anomaly.attempt_id) == (
+        "NO_PROGRESS",
+        "NO_OUTPUT_TRAININGLOOP",
+        "noprogress",
+        attempt.id,
+    )
     assert anomaly.log_path == str(out) and anomaly.details["thresholdSeconds"] == LOOP and woken == [1]
     await run(watcher, clock, 100)
     assert len(await anomalies(ctx)) == 1  # once per silence episode
     [event] = await audit_events(ctx, "anomaly.detected")
-    assert event.component == "watcher" and event.payload["file"] == str(out) and event.payload["line"].startswith("iteration")
+    assert (
+        event.component == "watcher"
+        and event.payload["file"] == str(out)
+        and event.payload["line"].startswith("iteration")
+    )
 
 
 async def test_pretraining_phase_uses_its_own_threshold(ctx: AppContext, tmp_path: Path) -> None:
@@ -88,7 +122,9 @@ async def test_unarmed_file_is_never_a_hang(ctx: AppContext, tmp_path: Path) -> 
 
 
 async def test_generic_training_started_line_does_not_arm(ctx: AppContext, tmp_path: Path) -> None:
-    job = await make_job(ctx, 51, log_based_timeout_threshold_trainingloop=LOOP, log_based_timeout_threshold_pretraining=PRE)
+    job = await make_job(
+        ctx, 51, log_based_timeout_threshold_trainingloop=LOOP, log_based_timeout_threshold_pretraining=PRE
+    )
     out = tmp_path / "out-51.log"
     out.write_text("training started\nloading data\n")
     await add_attempt(ctx, job, 0, stdout_path=str(out))
@@ -136,11 +172,21 @@ async def test_attempt_that_stopped_running_is_not_a_hang(ctx: AppContext, tmp_p
 async def test_shared_file_armed_by_the_previous_attempt_does_not_arm_the_next(ctx: AppContext, tmp_path: Path) -> None:
     job = await make_job(ctx, 52, shared=True, log_based_timeout_threshold_trainingloop=LOOP)
     out = tmp_path / "shared-52.log"
-    now = dt.datetime.now(dt.timezone.utc)
-    a0 = await add_attempt(ctx, job, 0, state="FAILED", stdout_path=str(out), start_time=now - dt.timedelta(seconds=900), end_time=now - dt.timedelta(seconds=600))
+    now = dt.datetime.now(dt.UTC)
+    a0 = await add_attempt(
+        ctx,
+        job,
+        0,
+        state="FAILED",
+        stdout_path=str(out),
+        start_time=now - dt.timedelta(seconds=900),
+        end_time=now - dt.timedelta(seconds=600),
+    )
     a1 = await add_attempt(ctx, job, 1, stdout_path=str(out), start_time=now - dt.timedelta(seconds=500))
     last = now - dt.timedelta(seconds=400)
-    await armed_source(ctx, out, attempt_id=None, job_id=job.id, phase="trainingloop", last_output=last, progress_attempt_id=a0.id)
+    await armed_source(
+        ctx, out, attempt_id=None, job_id=job.id, phase="trainingloop", last_output=last, progress_attempt_id=a0.id
+    )
     clock = Clock(now)
     await run(watcher_for(ctx, clock), clock, DELAY + 3)
     assert await anomalies(ctx) == []
@@ -159,8 +205,10 @@ async def slowdown_run(ctx: AppContext, tmp_path: Path, *, operator: bool, job_o
     out = tmp_path / "out-60.log"
     out.write_text("")
     await add_attempt(ctx, job, 0, stdout_path=str(out))
-    collector = collector_for(ctx, straggler_enabled=operator, straggler_duration=20.0, straggler_drop_ratio=0.7, collector_poll_interval=0.0)
-    base = dt.datetime.now(dt.timezone.utc)
+    collector = collector_for(
+        ctx, straggler_enabled=operator, straggler_duration=20.0, straggler_drop_ratio=0.7, collector_poll_interval=0.0
+    )
+    base = dt.datetime.now(dt.UTC)
     for i in range(40):
         ms = 1000.0 if i < 10 or i == 12 else 2000.0  # one slow sample at 12 (ignored), slow for good from 15
         if 12 < i < 15:
@@ -177,7 +225,7 @@ async def test_sustained_slowdown_is_an_anomaly_when_both_switches_are_on(ctx: A
     assert (anomaly.kind, anomaly.detector) == ("SLOWDOWN", "slowdown")
     assert anomaly.details["metric"] == "iter_ms" and anomaly.details["ratio"] < 0.7
     since = dt.datetime.fromisoformat(anomaly.details["since"])
-    assert since > dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=5 * 13)  # not the single slow sample at 12
+    assert since > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5 * 13)  # not the single slow sample at 12
 
 
 async def test_slowdown_is_off_unless_operator_and_job_both_opt_in(ctx: AppContext, tmp_path: Path) -> None:

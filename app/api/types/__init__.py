@@ -13,6 +13,16 @@ NODE_TYPES: dict[str, type[Node]] = {
 }
 
 __all__ = [
-    "NODE_TYPES", "Advice", "Anomaly", "Attempt", "AuditEvent", "Checkpoint", "Job", "Milestone", "Node", "Policy",
-    "Reconciliation", "Workflow",
+    "NODE_TYPES",
+    "Advice",
+    "Anomaly",
+    "Attempt",
+    "AuditEvent",
+    "Checkpoint",
+    "Job",
+    "Milestone",
+    "Node",
+    "Policy",
+    "Reconciliation",
+    "Workflow",
 ]

@@ -13,7 +13,9 @@ from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of
 from app.domain.identity import attempt_uuid, format_attempt_ref
 
 
-@strawberry.type(description="One scheduler command (or its observe-mode shadow) taken to reconcile an Advice generation.")
+@strawberry.type(
+    description="One scheduler command (or its observe-mode shadow) taken to reconcile an Advice generation."
+)
 class Milestone:
     row: strawberry.Private[SchedulerAction]
 
@@ -66,7 +68,9 @@ class Reconciliation:
     def disposition(self) -> str:
         return self.row.disposition
 
-    @strawberry.field(description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, NOT_AUTHORIZED, VETOED, …")
+    @strawberry.field(
+        description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, NOT_AUTHORIZED, VETOED, …"
+    )
     def reason(self) -> str | None:
         return self.row.disposition_reason
 
@@ -178,4 +182,3 @@ class Advice(Node):
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
         return await attempt_of(info, self.row.attempt_id)
-

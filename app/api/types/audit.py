@@ -62,4 +62,3 @@ class AuditEvent(Node):
     @strawberry.field
     async def workflow(self, info: Info) -> WorkflowRef | None:
         return await workflow_of(info, self.row.workflow_id)
-

@@ -57,7 +57,9 @@ class Checkpoint(Node):
         return await attempt_of(info, self.row.attempt_id)
 
 
-@strawberry.type(description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure.")
+@strawberry.type(
+    description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure."
+)
 class Anomaly(Node):
     row: strawberry.Private[AnomalyRow]
 
@@ -112,4 +114,3 @@ class Anomaly(Node):
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
         return await attempt_of(info, self.row.attempt_id)
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import strawberry
 from strawberry.scalars import JSON
@@ -65,14 +65,21 @@ class Workflow(Node):
 
     @strawberry.field(description="The workflow's jobs, newest first (one statement per workflow).")
     async def jobs(
-        self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
-    ) -> Connection["Job"]:
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> Connection[Job]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         fetch = partial(job_queries.list_jobs, filter=job_queries.JobFilter(workflow_id=self.row.id))
         return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: Job(row=row))
 
 
-@strawberry.type(description="The job's APS policy as parsed: effective values with every default filled in, warnings, errors.")
+@strawberry.type(
+    description="The job's APS policy as parsed: effective values with every default filled in, warnings, errors."
+)
 class Policy:
     row: strawberry.Private[PolicyRow]
 
@@ -91,7 +98,7 @@ class Policy:
         return self.row.valid
 
     @strawberry.field(description="The whole effective policy (defaults filled in; unknown keys kept).")
-    def effective(self) -> Optional[JSON]:
+    def effective(self) -> JSON | None:
         return self.row.effective
 
     @strawberry.field(description="Findings that do not stop enrolment (e.g. unknown keys), each {path, message}.")
@@ -143,7 +150,9 @@ class Policy:
         return self._value("straggler_detection_enabled", "anomaly_detection_config")
 
 
-@strawberry.type(description="One Slurm job (an incarnation of a job id: reuse of the id starts a new Job) and its enrolment.")
+@strawberry.type(
+    description="One Slurm job (an incarnation of a job id: reuse of the id starts a new Job) and its enrolment."
+)
 class Job(Node):
     row: strawberry.Private[JobRow]
 
@@ -191,7 +200,9 @@ class Job(Node):
     def requested_mode(self) -> str | None:
         return self.row.requested_mode
 
-    @strawberry.field(description="observe or act, after the operator's acknowledgment ceiling and partition allowlist.")
+    @strawberry.field(
+        description="observe or act, after the operator's acknowledgment ceiling and partition allowlist."
+    )
     def effective_mode(self) -> str:
         return self.row.effective_mode
 
@@ -230,15 +241,25 @@ class Job(Node):
 
     @strawberry.field(description="The job's attempts, attempt 0 first; totalCount is given.")
     async def attempts(
-        self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
-    ) -> Connection["Attempt"]:
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> Connection[Attempt]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
         total = await loaders.attempt_count.load(self.row.id)
         return await nested_connection(
-            loaders.sessions, request, parent_id=self.row.id, batch=loaders.first_attempts,
-            kind="job-attempts", key_of=lambda a: (a.attempt_index, a.id),
-            fetch=partial(job_queries.list_attempts_of_job, job_id=self.row.id), wrap=lambda row: Attempt(row=row),
+            loaders.sessions,
+            request,
+            parent_id=self.row.id,
+            batch=loaders.first_attempts,
+            kind="job-attempts",
+            key_of=lambda a: (a.attempt_index, a.id),
+            fetch=partial(job_queries.list_attempts_of_job, job_id=self.row.id),
+            wrap=lambda row: Attempt(row=row),
             total_count=total,
         )
 
@@ -349,40 +370,68 @@ class Attempt(Node):
         return await workflow_of(info, self.row.workflow_id)
 
     @strawberry.field(description="The attempt's Advice (one per attempt; a changed decision is a new generation).")
-    async def advice(self, info: Info) -> Optional["Advice"]:
+    async def advice(self, info: Info) -> Advice | None:
         row = await loaders_of(info).advice_of_attempt.load(self.row.id)
         return Advice(row=row) if row else None
 
-    @strawberry.field(description="Recognised checkpoint save/load lines, newest first (evidence, not proof of loadability).")
+    @strawberry.field(
+        description="Recognised checkpoint save/load lines, newest first (evidence, not proof of loadability)."
+    )
     async def checkpoints(
-        self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
-    ) -> Connection["Checkpoint"]:
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> Connection[Checkpoint]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
         return await nested_connection(
-            loaders.sessions, request, parent_id=self.row.id, batch=loaders.latest_checkpoints,
-            kind="checkpoints", key_of=lambda c: (c.id,),
-            fetch=partial(job_queries.list_checkpoints, attempt_id=self.row.id), wrap=lambda row: Checkpoint(row=row),
+            loaders.sessions,
+            request,
+            parent_id=self.row.id,
+            batch=loaders.latest_checkpoints,
+            kind="checkpoints",
+            key_of=lambda c: (c.id,),
+            fetch=partial(job_queries.list_checkpoints, attempt_id=self.row.id),
+            wrap=lambda row: Checkpoint(row=row),
         )
 
     @strawberry.field(description="Detected anomalies, newest first.")
     async def anomalies(
-        self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
-    ) -> Connection["Anomaly"]:
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> Connection[Anomaly]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
         return await nested_connection(
-            loaders.sessions, request, parent_id=self.row.id, batch=loaders.latest_anomalies,
-            kind="anomalies", key_of=lambda a: (a.id,),
-            fetch=partial(job_queries.list_anomalies, attempt_id=self.row.id), wrap=lambda row: Anomaly(row=row),
+            loaders.sessions,
+            request,
+            parent_id=self.row.id,
+            batch=loaders.latest_anomalies,
+            kind="anomalies",
+            key_of=lambda a: (a.id,),
+            fetch=partial(job_queries.list_anomalies, attempt_id=self.row.id),
+            wrap=lambda row: Anomaly(row=row),
         )
 
     @strawberry.field(description="This attempt's audit events, oldest first (one statement per attempt).")
     async def audit_events(
-        self, info: Info, first: int | None = None, after: str | None = None, last: int | None = None, before: str | None = None
-    ) -> Connection["AuditEvent"]:
+        self,
+        info: Info,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> Connection[AuditEvent]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
-        flt = audit_service.AuditFilter(slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster)
+        flt = audit_service.AuditFilter(
+            slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster
+        )
         fetch = partial(audit_service.query, filter=flt, descending=False)
         return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: AuditEvent(row=row))
-
