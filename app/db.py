@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from sqlalchemy import BigInteger, DateTime, Integer, MetaData, event
+from sqlalchemy import BigInteger, DateTime, Integer, MetaData, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
+
+from app.domain.timefmt import iso_utc
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -20,6 +21,10 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+# The unit of work the interfaces hold and pass to the areas' queries and services (they build no SQL).
+Session: TypeAlias = AsyncSession
+Sessions: TypeAlias = async_sessionmaker[AsyncSession]
 
 # A 64-bit id on PostgreSQL; SQLite only autoincrements a column declared INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -94,7 +99,12 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
 
-async def session_scope(factory: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """Yield a session inside a transaction that commits on success and rolls back on error."""
-    async with factory() as session, session.begin():
-        yield session
+def row_dict(row: Any) -> dict[str, Any] | None:
+    """Every mapped column of an ORM row, JSON-ready (datetimes as ISO 8601 UTC)."""
+    if row is None:
+        return None
+    values: dict[str, Any] = {}
+    for column in inspect(row).mapper.column_attrs:
+        value = getattr(row, column.key)
+        values[column.key] = iso_utc(value) if isinstance(value, dt.datetime) else value
+    return values

@@ -145,7 +145,7 @@ async def follow(
     is_done: Callable[[AppContext, Submitted], Awaitable[tuple[bool, str] | None]],
 ) -> bool:
     """Print audit events of the demo's jobs as they happen until every job is done (or timeout)."""
-    from app.feed import service as feed
+    from app.feed import queries as feed
 
     position = 0
     deadline = time.monotonic() + timeout

@@ -8,8 +8,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.audit import service as audit
-from app.audit.service import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
+from app.audit import queries as audit_queries
+from app.audit.queries import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
 from app.domain.cursor import CursorError
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
@@ -90,10 +90,12 @@ async def audit_events(request: Request) -> Response:
         )
         async with dashboard.ctx.sessions() as session:
             try:
-                page = await audit.query(session, filter=flt, page=request_page, descending=values["order"] != "oldest")
+                page = await audit_queries.query(
+                    session, filter=flt, page=request_page, descending=values["order"] != "oldest"
+                )
             except (CursorError, PageArgumentError):
                 errors["page"] = "That page link is not valid (it may belong to other filters); showing the first page."
-                page = await audit.query(
+                page = await audit_queries.query(
                     session, filter=flt, page=PageRequest.build(first=PAGE_SIZE), descending=values["order"] != "oldest"
                 )
     applied = {k: v for k, v in values.items() if v}

@@ -12,7 +12,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from app.feed import service as feed
+from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
 from app.jobs import queries as job_queries
 from views.auth import guarded
@@ -108,12 +108,12 @@ async def changes(
     async with waker.reader():
         if after_id is None:
             async with sessions() as session:
-                after_id = await feed.latest_id(session)
+                after_id = await feed_queries.latest_id(session)
         yield {"event": "ready", "data": json.dumps({"position": after_id}), "id": str(after_id)}
         while True:
             mark = waker.mark()
             async with sessions() as session:
-                entries = await feed.read_since(session, after_id=after_id, limit=READ_BATCH)
+                entries = await feed_queries.read_since(session, after_id=after_id, limit=READ_BATCH)
             if entries:
                 after_id = entries[-1].id
                 hits = [e for e in entries if match(e)]

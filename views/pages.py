@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from app.advice import queries as advice_queries
-from app.audit import service as audit_service
-from app.db import utcnow
+from app.audit import queries as audit_queries
+from app.db import Session, utcnow
 from app.domain.cursor import CursorError
+from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.pagination import PageArgumentError, PageRequest
@@ -37,6 +40,33 @@ STATES = (
     "REQUEUED",
     "UNKNOWN",
 )
+
+
+@dataclass
+class WorkflowSummary:
+    """What the overview shows beside a workflow row besides its denormalised columns."""
+
+    retries: int = 0
+    last_anomaly: Any = None
+    last_anomaly_ref: tuple[int, int] | None = None  # (slurm job id, attempt index)
+    active_advice: list[Any] = field(default_factory=list)
+
+
+async def workflow_summaries(session: Session, *, workflow_ids: Sequence[int]) -> dict[int, WorkflowSummary]:
+    """Retry count, newest anomaly and active Advice of each workflow: three statements for a whole page."""
+    retries = await job_queries.workflow_retries(session, workflow_ids=workflow_ids)
+    newest = await evidence_queries.newest_anomaly_of_workflows(session, workflow_ids=workflow_ids)
+    active = await advice_queries.active_advice_of_workflows(session, workflow_ids=workflow_ids)
+    result = {}
+    for wid in workflow_ids:
+        anomaly, slurm_job_id, attempt_index = newest.get(wid, (None, None, None))
+        result[wid] = WorkflowSummary(
+            retries=retries.get(wid, 0),
+            last_anomaly=anomaly,
+            last_anomaly_ref=(slurm_job_id, attempt_index) if anomaly is not None else None,
+            active_advice=active.get(wid, []),
+        )
+    return result
 
 
 def page_request(request: Request, size: int = PAGE_SIZE) -> PageRequest:
@@ -76,7 +106,7 @@ async def workflows(request: Request) -> Response:
         except (CursorError, PageArgumentError):
             error = "That page link is no longer valid; showing the first page."
             page = await job_queries.list_workflows(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE))
-        summaries = await job_queries.workflow_summaries(session, workflow_ids=[w.id for w in page.items])
+        summaries = await workflow_summaries(session, workflow_ids=[w.id for w in page.items])
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
             clusters, environments = await job_queries.workflow_filter_choices(session)
@@ -147,7 +177,7 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
     attempts = await job_queries.first_attempts_of_jobs(session, job_ids=job_ids, limit=ATTEMPTS_PER_JOB)
     attempt_ids = [a.id for rows in attempts.values() for a in rows]
     advice = await advice_queries.advice_of_attempts(session, attempt_ids=attempt_ids)
-    anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=attempt_ids, limit=1)
+    anomalies = await evidence_queries.latest_anomalies_of_attempts(session, attempt_ids=attempt_ids, limit=1)
     policies = await job_queries.policies_by_job_ids(session, job_ids=job_ids)
     return [
         {
@@ -234,10 +264,12 @@ async def attempt_details(request: Request) -> Response:
             await job_queries.workflows_by_ids(session, ids=[attempt.workflow_id] if attempt.workflow_id else [])
         ).get(attempt.workflow_id or 0)
         siblings = await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))
-        checkpoints = await job_queries.list_checkpoints(
+        checkpoints = await evidence_queries.list_checkpoints(
             session, attempt_id=attempt.id, page=PageRequest.build(first=100)
         )
-        anomalies = await job_queries.list_anomalies(session, attempt_id=attempt.id, page=PageRequest.build(first=100))
+        anomalies = await evidence_queries.list_anomalies(
+            session, attempt_id=attempt.id, page=PageRequest.build(first=100)
+        )
         advice = (await advice_queries.advice_of_attempts(session, attempt_ids=[attempt.id])).get(attempt.id)
         milestones = (
             (await advice_queries.milestones_of_advice(session, advice_ids=[advice.id])).get(advice.id, [])
@@ -304,14 +336,14 @@ async def timeline(request: Request) -> Response:
             (await job_queries.list_attempts_of_job(session, job_id=job.id, page=PageRequest.build(first=100))).items
         )
         ids = [a.id for a in siblings]
-        events = await audit_service.timeline_events(
+        events = await audit_queries.timeline_events(
             session,
             cluster=job.cluster,
             slurm_job_id=job.slurm_job_id,
             since=job.created_at if job.incarnation else None,
         )
-        anomalies = await job_queries.latest_anomalies_of_attempts(session, attempt_ids=ids, limit=200)
-        checkpoints = await job_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
+        anomalies = await evidence_queries.latest_anomalies_of_attempts(session, attempt_ids=ids, limit=200)
+        checkpoints = await evidence_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
         advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
         milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in advice.values()])
     now = utcnow()
@@ -360,7 +392,7 @@ def build_rows(
     for event in events:
         if event.attempt_index is None:
             continue
-        if event.event_type in audit_service.TIMELINE_EVENT_TYPES:
+        if event.event_type in audit_queries.TIMELINE_EVENT_TYPES:
             state = (event.payload or {}).get("to") or (event.payload or {}).get("state")
             if state:
                 history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from sqlalchemy import inspect
-
-
-def row_dict(row: Any) -> dict[str, Any] | None:
-    """Every mapped column of an ORM row, JSON-ready (datetimes as ISO 8601 UTC)."""
-    if row is None:
-        return None
-    values: dict[str, Any] = {}
-    for column in inspect(row).mapper.column_attrs:
-        value = getattr(row, column.key)
-        if isinstance(value, dt.datetime):
-            value = value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-        values[column.key] = value
-    return values
+from app.db import row_dict
 
 
 def attempt_json(

@@ -13,6 +13,8 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
+from app.domain.timefmt import iso_utc
+
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # Vendored from the npm registry (`npm pack htmx.org@2.0.11 htmx-ext-sse@2.2.4`); see static/VENDORED.md.
@@ -50,9 +52,7 @@ def utc_text(value: dt.datetime | None, *, seconds: bool = True) -> str:
 
 def iso(value: dt.datetime | None) -> str:
     """ISO 8601 in UTC (for `<time datetime>` and data attributes)."""
-    if value is None:
-        return ""
-    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    return iso_utc(value) if value is not None else ""
 
 
 def time_tag(value: dt.datetime | None) -> Markup:

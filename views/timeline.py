@@ -10,23 +10,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-# Kept here (not imported from app.jobs) so this module stays pure and importable without a database.
-FAILED = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
-ACTIVE = frozenset(
-    {
-        "PENDING",
-        "CONFIGURING",
-        "RUNNING",
-        "COMPLETING",
-        "SUSPENDED",
-        "RESIZING",
-        "STOPPED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "SIGNALING",
-        "STAGE_OUT",
-    }
-)
+from app.domain import states
+from app.domain.timefmt import iso_utc
+
 MARK_KINDS = ("anomaly", "advice", "action", "verification", "checkpoint")
 MARK_LABELS = {
     "anomaly": "detection (anomaly)",
@@ -78,15 +64,15 @@ def state_group(state: str | None) -> str:
     """Colour group of a Slurm state: running, pending, completed, failed, cancelled or other."""
     if not state:
         return "other"
-    if state in {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}:
+    if state in states.EXECUTING:
         return "running"
-    if state in FAILED:
+    if state in states.FAILED:
         return "failed"
     if state == "COMPLETED":
         return "completed"
     if state == "CANCELLED":
         return "cancelled"
-    if state in ACTIVE or state in {"REQUEUED"}:
+    if state in states.ACTIVE or state == "REQUEUED":
         return "pending"
     return "other"
 
@@ -159,7 +145,7 @@ def state_spans(
     for i, (at, value) in enumerate(changes):
         following = changes[i + 1][0] if i + 1 < len(changes) else None
         last = following is None
-        if last and value not in ACTIVE:
+        if last and value not in states.ACTIVE:
             terminal = (value, end or at)
             continue
         span_end = following if not last else None
@@ -179,10 +165,6 @@ def _nice_step(seconds: float, target_ticks: int = 7) -> int:
 
 def _fmt(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _iso(at: dt.datetime) -> str:
-    return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _human(seconds: float) -> str:
@@ -215,7 +197,7 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
     out: list[str] = [
         f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-label="Timeline of {len(rows)} attempt(s), times in UTC" '
-        f'data-start="{_iso(t0)}" data-end="{_iso(t1)}">'
+        f'data-start="{iso_utc(t0)}" data-end="{iso_utc(t1)}">'
     ]
     # Axis with UTC ticks.
     step = _nice_step(total)
@@ -234,14 +216,14 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
         tx = x(at)
         out.append(f'<line class="grid" x1="{tx}" y1="{axis_y}" x2="{tx}" y2="{height - 4}" stroke="#e3e7ee"/>')
         out.append(
-            f'<g class="tick" data-utc="{_iso(at)}"><title>{_fmt(at)}</title>'
+            f'<g class="tick" data-utc="{iso_utc(at)}"><title>{_fmt(at)}</title>'
             f'<text x="{tx}" y="{axis_y - 6}" font-size="11" text-anchor="middle" fill="#5b6475">{at.strftime(tick_fmt)}</text></g>'
         )
         tick += step
     now_x = x(now) if t0 <= now <= t1 else None
     if now_x is not None:
         out.append(
-            f'<g class="now" data-utc="{_iso(now)}"><title>now {_fmt(now)}</title>'
+            f'<g class="now" data-utc="{iso_utc(now)}"><title>now {_fmt(now)}</title>'
             f'<line x1="{now_x}" y1="{axis_y}" x2="{now_x}" y2="{height - 4}" stroke="#c2410c" stroke-dasharray="3 3"/></g>'
         )
     for i, row in enumerate(rows):
@@ -264,7 +246,7 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
             until = "now (still " + span.state + ")" if span.end is None else _fmt(span.end)
             secs = ((span.end or now) - span.start).total_seconds()
             out.append(
-                f'<g class="span state-{state_group(span.state)}{" open" if span.end is None else ""}" data-utc="{_iso(span.start)}">'
+                f'<g class="span state-{state_group(span.state)}{" open" if span.end is None else ""}" data-utc="{iso_utc(span.start)}">'
                 f"<title>{escape(span.state)} from {_fmt(span.start)} until {escape(until)} ({_human(secs)})</title>"
                 f'<rect x="{sx}" y="{bar_y}" width="{round(w, 1)}" height="{bar_h}" rx="2" fill="{STATE_COLOURS[state_group(span.state)]}"/>'
             )
@@ -282,7 +264,7 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
             state, at = row.terminal
             tx = x(at)
             out.append(
-                f'<g class="terminal state-{state_group(state)}" data-utc="{_iso(at)}"><title>ended {escape(state)} at {_fmt(at)}</title>'
+                f'<g class="terminal state-{state_group(state)}" data-utc="{iso_utc(at)}"><title>ended {escape(state)} at {_fmt(at)}</title>'
                 f'<rect x="{tx - 2}" y="{bar_y - 3}" width="4" height="{bar_h + 6}" fill="{STATE_COLOURS[state_group(state)]}"/>'
                 # Near the right edge the label goes to the left of the mark so it stays inside the picture.
                 + (f'<text x="{tx - 5}" text-anchor="end"' if tx > width - right_pad - 70 else f'<text x="{tx + 5}"')
@@ -301,7 +283,7 @@ def _mark_svg(mark: Mark, x: Any, y: float) -> str:
     title = f"{MARK_LABELS.get(mark.kind, mark.kind)} at {_fmt(mark.at)}: {mark.label}"
     if mark.end is not None:
         title += f" (took {_human((mark.end - mark.at).total_seconds())})"
-    head = f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}" data-utc="{_iso(mark.at)}"><title>{escape(title)}</title>'
+    head = f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}" data-utc="{iso_utc(mark.at)}"><title>{escape(title)}</title>'
     if mark.kind == "anomaly":
         shape = f'<path d="M{mx} {y - 6} L{mx + 6} {y + 5} L{mx - 6} {y + 5} Z"/>'
     elif mark.kind == "advice":

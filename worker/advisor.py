@@ -20,35 +20,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, exists, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.advice.models import Advice
-from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
-from app.db import utcnow
-from app.domain.advice import FAILURE_STATES, Failure, JobPolicy, SitePolicy, decide
+from app.db import Session, utcnow
+from app.domain import states
+from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.mode import resolve_mode
 from app.domain.retry import AttemptRecord, FailureKind
-from app.evidence.models import Anomaly, Checkpoint
-from app.feed import service as feed
-from app.jobs.models import Attempt, Job, Policy
-from app.jobs.service import ACTIVE_STATES, ENDED_STATES
+from app.evidence import queries as evidence_queries
+from app.feed import queries as feed_queries
+from app.jobs import queries as job_queries
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from worker.service import Service
 
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.evidence.models import Anomaly
+    from app.jobs.models import Attempt, Job
+
 log = logging.getLogger("recovery.advisor")
 
-ANOMALY_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
-# An attempt that ended like this was not a failure: its final state speaks louder than a log line.
-CLEAN_END_STATES = frozenset({"COMPLETED", "CANCELLED"})
 BATCH = 500
 # Partitions change rarely; a node list this old is still good enough to keep exclusions off a whole partition.
 PARTITION_CACHE_SECONDS = 300.0
@@ -108,7 +105,6 @@ class Advisor(Service):
     """Decides RESTART or TERMINATE for failed attempts and records it as Advice."""
 
     name = "advisor"
-    needs_lease = True
 
     def __init__(
         self,
@@ -144,44 +140,18 @@ class Advisor(Service):
     async def _catch_up(self) -> list[Signal]:
         """Positions start at the newest feed entry / anomaly; one query finds what was missed before."""
         async with self.ctx.sessions() as session:
-            self.feed_position = await feed.latest_id(session)
-            self.anomaly_position = int(await session.scalar(select(func.max(Anomaly.id))) or 0)
-            has_advice = exists().where(Advice.attempt_id == Attempt.id)
-            not_needed = exists().where(
-                AuditEvent.slurm_job_id == Attempt.slurm_job_id,
-                AuditEvent.attempt_index == Attempt.attempt_index,
-                AuditEvent.event_type == "advice.not_needed",
-                AuditEvent.cluster == Attempt.cluster,
-            )
-            active_advice = exists().where(Advice.attempt_id == Attempt.id, Advice.active.is_(True))
-            enrolled = and_(
-                Job.id == Attempt.job_id,
-                Job.enrolment == "ENROLLED",
-                Job.retired_at.is_(None),
-                Job.cluster == self.settings.cluster,
-            )
-            failed = (
-                select(Attempt.id)
-                .join(Job, enrolled)
-                .where(or_(and_(Attempt.state.in_(FAILURE_STATES), ~has_advice, ~not_needed), active_advice))
-            )
-            attempt_ids = (await session.scalars(failed)).all()
-            undecided = (
-                select(Anomaly.id, Anomaly.attempt_id)
-                .join(Attempt, Attempt.id == Anomaly.attempt_id)
-                .join(Job, enrolled)
-                .where(
-                    Anomaly.kind.in_(ANOMALY_KINDS),
-                    or_(Attempt.state.in_(ACTIVE_STATES), active_advice, and_(~has_advice, ~not_needed)),
-                )
-                .order_by(Anomaly.id)
-            )
-            anomalies = (await session.execute(undecided)).all()
+            self.feed_position = await feed_queries.latest_id(session)
+            self.anomaly_position = await evidence_queries.latest_anomaly_id(session)
+            missed = await advice_queries.undecided(session, cluster=self.settings.cluster)
         # Anomalies first: a crash line usually precedes the state it causes, and its reason says more.
-        signals = [Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id in anomalies]
-        signals += [Signal(attempt_id) for attempt_id in attempt_ids]
+        signals = [Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id in missed.anomalies]
+        signals += [Signal(attempt_id) for attempt_id in missed.attempt_ids]
         if signals:
-            log.info("advisor catch-up: %d attempt(s) and %d anomaly(ies) to decide", len(attempt_ids), len(anomalies))
+            log.info(
+                "advisor catch-up: %d attempt(s) and %d anomaly(ies) to decide",
+                len(missed.attempt_ids),
+                len(missed.anomalies),
+            )
         return signals
 
     async def _new_signals(self) -> list[Signal]:
@@ -189,40 +159,31 @@ class Advisor(Service):
         assert self.feed_position is not None and self.anomaly_position is not None
         signals: list[Signal] = []
         async with self.ctx.sessions() as session:
-            entries = await feed.read_since(session, after_id=self.feed_position, topics=["attempt"], limit=BATCH * 4)
+            entries = await feed_queries.read_since(
+                session, after_id=self.feed_position, topics=["attempt"], limit=BATCH * 4
+            )
             if entries:
                 self.feed_position = entries[-1].id
             ended = {
                 e.entity_id
                 for e in entries
-                if e.entity_id is not None and (e.payload or {}).get("state") in ENDED_STATES
+                if e.entity_id is not None and (e.payload or {}).get("state") in states.ENDED
             }
             if ended:
-                rows = (
-                    await session.execute(
-                        select(Attempt.id, Attempt.state, Advice.id)
-                        .outerjoin(Advice, Advice.attempt_id == Attempt.id)
-                        .where(Attempt.id.in_(list(ended)))
-                    )
-                ).all()
+                rows = await advice_queries.advice_ids_of_attempts(session, attempt_ids=sorted(ended))
                 # A failure state starts a decision; any end of an attempt that has Advice is folded into it.
                 signals += [
                     Signal(attempt_id)
                     for attempt_id, state, advice_id in rows
-                    if state in FAILURE_STATES or advice_id is not None
+                    if state in states.RETRYABLE_FAILED or advice_id is not None
                 ]
-            anomalies = (
-                await session.execute(
-                    select(Anomaly.id, Anomaly.attempt_id, Anomaly.kind)
-                    .where(Anomaly.id > self.anomaly_position)
-                    .order_by(Anomaly.id)
-                    .limit(BATCH)
-                )
-            ).all()
+            anomalies = await evidence_queries.anomalies_after(session, after_id=self.anomaly_position, limit=BATCH)
             if anomalies:
                 self.anomaly_position = anomalies[-1][0]
             signals += [
-                Signal(attempt_id, anomaly_id) for anomaly_id, attempt_id, kind in anomalies if kind in ANOMALY_KINDS
+                Signal(attempt_id, anomaly_id)
+                for anomaly_id, attempt_id, kind in anomalies
+                if kind in evidence_queries.DECIDED_KINDS
             ]
         return signals
 
@@ -231,10 +192,10 @@ class Advisor(Service):
     async def process(self, signal: Signal) -> int:
         """Decide one signal in its own transaction; returns 1 when an Advice was created or changed."""
         async with self.ctx.sessions() as session, session.begin():
-            attempt = await session.get(Attempt, signal.attempt_id)
+            attempt = await job_queries.get_attempt(session, attempt_id=signal.attempt_id)
             if attempt is None:
                 return 0
-            job = await session.get(Job, attempt.job_id)
+            job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (
                 job is None
                 or job.enrolment != "ENROLLED"
@@ -242,11 +203,15 @@ class Advisor(Service):
                 or job.cluster != self.settings.cluster
             ):
                 return 0
-            anomaly = await session.get(Anomaly, signal.anomaly_id) if signal.anomaly_id is not None else None
+            anomaly = (
+                await evidence_queries.get_anomaly(session, anomaly_id=signal.anomaly_id)
+                if signal.anomaly_id is not None
+                else None
+            )
             failure = await self._failure(session, attempt, anomaly)
             if failure is None:
                 return 0
-            policy = await session.scalar(select(Policy).where(Policy.job_id == job.id))
+            policy = await job_queries.policy_of_job(session, job_id=job.id)
             history = await self._history(session, job, attempt)
             partition_nodes = await self.partition_nodes(job.partition)
             now = utcnow()
@@ -306,20 +271,19 @@ class Advisor(Service):
         self._partitions[partition] = (time.monotonic() + PARTITION_CACHE_SECONDS, nodes)
         return nodes
 
-    async def _failure(self, session: AsyncSession, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
+    async def _failure(self, session: Session, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
         """The domain's Failure for this signal, with the attempt's checkpoints and the nodes its evidence names."""
-        anomalies = (
-            await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id).order_by(Anomaly.id))
-        ).all()
+        anomalies = await evidence_queries.anomalies_of_attempts(session, attempt_ids=[attempt.id])
         named: set[str] = set()
         for row in anomalies:
             if anomaly is None or row.id <= anomaly.id:
                 named |= anomaly_nodes(row)
-        saved, iteration = (await _checkpoint_summary(session, [attempt.id])).get(attempt.id, (0, None))
+        summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
+        saved, iteration = summary.get(attempt.id, (0, None))
         state = attempt.state
-        use_state = anomaly is None or state in CLEAN_END_STATES or (anomaly.kind == "SLOWDOWN" and state != "RUNNING")
+        use_state = anomaly is None or state in states.CLEAN_END or (anomaly.kind == "SLOWDOWN" and state != "RUNNING")
         if use_state:
-            if state in ACTIVE_STATES:
+            if state in states.ACTIVE:
                 return None  # a state signal for a live attempt: nothing has happened yet
             if state == "NODE_FAIL" and len(attempt.nodes or ()) == 1:
                 named |= set(attempt.nodes)  # the one node it ran on is the node that failed
@@ -346,26 +310,17 @@ class Advisor(Service):
             latest_checkpoint_iteration=iteration,
         )
 
-    async def _history(self, session: AsyncSession, job: Job, attempt: Attempt) -> list[AttemptRecord]:
+    async def _history(self, session: Session, job: Job, attempt: Attempt) -> list[AttemptRecord]:
         """The job's attempts before this one, as the retry rules see them."""
-        earlier = (
-            await session.scalars(
-                select(Attempt)
-                .where(Attempt.job_id == job.id, Attempt.attempt_index < attempt.attempt_index)
-                .order_by(Attempt.attempt_index)
-            )
-        ).all()
+        earlier = await job_queries.attempts_before(session, job_id=job.id, attempt_index=attempt.attempt_index)
         if not earlier:
             return []
         ids = [a.id for a in earlier]
-        checkpoints = await _checkpoint_summary(session, ids)
+        checkpoints = await evidence_queries.checkpoint_summary(session, attempt_ids=ids)
         nodes: dict[int, set[str]] = {}
-        for row in (await session.scalars(select(Anomaly).where(Anomaly.attempt_id.in_(ids)))).all():
+        for row in await evidence_queries.anomalies_of_attempts(session, attempt_ids=ids):
             nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
-        advice = {
-            row.attempt_id: row
-            for row in (await session.scalars(select(Advice).where(Advice.attempt_id.in_(ids)))).all()
-        }
+        advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
         records = []
         for a in earlier:
             saved, iteration = checkpoints.get(a.id, (0, None))
@@ -373,7 +328,7 @@ class Advisor(Service):
             records.append(
                 AttemptRecord(
                     attempt_index=a.attempt_index,
-                    failed=a.state in FAILURE_STATES or prior is not None,
+                    failed=a.state in states.RETRYABLE_FAILED or prior is not None,
                     checkpoints_saved=saved,
                     latest_checkpoint_iteration=iteration,
                     implicated_nodes=tuple(sorted(nodes.get(a.id, ()))),
@@ -381,24 +336,6 @@ class Advisor(Service):
                 )
             )
         return records
-
-
-async def _checkpoint_summary(session: AsyncSession, attempt_ids: Iterable[int]) -> dict[int, tuple[int, int | None]]:
-    """Per attempt: how many checkpoint saves were recorded and the highest saved iteration."""
-    ids = list(attempt_ids)
-    if not ids:
-        return {}
-    rows = (
-        await session.execute(
-            select(Checkpoint.attempt_id, func.count(Checkpoint.id), func.max(Checkpoint.iteration))
-            .where(Checkpoint.attempt_id.in_(ids), Checkpoint.kind == "saved")
-            .group_by(Checkpoint.attempt_id)
-        )
-    ).all()
-    return {
-        attempt_id: (int(count), int(iteration) if iteration is not None else None)
-        for attempt_id, count, iteration in rows
-    }
 
 
 def _dedupe(signals: list[Signal]) -> list[Signal]:

@@ -30,17 +30,16 @@ import datetime as dt
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from sqlalchemy import or_, select
-
+from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.advice.models import Advice, SchedulerAction
 from app.context import AppContext
-from app.db import utcnow
+from app.db import Session, utcnow
+from app.domain import states
+from app.domain.backoff import exponential
 from app.domain.reconcile import (
-    ENDED_STATES,
     AdviceState,
     Disposition,
     DispositionReason,
@@ -52,11 +51,15 @@ from app.domain.reconcile import (
     plan_next_step,
     shadow_plan,
 )
-from app.jobs.models import Job
+from app.jobs import queries as job_queries
 from app.slurm.adapter import JobLookup, Scheduler
 from app.slurm.errors import OperationDisabled, SchedulerError
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
+from worker.milestones import Sent, run_command
 from worker.service import Service
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.advice.models import Advice, SchedulerAction
 
 log = logging.getLogger("recovery.controller")
 
@@ -66,6 +69,11 @@ DUE_BATCH = 200
 BACKOFF_BASE = 1.0  # seconds; doubles per consecutive transient failure of one Advice
 BACKOFF_MAX = 60.0
 OBSERVE_RECHECK = 30.0  # seconds between looks at an Advice the controller may not act on
+
+
+def backoff_delay(failures: int | None) -> dt.timedelta:
+    """How long an Advice waits after `failures` consecutive transient failures."""
+    return dt.timedelta(seconds=exponential(failures or 0, base=BACKOFF_BASE, cap=BACKOFF_MAX))
 
 
 def observation_of(job: SlurmJob) -> JobObservation:
@@ -109,7 +117,7 @@ def effect_observed(step: str, advice: AdviceState, obs: JobObservation | None) 
         if obs is not None and obs.restart_count == k + 1 and hold_kind(obs) is HoldKind.NONE:
             return f"attempt {k + 1} is no longer held ({obs.state})"
     elif step == StepKind.CANCEL.value:
-        if obs is None or obs.state.upper() in ENDED_STATES:
+        if obs is None or obs.state.upper() in states.TERMINAL:
             return "the job has ended" if obs is not None else "Slurm no longer lists the job"
     return None
 
@@ -123,7 +131,6 @@ class Controller(Service):
     """Reconciles active Advice: requeue-hold, exclude, release (RESTART) or cancel (TERMINATE)."""
 
     name = "controller"
-    needs_lease = True
 
     def __init__(
         self,
@@ -153,15 +160,9 @@ class Controller(Service):
     async def due_advice(self, now: dt.datetime) -> list[int]:
         """Ids of active Advice on this cluster whose next look is due."""
         async with self.ctx.sessions() as session:
-            query = (
-                select(Advice.id)
-                .where(Advice.active.is_(True), Advice.cluster == self.settings.cluster)
-                .where(or_(Advice.next_reconcile_at.is_(None), Advice.next_reconcile_at <= now))
-                .where(or_(Advice.review.is_(None), Advice.review != advice_service.VETOED))
-                .order_by(Advice.id)
-                .limit(DUE_BATCH)
+            return await advice_queries.due_advice_ids(
+                session, cluster=self.settings.cluster, now=now, vetoed=advice_service.VETOED, limit=DUE_BATCH
             )
-            return list((await session.scalars(query)).all())
 
     async def reconcile_pass(self) -> int:
         """Observe Slurm once and take at most one step per due Advice; returns how many commands were sent."""
@@ -212,10 +213,10 @@ class Controller(Service):
         """Plan and take the next step of one Advice from the pass's observation; returns 1 if a command was sent."""
         now = utcnow()
         async with self.ctx.sessions() as session:
-            advice = await session.get(Advice, advice_id)
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
             if advice is None or not advice_service.is_active(advice):
                 return 0
-            job = await session.get(Job, advice.job_id)
+            job = await job_queries.get_job(session, job_id=advice.job_id)
             partition = job.partition if job else None
             state = advice_state(advice)
             review, mode, mode_reason = advice.review, advice.mode, advice.mode_reason
@@ -224,10 +225,10 @@ class Controller(Service):
             await self._backoff(advice_id, note)
             return 0
         async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id)
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
             if advice is None or advice.generation != state.generation or not advice_service.is_active(advice):
                 return 0
-            actions = (await advice_service.actions_of(session, advice_ids=[advice_id]))[advice_id]
+            actions = (await advice_queries.milestones_of_advice(session, advice_ids=[advice_id]))[advice_id]
             for action in actions:
                 if action.status == advice_service.STARTED:
                     evidence = effect_observed(action.step, state, obs)
@@ -298,77 +299,72 @@ class Controller(Service):
             log.warning("controller: lease no longer ours; not sending %s for Advice %s", step.kind.value, advice_id)
             return 0
         assert step.idempotency_key is not None
-        async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(
-                Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql", populate_existing=True
-            )
-            if advice is None or advice.generation != state.generation or not advice_service.is_active(advice):
-                return 0  # vetoed, superseded or closed since the plan: do not act
-            job_id = advice.slurm_job_id
-            command = advice_service.command_text(step, job_id)
-            action = await advice_service.begin_action(
-                session, advice=advice, step=step.kind, key=step.idempotency_key, command=command
-            )
-            action_id = action.id
-        self._fault("before", step)
-        started = time.monotonic()
-        error: SchedulerError | None = None
-        result: CommandResult | None = None
-        try:
-            result = await self._send(step, job_id)
-        except SchedulerError as exc:
-            error = exc
-        duration_ms = (time.monotonic() - started) * 1000
-        if error is None:
-            self._fault("after", step)
-        self.commands += 1
-        async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id)
-            action = await session.get(SchedulerAction, action_id)
-            assert advice is not None and action is not None
+
+        def accept(advice: Advice) -> bool:
+            # Vetoed, superseded or closed since the plan: do not act.
+            return advice.generation == state.generation and advice_service.is_active(advice)
+
+        async def settle(session: Session, advice: Advice, action: SchedulerAction, sent: Sent) -> int:
+            self.commands += 1
             now = utcnow()
-            if error is None:
+            if sent.error is None:
+                result: CommandResult | None = sent.result
                 detail = (result.stderr or result.stdout).strip() if result else ""
                 await advice_service.finish_action(
                     session,
                     action=action,
                     advice=advice,
                     succeeded=True,
-                    duration_ms=duration_ms,
+                    duration_ms=sent.duration_ms,
                     detail=f"{step.message}" + (f"; {detail}" if detail else ""),
                     now=now,
                 )
-                advice.disposition_message = f"sent: {command}"
-                advice.next_reconcile_at = now
-                advice.reconcile_failures = 0
-                advice.updated_at = now
+                await advice_service.record_sent(session, advice=advice, command=sent.command, now=now)
                 return 1
             await advice_service.finish_action(
                 session,
                 action=action,
                 advice=advice,
                 succeeded=False,
-                duration_ms=duration_ms,
-                detail=str(error),
+                duration_ms=sent.duration_ms,
+                detail=str(sent.error),
                 now=now,
             )
-            if isinstance(error, OperationDisabled):
+            if isinstance(sent.error, OperationDisabled):
                 await advice_service.set_status(
                     session,
                     advice=advice,
                     disposition=Disposition.ABANDONED,
                     reason=DispositionReason.REQUEUE_DISABLED.value,
-                    message=f"Slurm refused {command}: {error.message}",
+                    message=f"Slurm refused {sent.command}: {sent.error.message}",
                     next_reconcile_at=None,
                     now=now,
                 )
                 return 0
             # Not found, state conflicts and outages: look again (fresh observation) after a backoff.
-            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
             await advice_service.record_reconcile_failure(
-                session, advice=advice, error=str(error), retry_at=now + dt.timedelta(seconds=delay), now=now
+                session,
+                advice=advice,
+                error=str(sent.error),
+                retry_at=now + backoff_delay(advice.reconcile_failures),
+                now=now,
             )
             return 0
+
+        return await run_command(
+            self.ctx,
+            advice_id=advice_id,
+            step=step.kind,
+            key=step.idempotency_key,
+            actor="controller",
+            command_of=lambda job_id: advice_service.command_text(step, job_id),
+            send=lambda job_id: self._send(step, job_id),
+            settle=settle,
+            accept=accept,
+            lock=True,
+            before=lambda: self._fault("before", step),
+            after=lambda: self._fault("after", step),
+        )
 
     async def _send(self, step: Step, job_id: int) -> CommandResult:
         if step.kind is StepKind.REQUEUE_HOLD:
@@ -390,11 +386,10 @@ class Controller(Service):
 
     async def _backoff(self, advice_id: int, error: str) -> None:
         async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id)
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
             if advice is None or not advice.active:
                 return
             now = utcnow()
-            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(advice.reconcile_failures or 0, 10))
             await advice_service.record_reconcile_failure(
-                session, advice=advice, error=error, retry_at=now + dt.timedelta(seconds=delay), now=now
+                session, advice=advice, error=error, retry_at=now + backoff_delay(advice.reconcile_failures), now=now
             )

@@ -6,23 +6,25 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import TYPE_CHECKING
 
 from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
-from app.db import utcnow
+from app.db import Session, utcnow
+from app.domain import states
 from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
 from app.domain.mode import admission, resolve_mode
 from app.domain.policy import parse_comment
+from app.jobs import queries as job_queries
 from app.jobs import service as jobs
-from app.jobs.models import Attempt, Job
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 from worker.service import Service
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.jobs.models import Attempt, Job
 
 log = logging.getLogger("recovery.observer")
 
@@ -40,7 +42,7 @@ def attempt_values(job: SlurmJob) -> dict[str, object]:
     return {
         "state": job.state,
         "state_reason": job.state_reason,
-        "exit_code": job.exit_code if job.end_time or job.state in jobs.ENDED_STATES else None,
+        "exit_code": job.exit_code if job.end_time or job.state in states.ENDED else None,
         "exit_signal": job.exit_signal or None,
         "nodes": list(job.nodes),
         "requeue_eligible": job.requeue,
@@ -111,10 +113,10 @@ class Observer(Service):
         work = 0
         if changed:
             async with self.ctx.sessions() as session, session.begin():
-                records = await jobs.current_jobs(
+                records = await job_queries.current_jobs(
                     session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed]
                 )
-                latest = await self._latest_attempts(session, [r.id for r in records.values()])
+                latest = await job_queries.latest_attempts_of_jobs(session, job_ids=[r.id for r in records.values()])
                 for job in changed:
                     record = records.get(job.job_id)
                     if record is None and not _may_enrol(job.comment or ""):
@@ -133,15 +135,7 @@ class Observer(Service):
             work += await self._follow_missing()
         return work
 
-    async def _latest_attempts(self, session: AsyncSession, job_ids: list[int]) -> dict[int, Attempt]:
-        if not job_ids:
-            return {}
-        rows = (
-            await session.scalars(select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.attempt_index))
-        ).all()
-        return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
-
-    async def _observe(self, session: AsyncSession, job: SlurmJob, record: Job | None, latest: Attempt | None) -> None:
+    async def _observe(self, session: Session, job: SlurmJob, record: Job | None, latest: Attempt | None) -> None:
         if record is not None:
             reason = job_id_reuse_reason(
                 SubmissionFingerprint(record.submit_time, record.name, record.comment, record.restart_count),
@@ -152,7 +146,10 @@ class Observer(Service):
                 record = await self._register(session, job, incarnation=record.incarnation + 1)
                 latest = None
         else:
-            record = await self._register(session, job, incarnation=await self._next_incarnation(session, job.job_id))
+            incarnation = await job_queries.next_incarnation(
+                session, cluster=self.settings.cluster, slurm_job_id=job.job_id
+            )
+            record = await self._register(session, job, incarnation=incarnation)
         if record is None or record.enrolment != "ENROLLED":
             return
         if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
@@ -162,16 +159,7 @@ class Observer(Service):
             record.requeue_eligible = job.requeue
         await self._track_attempts(session, job, record, latest)
 
-    async def _next_incarnation(self, session: AsyncSession, slurm_job_id: int) -> int:
-        highest = await session.scalar(
-            select(Job.incarnation)
-            .where(Job.cluster == self.settings.cluster, Job.slurm_job_id == slurm_job_id)
-            .order_by(Job.incarnation.desc())
-            .limit(1)
-        )
-        return 0 if highest is None else highest + 1
-
-    async def _register(self, session: AsyncSession, job: SlurmJob, *, incarnation: int) -> Job | None:
+    async def _register(self, session: Session, job: SlurmJob, *, incarnation: int) -> Job | None:
         result = parse_comment(job.comment)
         managed = self.settings.partition_managed(job.partition)
         decision = admission(result, environment=self.settings.environment, partition_managed=managed)
@@ -212,7 +200,7 @@ class Observer(Service):
         )
         return await jobs.register_job(session, registration=registration)
 
-    async def _track_attempts(self, session: AsyncSession, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
+    async def _track_attempts(self, session: Session, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
         index = job.restart_count
         values = attempt_values(job)
         if latest is not None and latest.attempt_index > index:
@@ -255,13 +243,13 @@ class Observer(Service):
         stale = {previous.stdout_path, previous.stderr_path} - {None}
         return {name: (None if value in stale else value) for name, value in paths.items()}
 
-    async def _close_previous(self, session: AsyncSession, attempt: Attempt, record: Job) -> None:
+    async def _close_previous(self, session: Session, attempt: Attempt, record: Job) -> None:
         """The restart count moved: the previous attempt has ended (it keeps its own record).
 
         When we never saw it end (the requeue came between two ticks), accounting knows how it ended
         (e.g. FAILED with exit code 1 before our requeue-hold); only without accounting is it REQUEUED.
         """
-        if attempt.state in jobs.ENDED_STATES:
+        if attempt.state in states.ENDED:
             if attempt.end_time is None:
                 await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
             return
@@ -295,11 +283,11 @@ class Observer(Service):
         work = 0
         for job_id, missing in list(self.state.missing.items()):
             async with self.ctx.sessions() as session, session.begin():
-                record = (await jobs.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[job_id])).get(
-                    job_id
-                )
-                attempt = await jobs.latest_attempt(session, job_id=record.id) if record else None
-                if attempt is None or attempt.state in jobs.ENDED_STATES:
+                record = (
+                    await job_queries.current_jobs(session, cluster=self.settings.cluster, slurm_job_ids=[job_id])
+                ).get(job_id)
+                attempt = await job_queries.latest_attempt(session, job_id=record.id) if record else None
+                if attempt is None or attempt.state in states.ENDED:
                     done.append(job_id)
                     continue
                 if not missing.asked_accounting:
@@ -381,6 +369,6 @@ def _final_record(history: list[AccountingRecord] | None, attempt_index: int) ->
     if not history:
         return None
     record = history[attempt_index] if attempt_index < len(history) else history[-1]
-    if record.state in jobs.ENDED_STATES:
+    if record.state in states.ENDED:
         return record
     return None

@@ -1,4 +1,4 @@
-"""Runs the worker's services, keeping the ones that need it behind the cluster's database lease."""
+"""Runs the worker's services behind the cluster's database lease: they start when it is won and stop when it is lost."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import socket
 import uuid
 
 from app.context import AppContext
+from app.leases import queries as lease_queries
 from app.leases import service as leases
 from worker.service import Service
 
@@ -42,7 +43,7 @@ class WorkerRunner:
         if not self.has_lease or self.epoch is None:
             return False
         try:
-            state = await leases.current(self.ctx.sessions, name=self.lease, holder=self.holder)
+            state = await lease_queries.current(self.ctx.sessions, name=self.lease, holder=self.holder)
         except Exception:
             log.exception("lease %s: could not check it before a scheduler command", self.lease)
             return False
@@ -59,22 +60,18 @@ class WorkerRunner:
             )
         except Exception:
             log.exception("lease %s: could not reach the database; stopping lease-bound services", self.lease)
-            state = leases.LeaseState(False, None, None, None)
+            state = lease_queries.LeaseState(False, None, None, None)
         if state.held and not self.has_lease:
             log.info("lease %s acquired by %s (epoch %s)", self.lease, self.holder, state.epoch)
             for service in self.services:
-                if service.needs_lease:
-                    service.start()
+                service.start()
         elif not state.held and self.has_lease:
             log.warning("lease %s lost to %s; stopping lease-bound services", self.lease, state.holder)
-            await asyncio.gather(*(s.stop() for s in self.services if s.needs_lease))
+            await asyncio.gather(*(s.stop() for s in self.services))
         self.has_lease, self.epoch = state.held, state.epoch
 
     async def run(self) -> None:
         """Run until stop() is called; release the lease on the way out."""
-        for service in self.services:
-            if not service.needs_lease:
-                service.start()
         try:
             while not self._stop.is_set():
                 await self._refresh_lease()

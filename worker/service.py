@@ -1,11 +1,12 @@
-"""The Service base class every background loop shares: start/stop, enabled flag, backoff on errors."""
+"""The Service base class every background loop shares: start/stop, backoff on errors."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import ClassVar
+
+from app.domain.backoff import exponential, jittered
 
 log = logging.getLogger("recovery.worker")
 
@@ -14,12 +15,9 @@ class Service:
     """A loop that calls `tick()` every `interval` seconds until stopped; errors back off, never kill it."""
 
     name: ClassVar[str] = "service"
-    # Services that change Slurm or write derived state run only while the worker holds the lease.
-    needs_lease: ClassVar[bool] = True
 
-    def __init__(self, *, interval: float = 1.0, enabled: bool = True, max_backoff: float = 30.0) -> None:
+    def __init__(self, *, interval: float = 1.0, max_backoff: float = 30.0) -> None:
         self.interval = interval
-        self.enabled = enabled
         self.max_backoff = max_backoff
         self.failures = 0
         self.ticks = 0
@@ -39,8 +37,8 @@ class Service:
         self._wake.set()
 
     def start(self) -> None:
-        """Start the loop as a task (no-op when disabled or already running)."""
-        if self.enabled and self._task is None:
+        """Start the loop as a task (no-op when already running)."""
+        if self._task is None:
             self._stop.clear()
             self._task = asyncio.create_task(self._loop(), name=f"service:{self.name}")
 
@@ -66,8 +64,7 @@ class Service:
     def _delay(self) -> float:
         if not self.failures:
             return self.interval
-        backoff = min(self.max_backoff, self.interval * (2 ** min(self.failures, 10)))
-        return backoff * (0.75 + random.random() / 2)
+        return jittered(exponential(self.failures, base=self.interval, cap=self.max_backoff))
 
     async def _loop(self) -> None:
         while not self._stop.is_set():

@@ -13,34 +13,34 @@ not ended), so an idle watchdog costs one query and no Slurm call.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
+from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.advice.models import Advice, SchedulerAction
 from app.context import AppContext
-from app.db import utcnow
+from app.db import Session, utcnow
+from app.domain import states
 from app.domain.reconcile import StepKind
 from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
-from app.jobs.models import Job
 from app.slurm.adapter import Scheduler
-from app.slurm.errors import SchedulerError
 from worker.controller import observation_of
+from worker.milestones import Sent, run_command
 from worker.service import Service
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.advice.models import Advice, SchedulerAction
 
 log = logging.getLogger("recovery.watchdog")
 
 DEFAULT_INTERVAL = 5.0
-FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED"})
+HOLD_STATUSES = (advice_service.STARTED, advice_service.SUCCEEDED)  # a hold we placed (or may have)
 
 
 class Watchdog(Service):
     """Releases stale holds our controller placed; never a hold it did not cause."""
 
     name = "watchdog"
-    needs_lease = True
 
     def __init__(self, ctx: AppContext, scheduler: Scheduler, *, interval: float = DEFAULT_INTERVAL) -> None:
         super().__init__(interval=interval)
@@ -53,21 +53,13 @@ class Watchdog(Service):
     async def candidates(self) -> list[tuple[Advice, AdviceHoldState, SchedulerAction]]:
         """Advice whose job may still carry a hold our requeue placed (from our milestones; no Slurm call)."""
         async with self.ctx.sessions() as session:
-            held_ids = select(SchedulerAction.advice_id).where(
-                SchedulerAction.step == StepKind.REQUEUE_HOLD.value,
-                SchedulerAction.status.in_([advice_service.STARTED, advice_service.SUCCEEDED]),
+            rows = await advice_queries.advice_with_step(
+                session, cluster=self.settings.cluster, step=StepKind.REQUEUE_HOLD.value, statuses=HOLD_STATUSES
             )
-            rows = (
-                await session.execute(
-                    select(Advice, Job.state)
-                    .join(Job, Job.id == Advice.job_id)
-                    .where(Advice.id.in_(held_ids), Advice.cluster == self.settings.cluster, Job.retired_at.is_(None))
-                )
-            ).all()
             # A held job is PENDING; COMPLETED/CANCELLED jobs carry no hold (a failed attempt may not be
             # replaced by its held successor in our records yet, so other end states stay candidates).
-            rows = [(advice, state) for advice, state in rows if state not in FINISHED_STATES]
-            actions = await advice_service.actions_of(session, advice_ids=[advice.id for advice, _ in rows])
+            rows = [(advice, state) for advice, state in rows if state not in states.CLEAN_END]
+            actions = await advice_queries.milestones_of_advice(session, advice_ids=[advice.id for advice, _ in rows])
         out = []
         for advice, _ in rows:
             milestones = advice_service.as_milestones(actions[advice.id])
@@ -82,8 +74,7 @@ class Watchdog(Service):
             hold_action = next(
                 a
                 for a in reversed(actions[advice.id])
-                if a.step == StepKind.REQUEUE_HOLD.value
-                and a.status in {advice_service.STARTED, advice_service.SUCCEEDED}
+                if a.step == StepKind.REQUEUE_HOLD.value and a.status in HOLD_STATUSES
             )
             out.append((advice, hold_state, hold_action))
         return out
@@ -113,41 +104,15 @@ class Watchdog(Service):
 
     async def _would_release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
         """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
-        key = f"watchdog-shadow:{advice_id}:{hold_action_id}:release"
         async with self.ctx.sessions() as session, session.begin():
-            if (
-                await session.scalar(select(SchedulerAction.id).where(SchedulerAction.idempotency_key == key))
-                is not None
-            ):
-                return
-            advice = await session.get(Advice, advice_id)
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
             assert advice is not None
-            now = utcnow()
-            session.add(
-                SchedulerAction(
-                    advice_id=advice_id,
-                    generation=advice.generation,
-                    step=StepKind.RELEASE.value,
-                    idempotency_key=key,
-                    status=advice_service.SHADOW,
-                    actor="watchdog",
-                    command=f"scontrol release {advice.slurm_job_id}",
-                    detail=message,
-                    started_at=now,
-                    finished_at=now,
-                    duration_ms=0.0,
-                )
-            )
-            await advice_service.audit.record(
+            await advice_service.record_would_release(
                 session,
-                component="watchdog",
-                event_type="watchdog.would_release",
-                level="WARNING",
-                message=f"watchdog (observe) would release job {advice.slurm_job_id}: {message}",
-                payload={"adviceId": advice_id, "generation": advice.generation, "reason": reason, "mode": "observe"},
-                cluster=advice.cluster,
-                slurm_job_id=advice.slurm_job_id,
-                attempt_index=advice.attempt_index,
+                advice=advice,
+                key=f"watchdog-shadow:{advice_id}:{hold_action_id}:release",
+                reason=reason,
+                message=message,
             )
 
     async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
@@ -155,42 +120,31 @@ class Watchdog(Service):
         if self.fence is not None and not await self.fence():
             log.warning("watchdog: lease no longer ours; not releasing for Advice %s", advice_id)
             return
-        key = f"watchdog:{advice_id}:{hold_action_id}:release"
-        async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id)
-            assert advice is not None
-            job_id = advice.slurm_job_id
-            action = await advice_service.begin_action(
-                session,
-                advice=advice,
-                step=StepKind.RELEASE,
-                key=key,
-                command=f"scontrol release {job_id}",
-                actor="watchdog",
-            )
-            action_id = action.id
-        started = time.monotonic()
-        error: SchedulerError | None = None
-        try:
-            await self.scheduler.release(job_id)
-        except SchedulerError as exc:
-            error = exc
-        duration_ms = (time.monotonic() - started) * 1000
-        async with self.ctx.sessions() as session, session.begin():
-            advice = await session.get(Advice, advice_id)
-            action = await session.get(SchedulerAction, action_id)
-            assert advice is not None and action is not None
-            detail = f"{reason}: {message}" if error is None else f"{reason}: {message}; failed: {error}"
+
+        async def settle(session: Session, advice: Advice, action: SchedulerAction, sent: Sent) -> int:
+            detail = f"{reason}: {message}" if sent.error is None else f"{reason}: {message}; failed: {sent.error}"
             await advice_service.finish_action(
                 session,
                 action=action,
                 advice=advice,
-                succeeded=error is None,
-                duration_ms=duration_ms,
+                succeeded=sent.error is None,
+                duration_ms=sent.duration_ms,
                 detail=detail,
                 component="watchdog",
                 event_type="watchdog.release",
             )
-        if error is None:
-            self.releases += 1
-            log.warning("watchdog released job %s (%s)", job_id, message)
+            if sent.error is None:
+                self.releases += 1
+                log.warning("watchdog released job %s (%s)", sent.job_id, message)
+            return 1 if sent.error is None else 0
+
+        await run_command(
+            self.ctx,
+            advice_id=advice_id,
+            step=StepKind.RELEASE,
+            key=f"watchdog:{advice_id}:{hold_action_id}:release",
+            actor="watchdog",
+            command_of=lambda job_id: f"scontrol release {job_id}",
+            send=self.scheduler.release,
+            settle=settle,
+        )

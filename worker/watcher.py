@@ -16,20 +16,20 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
+from typing import TYPE_CHECKING, Any
 
 from app.context import AppContext
-from app.db import utcnow
+from app.db import Session, utcnow
 from app.domain.progress import HangThresholds, ProgressState, silence_exceeded
 from app.domain.signatures import TRAININGLOOP
+from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
-from app.evidence.models import LogSource
-from app.jobs.models import Attempt, Policy
+from app.jobs import queries as job_queries
 from worker.service import Service
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.evidence.models import LogSource
+    from app.jobs.models import Attempt
 
 log = logging.getLogger("recovery.watcher")
 
@@ -82,7 +82,7 @@ class Watcher(Service):
         now = self.clock()
         recorded = 0
         async with self.ctx.sessions() as session, session.begin():
-            candidates = await self._armed(session)
+            candidates = await evidence_queries.armed_sources(session)
             await self._load_policies(session, {row.job_id for row, _ in candidates if row.job_id is not None})
             live_keys: set[tuple[int, int, str]] = set()
             for row, attempt in candidates:
@@ -99,31 +99,10 @@ class Watcher(Service):
                 except Exception:
                     log.exception("anomaly listener failed")
 
-    async def _armed(self, session: AsyncSession) -> list[tuple[LogSource, Attempt]]:
-        """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest): one query."""
-        newest = aliased(Attempt)
-        newest_id = (
-            select(newest.id)
-            .where(newest.job_id == LogSource.job_id)
-            .order_by(newest.attempt_index.desc())
-            .limit(1)
-            .correlate(LogSource)
-            .scalar_subquery()
-        )
-        rows = (
-            await session.execute(
-                select(LogSource, Attempt)
-                .join(Attempt, Attempt.id == func.coalesce(LogSource.attempt_id, newest_id))
-                .where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None))
-                .order_by(LogSource.id)
-            )
-        ).all()
-        return [(row[0], row[1]) for row in rows]
-
-    async def _load_policies(self, session: AsyncSession, job_ids: set[int]) -> None:
+    async def _load_policies(self, session: Session, job_ids: set[int]) -> None:
         missing = sorted(job_ids - set(self._policies))
         if missing:
-            for policy in (await session.scalars(select(Policy).where(Policy.job_id.in_(missing)))).all():
+            for policy in await job_queries.policies_of_jobs(session, job_ids=missing):
                 self._policies[policy.job_id] = HangPolicy.from_effective(policy.effective)
 
     @staticmethod
@@ -133,7 +112,7 @@ class Watcher(Service):
         return (row.id, attempt.id, since.isoformat() if since else "")
 
     async def _check(
-        self, session: AsyncSession, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime
+        self, session: Session, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime
     ) -> bool:
         policy = self._policies.get(row.job_id or -1, HangPolicy.from_effective(None))
         if not policy.enabled:
@@ -200,7 +179,7 @@ class Watcher(Service):
             return row.progress_attempt_id == attempt.id
         return attempt.start_time is not None and row.progress_at is not None and row.progress_at >= attempt.start_time
 
-    async def _among_log_paths(self, session: AsyncSession, row: LogSource, attempt: Attempt) -> bool:
+    async def _among_log_paths(self, session: Session, row: LogSource, attempt: Attempt) -> bool:
         """The tracked file is one of the attempt's log paths (its StdOut/StdErr, or a log-directory file of its job)."""
         if row.attempt_id is not None and row.attempt_id != attempt.id:
             return False

@@ -50,7 +50,7 @@ async def _announce(
         attempt_index=advice.attempt_index,
         actor=user,
     )
-    await advice_service.announce(session, advice, {"review": advice.review, "by": user})
+    await advice_service.announce(session, advice=advice, payload={"review": advice.review, "by": user})
 
 
 async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) -> Advice:

@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.advice import queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
-from app.audit.models import AuditEvent
 from app.db import utcnow
 from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
 from app.domain.mode import ModeDecision
@@ -54,7 +54,7 @@ def is_active(advice: Advice) -> bool:
     return bool(advice.active) and advice.review != VETOED
 
 
-async def announce(session: AsyncSession, advice: Advice, payload: dict[str, Any]) -> None:
+async def announce(session: AsyncSession, *, advice: Advice, payload: dict[str, Any]) -> None:
     """Tell live readers an Advice changed (generation, operation, activity and disposition included)."""
     summary = {
         "generation": advice.generation,
@@ -73,11 +73,6 @@ def _refs(existing: dict[str, Any] | None, new: Iterable[str]) -> dict[str, Any]
     return {**(existing or {}), "refs": refs}
 
 
-async def advice_for_attempt(session: AsyncSession, *, attempt_id: int) -> Advice | None:
-    """The one Advice of an attempt, if any."""
-    return await session.scalar(select(Advice).where(Advice.attempt_id == attempt_id))
-
-
 async def record_decision(
     session: AsyncSession,
     *,
@@ -91,7 +86,7 @@ async def record_decision(
 ) -> AdviceOutcome:
     """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
     now = now or utcnow()
-    existing = await advice_for_attempt(session, attempt_id=attempt.id)
+    existing = await queries.advice_for_attempt(session, attempt_id=attempt.id)
     if existing is None:
         if decision.operation is Operation.NONE:
             created = await record_not_needed(session, attempt=attempt, decision=decision, signal=signal)
@@ -115,7 +110,7 @@ async def record_decision(
         session.add(advice)
         await session.flush()
         await _audit_change(session, advice, "advice.created", signal=signal)
-        await announce(session, advice, {"change": CREATED})
+        await announce(session, advice=advice, payload={"change": CREATED})
         return AdviceOutcome(CREATED, advice)
 
     if existing.review == VETOED:
@@ -146,7 +141,7 @@ async def record_decision(
     existing.reconcile_failures = 0
     existing.updated_at = now
     await _audit_change(session, existing, "advice.updated", signal=signal, previous=previous)
-    await announce(session, existing, {"change": UPDATED})
+    await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
 
 
@@ -180,24 +175,9 @@ async def _audit_change(
     )
 
 
-async def not_needed_recorded(session: AsyncSession, *, attempt: Attempt) -> bool:
-    """True when this attempt already has its `advice.not_needed` event (it is written once per attempt)."""
-    rows = (
-        await session.scalars(
-            select(AuditEvent.payload).where(
-                AuditEvent.slurm_job_id == attempt.slurm_job_id,
-                AuditEvent.attempt_index == attempt.attempt_index,
-                AuditEvent.event_type == "advice.not_needed",
-                AuditEvent.cluster == attempt.cluster,
-            )
-        )
-    ).all()
-    return any((payload or {}).get("attemptId") == attempt.id for payload in rows)
-
-
 async def record_not_needed(session: AsyncSession, *, attempt: Attempt, decision: Decision, signal: str) -> bool:
     """Write why no Advice was needed for this attempt, once per attempt; False when it was already written."""
-    if await not_needed_recorded(session, attempt=attempt):
+    if await queries.not_needed_recorded(session, attempt=attempt):
         return False
     await audit.record(
         session,
@@ -213,23 +193,6 @@ async def record_not_needed(session: AsyncSession, *, attempt: Attempt, decision
 
 
 # ---------------------------------------------------------------- milestones (scheduler actions)
-
-
-async def actions_of(session: AsyncSession, *, advice_ids: Sequence[int]) -> dict[int, list[SchedulerAction]]:
-    """Each Advice's scheduler actions in recorded order, in one statement."""
-    result: dict[int, list[SchedulerAction]] = {advice_id: [] for advice_id in advice_ids}
-    if not advice_ids:
-        return result
-    rows = (
-        await session.scalars(
-            select(SchedulerAction)
-            .where(SchedulerAction.advice_id.in_(list(set(advice_ids))))
-            .order_by(SchedulerAction.id)
-        )
-    ).all()
-    for row in rows:
-        result[row.advice_id].append(row)
-    return result
 
 
 def as_milestones(actions: Sequence[SchedulerAction]) -> list[Milestone]:
@@ -481,7 +444,7 @@ async def set_status(
                 slurm_job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
             )
-        await announce(session, advice, {"change": "reconciliation", "reason": reason})
+        await announce(session, advice=advice, payload={"change": "reconciliation", "reason": reason})
     return changed
 
 
@@ -495,4 +458,48 @@ async def record_reconcile_failure(
     advice.disposition_message = f"Slurm did not answer ({advice.reconcile_failures} in a row); retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[
         :4000
     ]
+    advice.updated_at = now
+
+
+async def record_would_release(
+    session: AsyncSession, *, advice: Advice, key: str, reason: str, message: str, now: dt.datetime | None = None
+) -> bool:
+    """The watchdog in observe mode: say once per hold (a SHADOW row keyed `key`) what act mode would release."""
+    if await queries.action_recorded(session, key=key):
+        return False
+    now = now or utcnow()
+    session.add(
+        SchedulerAction(
+            advice_id=advice.id,
+            generation=advice.generation,
+            step=StepKind.RELEASE.value,
+            idempotency_key=key,
+            status=SHADOW,
+            actor="watchdog",
+            command=f"scontrol release {advice.slurm_job_id}",
+            detail=message,
+            started_at=now,
+            finished_at=now,
+            duration_ms=0.0,
+        )
+    )
+    await audit.record(
+        session,
+        component="watchdog",
+        event_type="watchdog.would_release",
+        level="WARNING",
+        message=f"watchdog (observe) would release job {advice.slurm_job_id}: {message}",
+        payload={"adviceId": advice.id, "generation": advice.generation, "reason": reason, "mode": "observe"},
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+    )
+    return True
+
+
+async def record_sent(session: AsyncSession, *, advice: Advice, command: str, now: dt.datetime) -> None:
+    """A command was sent for this Advice: look at it again at once (a fresh observation proves its effect)."""
+    advice.disposition_message = f"sent: {command}"
+    advice.next_reconcile_at = now
+    advice.reconcile_failures = 0
     advice.updated_at = now

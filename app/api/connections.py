@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import strawberry
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from strawberry.dataloader import DataLoader
 
 from app.api.errors import bad_input
+from app.db import Sessions
 from app.domain.cursor import CursorError, encode_cursor
 from app.pagination import Page, PageArgumentError, PageRequest
 
@@ -95,7 +95,7 @@ def cursor_problem(exc: CursorError) -> Exception:
 
 
 async def read_connection(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Sessions,
     request: PageRequest,
     fetch: Callable[..., Awaitable[Page[R]]],
     wrap: Callable[[R], T],
@@ -112,7 +112,7 @@ async def read_connection(
 
 
 async def nested_connection(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Sessions,
     request: PageRequest,
     *,
     parent_id: int,

@@ -34,10 +34,6 @@ def forbidden(message: str) -> ApiError:
     return ApiError(message, FORBIDDEN)
 
 
-def limit_exceeded(message: str, limit: str) -> ApiError:
-    return ApiError(message, LIMIT_EXCEEDED, limit=limit)
-
-
 def is_expected(error: GraphQLError) -> bool:
     """True for client errors (bad input, limits, auth) that are answered, not logged as failures."""
     code = (error.extensions or {}).get("code")

@@ -6,11 +6,12 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from strawberry.dataloader import DataLoader
 
 from app.advice import queries as advice_queries
-from app.audit import service as audit_service
+from app.audit import queries as audit_queries
+from app.db import Sessions
+from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 
 ByIds = Callable[..., Awaitable[dict[Any, Any]]]
@@ -19,7 +20,7 @@ ByIds = Callable[..., Awaitable[dict[Any, Any]]]
 class Loaders:
     """The DataLoaders of one request (or, without caching, of one subscription connection)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, cache: bool = True) -> None:
+    def __init__(self, sessions: Sessions, *, cache: bool = True) -> None:
         self._sessions = sessions
 
         def keyed(fn: ByIds, arg: str = "ids", default: Any = None) -> DataLoader[Any, Any]:
@@ -50,18 +51,18 @@ class Loaders:
         self.attempt = keyed(job_queries.attempts_by_ids)
         self.policy = keyed(job_queries.policies_by_job_ids, "job_ids")
         self.attempt_count = keyed(job_queries.count_attempts_of_jobs, "job_ids", 0)
-        self.checkpoint = keyed(job_queries.checkpoints_by_ids)
-        self.anomaly = keyed(job_queries.anomalies_by_ids)
+        self.checkpoint = keyed(evidence_queries.checkpoints_by_ids)
+        self.anomaly = keyed(evidence_queries.anomalies_by_ids)
         self.advice = keyed(advice_queries.advice_by_ids)
         self.advice_of_attempt = keyed(advice_queries.advice_of_attempts, "attempt_ids")
         self.milestones = keyed(advice_queries.milestones_of_advice, "advice_ids", list)
-        self.audit_event = keyed(audit_service.events_by_ids)
+        self.audit_event = keyed(audit_queries.events_by_ids)
         self.first_attempts = limited(job_queries.first_attempts_of_jobs, "job_ids")
-        self.latest_checkpoints = limited(job_queries.latest_checkpoints_of_attempts, "attempt_ids")
-        self.latest_anomalies = limited(job_queries.latest_anomalies_of_attempts, "attempt_ids")
+        self.latest_checkpoints = limited(evidence_queries.latest_checkpoints_of_attempts, "attempt_ids")
+        self.latest_anomalies = limited(evidence_queries.latest_anomalies_of_attempts, "attempt_ids")
 
     @property
-    def sessions(self) -> async_sessionmaker[AsyncSession]:
+    def sessions(self) -> Sessions:
         return self._sessions
 
     def by_type(self, type_name: str) -> DataLoader[Hashable, Any] | None:

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import strawberry
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice import review
-from app.advice.models import Advice as AdviceRow
 from app.api.errors import bad_input, not_found
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.types import Advice
+from app.db import Session
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.advice.models import Advice as AdviceRow
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    AdviceRow = Any
 
 Info = strawberry.Info
 
 
-async def _review(
-    info: Info, id: strawberry.ID, action: Callable[[AsyncSession, int, str], Awaitable[AdviceRow]]
-) -> Advice:
+async def _review(info: Info, id: strawberry.ID, action: Callable[[Session, int, str], Awaitable[AdviceRow]]) -> Advice:
     # The role check comes first: a refused caller changes nothing and records nothing.
     principal = info.context.operator()
     try:

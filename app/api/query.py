@@ -13,7 +13,7 @@ from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
-from app.audit import service as audit_service
+from app.audit import queries as audit_queries
 from app.jobs import queries as job_queries
 
 Info = strawberry.Info
@@ -59,7 +59,7 @@ class AuditEventFilter:
     cluster: str | None = None
 
 
-def audit_filter(flt: AuditEventFilter | None) -> audit_service.AuditFilter:
+def audit_filter(flt: AuditEventFilter | None) -> audit_queries.AuditFilter:
     """The service filter of the GraphQL input (bad combinations are the client's error)."""
     flt = flt or AuditEventFilter()
     for name in ("produced_after", "produced_before"):
@@ -67,7 +67,7 @@ def audit_filter(flt: AuditEventFilter | None) -> audit_service.AuditFilter:
         if value is not None and value.tzinfo is None:
             raise bad_input(f"{name} needs a timezone (e.g. 2025-01-01T00:00:00Z)")
     try:
-        return audit_service.AuditFilter(
+        return audit_queries.AuditFilter(
             slurm_job_id=flt.job_id,
             attempt_index=flt.attempt_index,
             component=flt.component or None,
@@ -77,7 +77,7 @@ def audit_filter(flt: AuditEventFilter | None) -> audit_service.AuditFilter:
             produced_before=flt.produced_before,
             cluster=flt.cluster or None,
         )
-    except audit_service.AuditFilterError as exc:
+    except audit_queries.AuditFilterError as exc:
         raise bad_input(str(exc)) from None
 
 
@@ -236,7 +236,7 @@ class Query:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         service_filter = audit_filter(filter)
-        fetch = partial(audit_service.query, filter=service_filter, descending=order is SortOrder.DESC)
+        fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
 
     @strawberry.field(description="Who the API thinks you are.")

@@ -5,23 +5,33 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.advice import queries as advice_queries
-from app.advice.models import Advice, SchedulerAction
-from app.audit import service as audit_service
-from app.audit.models import AuditEvent
+from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 from app.domain.cursor import CursorError
 from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
+from app.domain.timefmt import iso_utc_or_none
 from app.jobs import queries as job_queries
-from app.jobs.models import Attempt, Job, Workflow
 from app.pagination import PageRequest
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.advice.models import Advice, SchedulerAction
+    from app.audit.models import AuditEvent
+    from app.jobs.models import Attempt, Job, Workflow
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    Advice = Any
+    SchedulerAction = Any
+    AuditEvent = Any
+    Attempt = Any
+    Job = Any
+    Workflow = Any
 
 # (default, max) page sizes, as the Gateway reference has them.
 JOBS_LIMITS = (100, 250)
@@ -43,10 +53,6 @@ def _auth_error(exc: AuthError) -> JSONResponse:
     code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}.get(exc.status, "UNAVAILABLE")
     headers = {"WWW-Authenticate": exc.www_authenticate} if exc.status in (401, 403) else None
     return error(exc.status, code, exc.message, headers)
-
-
-def _iso(value: dt.datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def _limit(request: Request, limits: tuple[int, int]) -> int:
@@ -142,11 +148,11 @@ def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -
         "held": attempt.held,
         "effectiveMode": job.effective_mode if job else None,
         "modeReason": job.mode_reason if job else None,
-        "startTime": _iso(attempt.start_time),
-        "endTime": _iso(attempt.end_time),
+        "startTime": iso_utc_or_none(attempt.start_time),
+        "endTime": iso_utc_or_none(attempt.end_time),
         "endedReason": attempt.ended_reason,
-        "createdAt": _iso(attempt.created_at),
-        "updatedAt": _iso(attempt.updated_at),
+        "createdAt": iso_utc_or_none(attempt.created_at),
+        "updatedAt": iso_utc_or_none(attempt.updated_at),
     }
 
 
@@ -159,8 +165,8 @@ def milestone_json(action: SchedulerAction) -> dict[str, Any]:
         "actor": action.actor,
         "command": action.command,
         "detail": action.detail,
-        "startedAt": _iso(action.started_at),
-        "finishedAt": _iso(action.finished_at),
+        "startedAt": iso_utc_or_none(action.started_at),
+        "finishedAt": iso_utc_or_none(action.finished_at),
         "durationMs": action.duration_ms,
     }
 
@@ -180,7 +186,7 @@ def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[s
         "generation": advice.generation,
         "mode": advice.mode,
         "modeReason": advice.mode_reason,
-        "expiresAt": _iso(advice.expires_at),
+        "expiresAt": iso_utc_or_none(advice.expires_at),
         "active": advice.active,
         "review": advice.review,
         "reviewedBy": advice.reviewed_by,
@@ -191,8 +197,8 @@ def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[s
             "observedGeneration": advice.observed_generation,
             "milestones": [milestone_json(m) for m in milestones],
         },
-        "createdAt": _iso(advice.created_at),
-        "updatedAt": _iso(advice.updated_at),
+        "createdAt": iso_utc_or_none(advice.created_at),
+        "updatedAt": iso_utc_or_none(advice.updated_at),
     }
 
 
@@ -206,8 +212,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "latestJobName": workflow.latest_job_name,
         "attemptCount": workflow.attempt_count,
         "failedAttemptCount": workflow.failed_attempt_count,
-        "createdAt": _iso(workflow.created_at),
-        "updatedAt": _iso(workflow.updated_at),
+        "createdAt": iso_utc_or_none(workflow.created_at),
+        "updatedAt": iso_utc_or_none(workflow.updated_at),
     }
 
 
@@ -223,9 +229,9 @@ def audit_json(event: AuditEvent) -> dict[str, Any]:
         "jobId": event.slurm_job_id,
         "attemptIndex": event.attempt_index,
         "actor": event.actor,
-        "producedAt": _iso(event.produced_at),
+        "producedAt": iso_utc_or_none(event.produced_at),
         "producedAtMicros": _micros(event.produced_at),
-        "recordedAt": _iso(event.recorded_at),
+        "recordedAt": iso_utc_or_none(event.recorded_at),
     }
 
 
@@ -249,7 +255,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
                 return error(
                     400, "INVALID_ARGUMENT", "invalid page token: pass back the nextPageToken of the same listing"
                 )
-            except audit_service.AuditFilterError as exc:
+            except audit_queries.AuditFilterError as exc:
                 return error(400, "INVALID_ARGUMENT", str(exc))
 
         serve.__name__ = handler.__name__
@@ -321,7 +327,7 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
     order = (request.query_params.get("order") or "desc").strip().lower()
     if order not in {"asc", "desc"}:
         raise BadRequest(f"order must be asc or desc, got {order[:10]!r}")
-    flt = audit_service.AuditFilter(
+    flt = audit_queries.AuditFilter(
         slurm_job_id=_int(request, "jobId", minimum=1, maximum=MAX_SLURM_JOB_ID),
         attempt_index=_int(request, "attemptIndex"),
         component=_text(request, "component"),
@@ -332,7 +338,7 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
         cluster=_text(request, "cluster"),
     )
     async with ctx.sessions() as session:
-        page = await audit_service.query(
+        page = await audit_queries.query(
             session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc"
         )
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from app.domain import states
 from app.domain.retry import (
     AttemptRecord,
     FailureKind,
@@ -40,8 +41,6 @@ class Rule(StrEnum):
     RESUME_MODE_UNSUPPORTED = "resume_mode_unsupported"
 
 
-# Slurm end states that are failures worth a retry decision.
-FAILURE_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL"})
 SUPPORTED_RESUME_MODES = frozenset({"requeue"})
 MODES = frozenset({"act", "observe"})
 
@@ -133,7 +132,7 @@ def decide(
                 Rule.JOB_CANCELLED,
                 f"{what}: a cancellation is someone's decision, not a failure, so it is not retried.",
             )
-        if state not in FAILURE_STATES:
+        if state not in states.RETRYABLE_FAILED:
             return verdict(
                 Operation.NONE,
                 Rule.NOT_A_FAILURE,

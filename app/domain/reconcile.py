@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from app.domain import states
+
 
 class StepKind(StrEnum):
     """A scheduler command (the value is the milestone's step name) or a terminal/waiting outcome."""
@@ -51,13 +53,6 @@ class HoldKind(StrEnum):
     MAX_REQUEUE = "MAX_REQUEUE"  # Slurm's own MaxBatchRequeue hold: JobHoldMaxRequeue
     LAUNCH_FAILED = "LAUNCH_FAILED"  # Slurm requeue-held a job whose launch failed
     OTHER = "OTHER"  # priority 0 for a reason we do not recognise
-
-
-ENDED_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-)
-# States in which `scontrol requeuehold` ends or re-queues the attempt (Slurm refuses PENDING jobs).
-REQUEUEABLE_STATES = ENDED_STATES | {"RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED"}
 
 
 @dataclass(frozen=True)
@@ -157,11 +152,6 @@ def hold_kind(observation: JobObservation) -> HoldKind:
 
 def _counts(milestone: Milestone) -> bool:
     return milestone.status in {"STARTED", "SUCCEEDED"}
-
-
-def we_requeued(milestones: Sequence[Milestone]) -> bool:
-    """We sent (or may have sent, after a crash) a requeue-hold for this Advice."""
-    return any(m.step is StepKind.REQUEUE_HOLD and _counts(m) for m in milestones)
 
 
 def outstanding_requeue_hold(milestones: Sequence[Milestone]) -> Milestone | None:
@@ -273,7 +263,7 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
                 StepKind.WAIT,
                 f"our requeue-hold succeeded but Slurm still shows attempt {k}; waiting for a fresh observation",
             )
-        if state not in REQUEUEABLE_STATES:
+        if state not in states.REQUEUEABLE:
             return Step(StepKind.WAIT, f"attempt {k} is {state}; Slurm cannot requeue it in this state")
         return Step(StepKind.REQUEUE_HOLD, f"requeue attempt {k} ({state}) into a held state")
 
@@ -327,7 +317,7 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
             f"attempt {k + 1} already runs on excluded node(s) {', '.join(on_excluded)}; too late to exclude them",
             DispositionReason.SUPERSEDED,
         )
-    if state in ENDED_STATES or not obs.nodes:
+    if state in states.TERMINAL or not obs.nodes:
         return Step(
             StepKind.ABANDON,
             f"attempt {k + 1} is {state} before the exclusions could be set",
@@ -359,7 +349,7 @@ def _plan_terminate(advice: AdviceState, obs: JobObservation | None, milestones:
         )
     state = obs.state.upper()
     which = f"attempt {obs.restart_count}"
-    if state in ENDED_STATES:
+    if state in states.TERMINAL:
         return _done(milestones, StepKind.CANCEL, f"{which} has ended ({state})")
     if state == "COMPLETING":
         return Step(StepKind.WAIT, f"{which} is completing")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -362,17 +361,6 @@ def pending_to_event(row: PendingLogEvent, log_path: str) -> LineEvent:
     )
 
 
-async def due_pending(
-    session: AsyncSession, *, now: dt.datetime | None, limit: int = 200
-) -> Sequence[tuple[PendingLogEvent, LogSource]]:
-    """Waiting events whose next try is due (all of them when now is None), oldest first."""
-    query = select(PendingLogEvent, LogSource).join(LogSource, LogSource.id == PendingLogEvent.log_source_id)
-    if now is not None:
-        query = query.where(PendingLogEvent.next_try_at <= now)
-    rows = (await session.execute(query.order_by(PendingLogEvent.next_try_at, PendingLogEvent.id).limit(limit))).all()
-    return [(row[0], row[1]) for row in rows]
-
-
 async def drop_event(
     session: AsyncSession,
     *,
@@ -406,20 +394,13 @@ async def drop_event(
     )
 
 
-# ---- reads ------------------------------------------------------------------------------------
+async def delete_pending(session: AsyncSession, *, pending: PendingLogEvent) -> None:
+    """Forget a waiting event: it was recorded on its attempt or dropped."""
+    await session.delete(pending)
 
 
-async def anomalies_of(session: AsyncSession, *, attempt_id: int) -> list[Anomaly]:
-    """An attempt's anomalies in the order they were recorded."""
-    return list(
-        (await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt_id).order_by(Anomaly.id))).all()
-    )
-
-
-async def checkpoints_of(session: AsyncSession, *, attempt_id: int) -> list[Checkpoint]:
-    """An attempt's checkpoint events in the order they were recorded."""
-    return list(
-        (
-            await session.scalars(select(Checkpoint).where(Checkpoint.attempt_id == attempt_id).order_by(Checkpoint.id))
-        ).all()
-    )
+async def add_log_source(session: AsyncSession, *, path: str, job_id: int, attempt_id: int | None) -> LogSource:
+    """Start tracking a file of a job (owned by one attempt, or shared when `attempt_id` is None)."""
+    row = LogSource(path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0)
+    session.add(row)
+    return row

@@ -1,12 +1,10 @@
-"""Append to and read the change feed; on PostgreSQL also NOTIFY listeners (which only wakes them)."""
+"""Append to the change feed; on PostgreSQL also NOTIFY listeners (which only wakes them). Reads: app.feed.queries."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.feed.models import ChangeFeedEntry
@@ -66,39 +64,3 @@ async def announce(
         attempt_index=getattr(about, "attempt_index", None),
         payload=payload,
     )
-
-
-async def read_since(
-    session: AsyncSession,
-    *,
-    after_id: int,
-    topics: Iterable[str] | None = None,
-    limit: int = 500,
-) -> Sequence[ChangeFeedEntry]:
-    """Entries with id greater than after_id, oldest first (optionally only some topics)."""
-    query = select(ChangeFeedEntry).where(ChangeFeedEntry.id > after_id)
-    if topics is not None:
-        query = query.where(ChangeFeedEntry.topic.in_(list(topics)))
-    query = query.order_by(ChangeFeedEntry.id).limit(limit)
-    return (await session.scalars(query)).all()
-
-
-async def latest_id(session: AsyncSession) -> int:
-    """The id of the newest entry (0 for an empty feed): where a new reader starts."""
-    value = await session.scalar(select(ChangeFeedEntry.id).order_by(ChangeFeedEntry.id.desc()).limit(1))
-    return int(value or 0)
-
-
-def entry_to_dict(entry: ChangeFeedEntry) -> dict[str, Any]:
-    """A JSON-ready view of an entry for SSE and subscriptions."""
-    return {
-        "id": entry.id,
-        "topic": entry.topic,
-        "entityId": entry.entity_id,
-        "cluster": entry.cluster,
-        "workflowId": entry.workflow_id,
-        "jobId": entry.slurm_job_id,
-        "attemptIndex": entry.attempt_index,
-        "payload": json.loads(json.dumps(entry.payload, default=str)),
-        "createdAt": entry.created_at.isoformat() if entry.created_at else None,
-    }

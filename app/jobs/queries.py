@@ -1,4 +1,4 @@
-"""Read side of workflows, jobs, attempts, policies, checkpoints and anomalies (shared by API and dashboard).
+"""Read side of workflows, jobs, attempts and policies (shared by API, dashboard and worker).
 
 List functions take a small frozen filter and a PageRequest and return a keyset Page; the `*_by_*`
 functions load many rows in ONE statement (DataLoaders batch through them), so a page of N rows
@@ -8,21 +8,19 @@ the dashboard's overview on the same terms.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.advice.models import Advice
+from app.domain import states
 from app.domain.identity import parse_attempt_ref
-from app.evidence.models import Anomaly, Checkpoint
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.jobs.service import FAILED_STATES
 from app.pagination import Page, PageRequest, paginate
-
-R = TypeVar("R")
+from app.sql import by_ids, chunks, first_per_group, scalars_in
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ async def find_workflow(session: AsyncSession, *, key: str, cluster: str | None 
 
 async def workflows_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Workflow]:
     """Workflows by id, in one statement."""
-    return await _by_ids(session, Workflow, ids)
+    return await by_ids(session, Workflow, ids)
 
 
 async def list_jobs(session: AsyncSession, *, filter: JobFilter, page: PageRequest) -> Page[Job]:
@@ -137,7 +135,7 @@ async def find_job(session: AsyncSession, *, slurm_job_id: int, cluster: str | N
 
 async def jobs_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Job]:
     """Job records by id, in one statement."""
-    return await _by_ids(session, Job, ids)
+    return await by_ids(session, Job, ids)
 
 
 async def policies_by_job_ids(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, Policy]:
@@ -161,7 +159,7 @@ def _attempt_query(flt: AttemptFilter) -> Any:
     if flt.state:
         query = query.where(Attempt.state == flt.state)
     if flt.failed_only:
-        query = query.where(Attempt.state.in_(sorted(FAILED_STATES)))
+        query = query.where(Attempt.state.in_(sorted(states.FAILED)))
     return query
 
 
@@ -225,14 +223,14 @@ async def first_attempts_of_jobs(
     session: AsyncSession, *, job_ids: Sequence[int], limit: int
 ) -> dict[int, list[Attempt]]:
     """The first `limit` attempts (by index) of each job, in one statement."""
-    return await _first_per_group(
+    return await first_per_group(
         session, Attempt, Attempt.job_id, job_ids, (Attempt.attempt_index.asc(), Attempt.id.asc()), limit
     )
 
 
 async def attempts_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Attempt]:
     """Attempts by id, in one statement."""
-    return await _by_ids(session, Attempt, ids)
+    return await by_ids(session, Attempt, ids)
 
 
 async def find_attempt(
@@ -266,111 +264,16 @@ async def find_attempt_by_ref(session: AsyncSession, *, ref: str, cluster: str |
     return await find_attempt(session, slurm_job_id=parsed.job_id, attempt_index=parsed.attempt_index, cluster=cluster)
 
 
-async def latest_checkpoints_of_attempts(
-    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
-) -> dict[int, list[Checkpoint]]:
-    """The newest `limit` checkpoints of each attempt, in one statement."""
-    return await _first_per_group(
-        session, Checkpoint, Checkpoint.attempt_id, attempt_ids, (Checkpoint.id.desc(),), limit
-    )
-
-
-async def latest_anomalies_of_attempts(
-    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
-) -> dict[int, list[Anomaly]]:
-    """The newest `limit` anomalies of each attempt, in one statement."""
-    return await _first_per_group(session, Anomaly, Anomaly.attempt_id, attempt_ids, (Anomaly.id.desc(),), limit)
-
-
-async def list_checkpoints(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Checkpoint]:
-    """One page of an attempt's checkpoints, newest first."""
-    return await paginate(
-        session,
-        select(Checkpoint).where(Checkpoint.attempt_id == attempt_id),
-        kind="checkpoints",
-        columns=(Checkpoint.id,),
-        descending=True,
-        request=page,
-        key_of=lambda c: (c.id,),
-    )
-
-
-async def list_anomalies(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Anomaly]:
-    """One page of an attempt's anomalies, newest first."""
-    return await paginate(
-        session,
-        select(Anomaly).where(Anomaly.attempt_id == attempt_id),
-        kind="anomalies",
-        columns=(Anomaly.id,),
-        descending=True,
-        request=page,
-        key_of=lambda a: (a.id,),
-    )
-
-
-async def checkpoints_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Checkpoint]:
-    """Checkpoints by id, in one statement."""
-    return await _by_ids(session, Checkpoint, ids)
-
-
-async def anomalies_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Anomaly]:
-    """Anomalies by id, in one statement."""
-    return await _by_ids(session, Anomaly, ids)
-
-
-@dataclass
-class WorkflowSummary:
-    """What the overview shows beside a workflow row besides its denormalised columns."""
-
-    retries: int = 0
-    last_anomaly: Anomaly | None = None
-    last_anomaly_ref: tuple[int, int] | None = None  # (slurm job id, attempt index)
-    active_advice: list[Advice] = field(default_factory=list)
-
-
-async def workflow_summaries(session: AsyncSession, *, workflow_ids: Sequence[int]) -> dict[int, WorkflowSummary]:
-    """Retry count, newest anomaly and active Advice of each workflow: three statements for a whole page."""
-    result = {wid: WorkflowSummary() for wid in workflow_ids}
+async def workflow_retries(session: AsyncSession, *, workflow_ids: Sequence[int]) -> dict[int, int]:
+    """How many retries (attempts after the first) each workflow has had, in one statement."""
     if not workflow_ids:
-        return result
-    ids = list(set(workflow_ids))
-    retries = await session.execute(
+        return {}
+    rows = await session.execute(
         select(Attempt.workflow_id, func.count())
-        .where(Attempt.workflow_id.in_(ids), Attempt.attempt_index > 0)
+        .where(Attempt.workflow_id.in_(list(set(workflow_ids))), Attempt.attempt_index > 0)
         .group_by(Attempt.workflow_id)
     )
-    for workflow_id, count in retries.all():
-        result[workflow_id].retries = int(count)
-    rank = func.row_number().over(partition_by=Attempt.workflow_id, order_by=Anomaly.id.desc()).label("rank")
-    inner = (
-        select(
-            Anomaly.id.label("anomaly_id"),
-            Attempt.workflow_id.label("workflow_id"),
-            Attempt.slurm_job_id,
-            Attempt.attempt_index,
-            rank,
-        )
-        .join(Attempt, Attempt.id == Anomaly.attempt_id)
-        .where(Attempt.workflow_id.in_(ids))
-        .subquery()
-    )
-    newest = await session.execute(
-        select(Anomaly, inner.c.workflow_id, inner.c.slurm_job_id, inner.c.attempt_index)
-        .join(inner, inner.c.anomaly_id == Anomaly.id)
-        .where(inner.c.rank == 1)
-    )
-    for anomaly, workflow_id, slurm_job_id, attempt_index in newest.all():
-        result[workflow_id].last_anomaly = anomaly
-        result[workflow_id].last_anomaly_ref = (slurm_job_id, attempt_index)
-    active = await session.execute(
-        select(Advice, Job.workflow_id)
-        .join(Job, Job.id == Advice.job_id)
-        .where(Job.workflow_id.in_(ids), Advice.active.is_(True))
-        .order_by(Advice.id.desc())
-    )
-    for advice, workflow_id in active.all():
-        result[workflow_id].active_advice.append(advice)
-    return result
+    return {workflow_id: int(count) for workflow_id, count in rows.all()}
 
 
 async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: str | None = None) -> list[Job]:
@@ -394,33 +297,126 @@ async def workflow_job_ids(session: AsyncSession, *, workflow_id: int) -> list[t
     return [(cluster, job_id) for cluster, job_id in rows.all()]
 
 
-async def _by_ids(session: AsyncSession, model: type[R], ids: Sequence[int]) -> dict[int, R]:
-    if not ids:
-        return {}
-    rows = (await session.scalars(select(model).where(model.id.in_(list(set(ids)))))).all()  # type: ignore[attr-defined]
-    return {row.id: row for row in rows}  # type: ignore[attr-defined]
+# ---- the worker's reads -----------------------------------------------------------------------
 
 
-async def _first_per_group(
-    session: AsyncSession,
-    model: type[R],
-    group_column: Any,
-    group_ids: Sequence[int],
-    order: tuple[Any, ...],
-    limit: int,
-) -> dict[int, list[R]]:
-    """The first `limit` rows of each group in `order`: a window function, so one statement for all groups."""
-    result: dict[int, list[R]] = {gid: [] for gid in group_ids}
-    if not group_ids or limit <= 0:
-        return result
-    rank = func.row_number().over(partition_by=group_column, order_by=order).label("rank")
-    inner = select(model.id.label("row_id"), rank).where(group_column.in_(list(set(group_ids)))).subquery()  # type: ignore[attr-defined]
-    query = (
-        select(model)
-        .join(inner, inner.c.row_id == model.id)  # type: ignore[attr-defined]
-        .where(inner.c.rank <= limit)
-        .order_by(group_column, inner.c.rank)
+async def current_jobs(
+    session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None
+) -> dict[int, Job]:
+    """The live (not retired) job record per Slurm job id on a cluster."""
+    query = select(Job).where(Job.cluster == cluster, Job.retired_at.is_(None))
+    if slurm_job_ids is not None:
+        query = query.where(Job.slurm_job_id.in_(list(slurm_job_ids)))
+    return {job.slurm_job_id: job for job in (await session.scalars(query)).all()}
+
+
+async def attempts_of(session: AsyncSession, *, job_id: int) -> list[Attempt]:
+    """A job's attempts in order."""
+    return list(
+        (await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all()
     )
-    for row in (await session.scalars(query)).all():
-        result[getattr(row, group_column.key)].append(row)
-    return result
+
+
+async def latest_attempt(session: AsyncSession, *, job_id: int) -> Attempt | None:
+    """The job's newest attempt."""
+    return await session.scalar(
+        select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index.desc()).limit(1)
+    )
+
+
+async def latest_attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, Attempt]:
+    """Each job's newest attempt, in one statement."""
+    if not job_ids:
+        return {}
+    rows = (
+        await session.scalars(select(Attempt).where(Attempt.job_id.in_(list(job_ids))).order_by(Attempt.attempt_index))
+    ).all()
+    return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
+
+
+async def next_incarnation(session: AsyncSession, *, cluster: str, slurm_job_id: int) -> int:
+    """The incarnation a new record of this Slurm job id gets (0 for an id never seen)."""
+    highest = await session.scalar(
+        select(Job.incarnation)
+        .where(Job.cluster == cluster, Job.slurm_job_id == slurm_job_id)
+        .order_by(Job.incarnation.desc())
+        .limit(1)
+    )
+    return 0 if highest is None else highest + 1
+
+
+async def get_job(session: AsyncSession, *, job_id: int) -> Job | None:
+    """One job record by id."""
+    return await session.get(Job, job_id)
+
+
+async def get_attempt(session: AsyncSession, *, attempt_id: int) -> Attempt | None:
+    """One attempt by id."""
+    return await session.get(Attempt, attempt_id)
+
+
+async def attempt_at(session: AsyncSession, *, job_id: int | None, attempt_index: int | None) -> Attempt | None:
+    """A job's attempt by index."""
+    return await session.scalar(select(Attempt).where(Attempt.job_id == job_id, Attempt.attempt_index == attempt_index))
+
+
+async def attempts_by_id_list(session: AsyncSession, *, ids: Sequence[int]) -> list[Attempt]:
+    """Attempts by id, one statement per 500 ids."""
+    return list(await scalars_in(session, select(Attempt), Attempt.id, sorted(set(ids))))
+
+
+async def policy_of_job(session: AsyncSession, *, job_id: int) -> Policy | None:
+    """The job's policy record."""
+    return await session.scalar(select(Policy).where(Policy.job_id == job_id))
+
+
+async def policies_of_jobs(session: AsyncSession, *, job_ids: Sequence[int], size: int | None = None) -> list[Policy]:
+    """The policy records of these jobs, one statement per `size` ids (default 500)."""
+    return list(await scalars_in(session, select(Policy), Policy.job_id, job_ids, *([size] if size else [])))
+
+
+async def attempts_before(session: AsyncSession, *, job_id: int, attempt_index: int) -> list[Attempt]:
+    """The job's attempts before this index, in order."""
+    return list(
+        (
+            await session.scalars(
+                select(Attempt)
+                .where(Attempt.job_id == job_id, Attempt.attempt_index < attempt_index)
+                .order_by(Attempt.attempt_index)
+            )
+        ).all()
+    )
+
+
+async def attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[int], size: int | None = None) -> list[Attempt]:
+    """Every attempt of these jobs in attempt order, one statement per `size` ids (default 500)."""
+    query = select(Attempt).order_by(Attempt.attempt_index)
+    return list(await scalars_in(session, query, Attempt.job_id, job_ids, *([size] if size else [])))
+
+
+async def job_ids_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int]) -> list[int]:
+    """The job ids of these attempts."""
+    return list(await scalars_in(session, select(Attempt.job_id), Attempt.id, sorted(set(attempt_ids))))
+
+
+async def live_attempts(
+    session: AsyncSession,
+    *,
+    cluster: str,
+    active_states: frozenset[str],
+    ended_after: dt.datetime,
+    job_ids: Sequence[int] | None = None,
+) -> list[tuple[Attempt, Job]]:
+    """(attempt, job) of enrolled jobs whose attempt is active, not ended or ended after `ended_after`."""
+    query = (
+        select(Attempt, Job)
+        .join(Job, Job.id == Attempt.job_id)
+        .where(Job.cluster == cluster, Job.retired_at.is_(None), Job.enrolment == "ENROLLED")
+        .where(Attempt.state.in_(sorted(active_states)) | Attempt.end_time.is_(None) | (Attempt.end_time > ended_after))
+    )
+    if job_ids is None:
+        return [(a, j) for a, j in (await session.execute(query)).all()]
+    rows: list[tuple[Attempt, Job]] = []
+    for chunk in chunks(sorted(job_ids)):
+        rows += [(a, j) for a, j in (await session.execute(query.where(Job.id.in_(chunk)))).all()]
+    return rows

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,27 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import service as audit
 from app.db import utcnow
+from app.domain import states
 from app.domain.identity import attempt_uuid
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy, Workflow
 
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
-ENDED_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED", "UNKNOWN", "REQUEUED", "SPECIAL_EXIT", "REVOKED"}
-ACTIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "CONFIGURING",
-        "RUNNING",
-        "COMPLETING",
-        "SUSPENDED",
-        "RESIZING",
-        "STOPPED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "SIGNALING",
-        "STAGE_OUT",
-    }
-)
 ATTEMPT_FIELDS = (
     "state",
     "state_reason",
@@ -270,9 +253,9 @@ async def update_attempt(
         setattr(attempt, name, values[name])
     attempt.updated_at = utcnow()
     if "state" in changed:
-        failed = attempt.state in FAILED_STATES
+        failed = attempt.state in states.FAILED
         detail = ""
-        if attempt.exit_code is not None and attempt.state not in ACTIVE_STATES:
+        if attempt.exit_code is not None and attempt.state not in states.ACTIVE:
             detail = f", exit code {attempt.exit_code}" + (
                 f" signal {attempt.exit_signal}" if attempt.exit_signal else ""
             )
@@ -303,7 +286,7 @@ async def update_attempt(
                 attempt=attempt,
                 job=job,
                 new_attempt=False,
-                became_failed=failed and previous_state not in FAILED_STATES,
+                became_failed=failed and previous_state not in states.FAILED,
             )
     await _announce_attempt(session, attempt, {"changed": changed, "state": attempt.state})
     return changed
@@ -331,27 +314,3 @@ async def _touch_workflow(
 
 async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: dict[str, Any]) -> None:
     await feed.announce(session, topic="attempt", entity_id=attempt.id, about=attempt, payload=payload)
-
-
-async def current_jobs(
-    session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int] | None = None
-) -> dict[int, Job]:
-    """The live (not retired) job record per Slurm job id on a cluster."""
-    query = select(Job).where(Job.cluster == cluster, Job.retired_at.is_(None))
-    if slurm_job_ids is not None:
-        query = query.where(Job.slurm_job_id.in_(list(slurm_job_ids)))
-    return {job.slurm_job_id: job for job in (await session.scalars(query)).all()}
-
-
-async def attempts_of(session: AsyncSession, *, job_id: int) -> list[Attempt]:
-    """A job's attempts in order."""
-    return list(
-        (await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))).all()
-    )
-
-
-async def latest_attempt(session: AsyncSession, *, job_id: int) -> Attempt | None:
-    """The job's newest attempt."""
-    return await session.scalar(
-        select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index.desc()).limit(1)
-    )

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
-from sqlalchemy import case, select, update
+from sqlalchemy import case, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import utcnow
+from app.leases import queries
 from app.leases.models import WorkerLease
-
-
-@dataclass(frozen=True)
-class LeaseState:
-    """What a holder knows after trying: whether it holds the lease and under which epoch."""
-
-    held: bool
-    holder: str | None
-    epoch: int | None
-    expires_at: dt.datetime | None
+from app.leases.queries import LeaseState
 
 
 async def try_acquire(
@@ -62,18 +53,7 @@ async def try_acquire(
                 return LeaseState(True, holder, 1, expires)
             return LeaseState(False, existing.holder, existing.epoch, existing.expires_at)
     except IntegrityError:
-        return await current(sessions, name=name, holder=holder)
-
-
-async def current(sessions: async_sessionmaker[AsyncSession], *, name: str, holder: str) -> LeaseState:
-    """The lease as stored, from `holder`'s point of view."""
-    async with sessions() as session:
-        lease = await session.scalar(select(WorkerLease).where(WorkerLease.name == name))
-        if lease is None:
-            return LeaseState(False, None, None, None)
-        return LeaseState(
-            lease.holder == holder and lease.expires_at > utcnow(), lease.holder, lease.epoch, lease.expires_at
-        )
+        return await queries.current(sessions, name=name, holder=holder)
 
 
 async def release(sessions: async_sessionmaker[AsyncSession], *, name: str, holder: str) -> None:

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from app.domain import states
 from app.slurm.names import NO_ARRAY_TASK, expand_filename, expand_hostlist
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 
@@ -27,28 +28,6 @@ __all__ = [
 
 UTC = UTC
 
-# States in which the job's current attempt has ended, so end_time is real rather than a projection.
-ENDED_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "SPECIAL_EXIT",
-        "REQUEUED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "REVOKED",
-        "COMPLETING",
-    }
-)
-# States in which a job waits to (re)start and can therefore be held.
-WAITING_STATES = frozenset({"PENDING", "SPECIAL_EXIT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 # Base states of the v0.0.40+ job_state list; anything else in the list is a flag.
 BASE_STATES = frozenset(
     {
@@ -195,7 +174,7 @@ def parse_job(record: dict) -> SlurmJob:
     nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
     excluded = expand_hostlist(excluded_raw) if isinstance(excluded_raw, str) else ()
 
-    waiting = state in WAITING_STATES
+    waiting = state in states.HELD
     held = False
     if waiting:
         held = (
@@ -254,7 +233,7 @@ def parse_job(record: dict) -> SlurmJob:
         stderr=stderr,
         submit_time=_time(get("submit_time")),
         start_time=None if state == "PENDING" else _time(get("start_time")),
-        end_time=_time(get("end_time")) if state in ENDED_STATES or "COMPLETING" in flags else None,
+        end_time=_time(get("end_time")) if state in states.EXECUTION_STOPPED or "COMPLETING" in flags else None,
         held=held,
         hold_reason=reason if held else None,
         priority=priority,

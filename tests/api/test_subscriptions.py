@@ -21,7 +21,7 @@ from gql.transport.websockets import WebsocketsTransport
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
-from app.feed import service as feed
+from app.feed import queries as feed_queries
 from tests.api.conftest import OPERATIONS, ROOT, LiveServer, operation, seed_job
 from tests.plugins.database import Database
 
@@ -55,7 +55,7 @@ async def write_from_another_process(database: Database, *args: str) -> None:
 
 async def _position(sessions: async_sessionmaker[AsyncSession]) -> str:
     async with sessions() as session:
-        return str(await feed.latest_id(session))
+        return str(await feed_queries.latest_id(session))
 
 
 async def test_gql_client_sees_changes_written_by_another_process_and_resumes(

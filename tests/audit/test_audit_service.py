@@ -4,9 +4,10 @@ import datetime as dt
 
 import pytest
 
+from app.audit import queries as audit_queries
 from app.audit import service as audit
 from app.domain.cursor import CursorError
-from app.feed import service as feed
+from app.feed import queries as feed_queries
 from app.pagination import PageArgumentError, PageRequest
 
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
@@ -31,7 +32,7 @@ async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None: 
     async with sessions() as session, session.begin():
         event = await audit.record(session, component="api", event_type="advice.vetoed", message="x", actor="alice")
     async with sessions() as session:
-        entries = await feed.read_since(session, after_id=0)
+        entries = await feed_queries.read_since(session, after_id=0)
     assert [(e.topic, e.entity_id) for e in entries] == [("audit", event.id)]
 
 
@@ -41,7 +42,7 @@ async def test_rolled_back_event_leaves_no_feed_entry(sessions) -> None:  # type
             await audit.record(session, component="api", event_type="x.y", message="x")
             raise RuntimeError("boom")
     async with sessions() as session:
-        assert await feed.latest_id(session) == 0
+        assert await feed_queries.latest_id(session) == 0
 
 
 @pytest.mark.parametrize("descending", [True, False])
@@ -51,8 +52,11 @@ async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) 
     after = None
     async with sessions() as session:
         while True:
-            page = await audit.query(
-                session, filter=audit.AuditFilter(), page=PageRequest.build(first=7, after=after), descending=descending
+            page = await audit_queries.query(
+                session,
+                filter=audit_queries.AuditFilter(),
+                page=PageRequest.build(first=7, after=after),
+                descending=descending,
             )
             seen.extend(e.id for e in page.items)
             if not page.has_next_page:
@@ -60,8 +64,8 @@ async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) 
             after = page.end_cursor
     assert len(seen) == 30 and len(set(seen)) == 30
     async with sessions() as session:
-        everything = await audit.query(
-            session, filter=audit.AuditFilter(), page=PageRequest.build(first=100), descending=descending
+        everything = await audit_queries.query(
+            session, filter=audit_queries.AuditFilter(), page=PageRequest.build(first=100), descending=descending
         )
     assert seen == [e.id for e in everything.items]
     keys = [(e.produced_at, e.id) for e in everything.items]
@@ -71,11 +75,13 @@ async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) 
 async def test_backward_paging_mirrors_forward(sessions) -> None:  # type: ignore[no-untyped-def]
     await _seed(sessions)
     async with sessions() as session:
-        forward = await audit.query(session, filter=audit.AuditFilter(), page=PageRequest.build(first=100))
+        forward = await audit_queries.query(
+            session, filter=audit_queries.AuditFilter(), page=PageRequest.build(first=100)
+        )
         ids = [e.id for e in forward.items]
         middle_cursor = forward.cursors[10]
-        back = await audit.query(
-            session, filter=audit.AuditFilter(), page=PageRequest.build(last=5, before=middle_cursor)
+        back = await audit_queries.query(
+            session, filter=audit_queries.AuditFilter(), page=PageRequest.build(last=5, before=middle_cursor)
         )
     assert [e.id for e in back.items] == ids[5:10]
     assert back.has_previous_page and back.has_next_page
@@ -86,7 +92,9 @@ async def test_filters(sessions) -> None:  # type: ignore[no-untyped-def]
 
     async def ids(**kw) -> list[int]:  # type: ignore[no-untyped-def]
         async with sessions() as session:
-            page = await audit.query(session, filter=audit.AuditFilter(**kw), page=PageRequest.build(first=100))
+            page = await audit_queries.query(
+                session, filter=audit_queries.AuditFilter(**kw), page=PageRequest.build(first=100)
+            )
         return [e.id for e in page.items]
 
     by_job = await ids(slurm_job_id=100)
@@ -101,23 +109,23 @@ async def test_filters(sessions) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_filter_validation() -> None:
-    with pytest.raises(audit.AuditFilterError):
-        audit.AuditFilter(level="LOUD")
-    with pytest.raises(audit.AuditFilterError):
-        audit.AuditFilter(attempt_index=0)
-    assert audit.parse_job_reference(" 123/0 ") == (123, 0)
-    assert audit.parse_job_reference("123") == (123, None)
+    with pytest.raises(audit_queries.AuditFilterError):
+        audit_queries.AuditFilter(level="LOUD")
+    with pytest.raises(audit_queries.AuditFilterError):
+        audit_queries.AuditFilter(attempt_index=0)
+    assert audit_queries.parse_job_reference(" 123/0 ") == (123, 0)
+    assert audit_queries.parse_job_reference("123") == (123, None)
     for bad in ["", "12a", "1/x", "/1", "1/-1"]:
-        with pytest.raises(audit.AuditFilterError):
-            audit.parse_job_reference(bad)
+        with pytest.raises(audit_queries.AuditFilterError):
+            audit_queries.parse_job_reference(bad)
 
 
 async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:  # type: ignore[no-untyped-def]
     await _seed(sessions, 3)
     async with sessions() as session:
         with pytest.raises(CursorError):
-            await audit.query(
-                session, filter=audit.AuditFilter(), page=PageRequest.build(first=2, after="not-a-cursor")
+            await audit_queries.query(
+                session, filter=audit_queries.AuditFilter(), page=PageRequest.build(first=2, after="not-a-cursor")
             )
     with pytest.raises(PageArgumentError):
         PageRequest.build(first=1000, max_size=100)

@@ -4,7 +4,8 @@ from sqlalchemy import select
 
 from app.audit.models import AuditEvent
 from app.domain.identity import attempt_uuid
-from app.feed import service as feed
+from app.feed import queries as feed_queries
+from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from app.jobs.models import Policy, Workflow
 
@@ -38,8 +39,8 @@ async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None: 
         workflow = await session.scalar(select(Workflow))
         policy = await session.scalar(select(Policy))
         events = (await session.scalars(select(AuditEvent).order_by(AuditEvent.id))).all()
-        attempts = await jobs.attempts_of(session, job_id=job.id)
-        entries = await feed.read_since(session, after_id=0)
+        attempts = await job_queries.attempts_of(session, job_id=job.id)
+        entries = await feed_queries.read_since(session, after_id=0)
     assert workflow.workflow_key == "wf-a" and workflow.attempt_count == 2 and workflow.failed_attempt_count == 1
     assert workflow.latest_state == "PENDING"
     assert policy.valid and policy.effective == {"mode": "observe"}
@@ -66,10 +67,10 @@ async def test_unchanged_update_writes_nothing(sessions) -> None:  # type: ignor
         job = await jobs.register_job(session, registration=_registration())
         attempt = await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING")
     async with sessions() as session, session.begin():
-        before = await feed.latest_id(session)
+        before = await feed_queries.latest_id(session)
         attempt = await session.merge(attempt)
         assert await jobs.update_attempt(session, attempt=attempt, state="RUNNING") == []
-        assert await feed.latest_id(session) == before
+        assert await feed_queries.latest_id(session) == before
 
 
 async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None:  # type: ignore[no-untyped-def]
@@ -84,7 +85,7 @@ async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None: 
         event = await session.scalar(select(AuditEvent))
         assert job.workflow_id is None
         assert event.event_type == "policy.rejected" and "environment 'prod'" in event.message
-        assert (await jobs.current_jobs(session, cluster="c1"))[42].enrolment == "ENVIRONMENT_MISMATCH"
+        assert (await job_queries.current_jobs(session, cluster="c1"))[42].enrolment == "ENVIRONMENT_MISMATCH"
 
 
 async def test_retired_job_is_no_longer_current(sessions) -> None:  # type: ignore[no-untyped-def]
@@ -93,5 +94,5 @@ async def test_retired_job_is_no_longer_current(sessions) -> None:  # type: igno
         await jobs.retire_job(session, job=old, reason="submit time differs")
         new = await jobs.register_job(session, registration=_registration(incarnation=1))
     async with sessions() as session:
-        current = await jobs.current_jobs(session, cluster="c1")
+        current = await job_queries.current_jobs(session, cluster="c1")
     assert current[42].id == new.id != old.id

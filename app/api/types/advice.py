@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 import strawberry
 from strawberry.scalars import JSON
 
-from app.advice.models import Advice as AdviceRow
-from app.advice.models import SchedulerAction
 from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of
 from app.domain.identity import attempt_uuid, format_attempt_ref
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.advice.models import Advice as AdviceRow
+    from app.advice.models import SchedulerAction
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    AdviceRow = Any
+    SchedulerAction = Any
 
 
 @strawberry.type(

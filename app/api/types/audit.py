@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 import strawberry
 from strawberry.scalars import JSON
 
 from app.api.types.node import Info, Node, WorkflowRef, workflow_of
-from app.audit.models import AuditEvent as AuditEventRow
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.audit.models import AuditEvent as AuditEventRow
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    AuditEventRow = Any
 
 
 @strawberry.type(description="One thing a component saw or did (SPEC §7).")

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 import strawberry
 from strawberry.scalars import JSON
 
 from app.api.types.node import AttemptRef, Info, Node, attempt_of
-from app.evidence.models import Anomaly as AnomalyRow
-from app.evidence.models import Checkpoint as CheckpointRow
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.evidence.models import Anomaly as AnomalyRow
+    from app.evidence.models import Checkpoint as CheckpointRow
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    AnomalyRow = Any
+    CheckpointRow = Any
 
 
 @strawberry.type(description="A checkpoint saved/loaded/failed line recognised in an attempt's log.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import strawberry
 from strawberry.scalars import JSON
@@ -14,13 +14,21 @@ from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent
 from app.api.types.evidence import Anomaly, Checkpoint
 from app.api.types.node import Info, Node, loaders_of, workflow_of
-from app.audit import service as audit_service
+from app.audit import queries as audit_queries
 from app.domain.identity import format_attempt_ref
+from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
-from app.jobs.models import Attempt as AttemptRow
-from app.jobs.models import Job as JobRow
-from app.jobs.models import Policy as PolicyRow
-from app.jobs.models import Workflow as WorkflowRow
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.jobs.models import Attempt as AttemptRow
+    from app.jobs.models import Job as JobRow
+    from app.jobs.models import Policy as PolicyRow
+    from app.jobs.models import Workflow as WorkflowRow
+else:  # strawberry resolves annotations at run time: a row is opaque to it
+    AttemptRow = Any
+    JobRow = Any
+    PolicyRow = Any
+    WorkflowRow = Any
 
 
 @strawberry.type(description="A group of jobs sharing a workflow_id on one cluster; grouping does not imply order.")
@@ -394,7 +402,7 @@ class Attempt(Node):
             batch=loaders.latest_checkpoints,
             kind="checkpoints",
             key_of=lambda c: (c.id,),
-            fetch=partial(job_queries.list_checkpoints, attempt_id=self.row.id),
+            fetch=partial(evidence_queries.list_checkpoints, attempt_id=self.row.id),
             wrap=lambda row: Checkpoint(row=row),
         )
 
@@ -416,7 +424,7 @@ class Attempt(Node):
             batch=loaders.latest_anomalies,
             kind="anomalies",
             key_of=lambda a: (a.id,),
-            fetch=partial(job_queries.list_anomalies, attempt_id=self.row.id),
+            fetch=partial(evidence_queries.list_anomalies, attempt_id=self.row.id),
             wrap=lambda row: Anomaly(row=row),
         )
 
@@ -430,8 +438,8 @@ class Attempt(Node):
         before: str | None = None,
     ) -> Connection[AuditEvent]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
-        flt = audit_service.AuditFilter(
+        flt = audit_queries.AuditFilter(
             slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster
         )
-        fetch = partial(audit_service.query, filter=flt, descending=False)
+        fetch = partial(audit_queries.query, filter=flt, descending=False)
         return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: AuditEvent(row=row))

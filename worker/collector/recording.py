@@ -10,22 +10,24 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Mapping
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import TYPE_CHECKING, Any
 
 from app.context import AppContext
+from app.db import Session
 from app.domain import association as assoc
+from app.domain import states
 from app.domain.progress import ProgressState
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, ThroughputSample
+from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
-from app.evidence.models import LogSource
-from app.jobs import service as jobs
-from app.jobs.models import Attempt, Job
+from app.jobs import queries as job_queries
 from app.logs.reader import FilePosition, LogEvent
-from worker.collector_discovery import JobInfo, scalars_in
-from worker.collector_reading import FileRead
+from worker.collector.discovery import JobInfo
+from worker.collector.reading import FileRead
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.evidence.models import LogSource
+    from app.jobs.models import Attempt
 
 log = logging.getLogger("recovery.collector")
 
@@ -66,20 +68,22 @@ class Recorder:
         return anomalies, applied
 
     async def _apply_one(
-        self, session: AsyncSession, read: FileRead, jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
+        self, session: Session, read: FileRead, jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
     ) -> int:
         tracked = read.tracked
-        row = await session.get(LogSource, tracked.source_id)
+        row = await evidence_queries.get_log_source(session, source_id=tracked.source_id)
         if row is None:
             return 0
         position = read.position
         changed = _store_position(row, position)
         job = jobs_by_id.get(row.job_id or -1)
-        owner = await session.get(Attempt, row.attempt_id) if row.attempt_id is not None else None
+        owner = (
+            await job_queries.get_attempt(session, attempt_id=row.attempt_id) if row.attempt_id is not None else None
+        )
         replaced = any(note in NEW_FILE_NOTES for note in read.notes)
         anomalies = 0
         # Lines after a truncation of an ended attempt's own file were written by someone else.
-        foreign = owner is not None and owner.state not in jobs.ACTIVE_STATES and "truncated" in read.notes
+        foreign = owner is not None and owner.state not in states.ACTIVE and "truncated" in read.notes
         for event in read.events:
             if not isinstance(event.signal, (CrashSignature, CheckpointEvent)):
                 continue
@@ -113,9 +117,7 @@ class Recorder:
             tracked.closing = True
         return anomalies
 
-    async def _observe_throughput(
-        self, session: AsyncSession, row: LogSource, attempt: Attempt, sample: LogEvent
-    ) -> bool:
+    async def _observe_throughput(self, session: Session, row: LogSource, attempt: Attempt, sample: LogEvent) -> bool:
         assert isinstance(sample.signal, ThroughputSample)
         return (
             await evidence.observe_throughput(
@@ -135,7 +137,7 @@ class Recorder:
 
     @staticmethod
     async def _attribute(
-        session: AsyncSession,
+        session: Session,
         row: LogSource,
         job: JobInfo | None,
         owner: Attempt | None,
@@ -146,9 +148,9 @@ class Recorder:
     ) -> int:
         """Record an event on its attempt, keep it waiting, or drop it (with an audit event)."""
         if owner is not None:
-            ended = owner.state not in jobs.ACTIVE_STATES
+            ended = owner.state not in states.ACTIVE
             if foreign or (ended and assoc.written_after_end(source_time=event.source_time, end=owner.end_time)):
-                job_row = await session.get(Job, owner.job_id)
+                job_row = await job_queries.get_job(session, job_id=owner.job_id)
                 await evidence.drop_event(
                     session,
                     job=job_row,
@@ -184,7 +186,7 @@ class Recorder:
         """Redeliver undecided events: due ones count a try; `free` (a poke from the observer) retries all without one."""
         anomalies = 0
         async with self.ctx.sessions() as session, session.begin():
-            due = await evidence.due_pending(session, now=None if free else now)
+            due = await evidence_queries.due_pending(session, now=None if free else now)
             for pending, source in due:
                 scheduled = pending.next_try_at <= now
                 event = evidence.pending_to_event(pending, source.path)
@@ -196,7 +198,7 @@ class Recorder:
                     attempt = await _attempt_at(session, source.job_id, decision.attempt_index)
                     if attempt is not None:
                         anomalies += await _record(session, attempt, event)
-                        await session.delete(pending)
+                        await evidence.delete_pending(session, pending=pending)
                         continue
                 if not scheduled:
                     continue
@@ -204,39 +206,41 @@ class Recorder:
                 pending.reason = decision.reason
                 delay = assoc.next_retry_delay(pending.tries)
                 if delay is None:
-                    job = await session.get(Job, source.job_id) if source.job_id is not None else None
+                    job = (
+                        await job_queries.get_job(session, job_id=source.job_id) if source.job_id is not None else None
+                    )
                     await evidence.drop_event(
                         session, job=job, log_path=source.path, event=event, reason=decision.reason, tries=pending.tries
                     )
-                    await session.delete(pending)
+                    await evidence.delete_pending(session, pending=pending)
                 else:
                     pending.next_try_at = now + dt.timedelta(seconds=delay)
         return anomalies
 
 
-async def _load_for(session: AsyncSession, reads: list[FileRead]) -> list[Any]:
+async def _load_for(session: Session, reads: list[FileRead]) -> list[Any]:
     """The reads' log sources and owning attempts in two queries per 500 files (later gets hit the identity map)."""
-    loaded: list[Any] = await scalars_in(
-        session, select(LogSource), LogSource.id, sorted({read.tracked.source_id for read in reads})
+    loaded: list[Any] = await evidence_queries.log_sources_by_ids(
+        session, ids=[read.tracked.source_id for read in reads]
     )
-    owners = sorted({row.attempt_id for row in loaded if row.attempt_id is not None})
-    loaded += await scalars_in(session, select(Attempt), Attempt.id, owners)
+    owners = [row.attempt_id for row in loaded if row.attempt_id is not None]
+    loaded += await job_queries.attempts_by_id_list(session, ids=owners)
     return loaded
 
 
-async def _record(session: AsyncSession, attempt: Attempt, event: evidence.LineEvent) -> int:
+async def _record(session: Session, attempt: Attempt, event: evidence.LineEvent) -> int:
     """Record a line event on its attempt: 1 when that is a new crash anomaly."""
     recorded = await evidence.record_line_event(session, attempt=attempt, event=event)
     return int(recorded is not None and isinstance(event.signal, CrashSignature))
 
 
-async def _attempt_at(session: AsyncSession, job_id: int | None, attempt_index: int | None) -> Attempt | None:
-    return await session.scalar(select(Attempt).where(Attempt.job_id == job_id, Attempt.attempt_index == attempt_index))
+async def _attempt_at(session: Session, job_id: int | None, attempt_index: int | None) -> Attempt | None:
+    return await job_queries.attempt_at(session, job_id=job_id, attempt_index=attempt_index)
 
 
-async def _attempt_for_line(session: AsyncSession, job: JobInfo, event: LogEvent) -> Attempt | None:
+async def _attempt_for_line(session: Session, job: JobInfo, event: LogEvent) -> Attempt | None:
     info = job.attempt_for_line(event)
-    return await session.get(Attempt, info.id) if info else None
+    return await job_queries.get_attempt(session, attempt_id=info.id) if info else None
 
 
 def _observe_progress(row: LogSource, job: JobInfo | None, marker: LogEvent) -> bool:
@@ -261,12 +265,10 @@ def _observe_progress(row: LogSource, job: JobInfo | None, marker: LogEvent) -> 
     return True
 
 
-async def _windows_of(session: AsyncSession, job_id: int | None) -> list[assoc.AttemptWindow]:
+async def _windows_of(session: Session, job_id: int | None) -> list[assoc.AttemptWindow]:
     if job_id is None:
         return []
-    rows = (
-        await session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt_index))
-    ).all()
+    rows = await job_queries.attempts_of(session, job_id=job_id)
     return [assoc.AttemptWindow(a.attempt_index, a.start_time, a.end_time) for a in rows]
 
 

@@ -12,26 +12,27 @@ import asyncio
 import datetime as dt
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-from sqlalchemy import Select, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import InstrumentedAttribute
+from typing import TYPE_CHECKING
 
 from app.context import AppContext
+from app.db import Session
 from app.domain import association as assoc
-from app.evidence.models import LogSource
-from app.feed import service as feed
-from app.jobs import service as jobs
-from app.jobs.models import Attempt, Job, Policy
+from app.domain import states
+from app.evidence import queries as evidence_queries
+from app.evidence import service as evidence
+from app.feed import queries as feed_queries
+from app.jobs import queries as job_queries
 from app.logs.reader import FilePosition, LogEvent, LogTailer
+from app.sql import IN_CHUNK
+
+if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
+    from app.evidence.models import LogSource
 
 REFRESH_SECONDS = 15.0  # read the change feed at least this often even without a wake-up from the observer
 FULL_REFRESH_SECONDS = 600.0  # reload every live job now and then: a safety net for changes made without the feed
 CHANGE_TOPICS = ("attempt", "job")
-IN_CHUNK = 500  # ids per IN (...) list
 
 # (path, job id) -> owning attempt id (None: attributed per line)
 Wanted = dict[tuple[str, int], int | None]
@@ -88,26 +89,6 @@ class Tracked:
     closing: bool = False  # final read pending, then stop tracking
 
 
-def chunks(ids: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
-    """`ids` in slices short enough for one IN (...) list."""
-    for start in range(0, len(ids), size):
-        yield ids[start : start + size]
-
-
-async def scalars_in(
-    session: AsyncSession,
-    query: Select[Any],
-    column: InstrumentedAttribute[Any],
-    ids: Sequence[int],
-    size: int = IN_CHUNK,
-) -> list[Any]:
-    """The query's scalars where `column` is one of `ids`: one query per `size` ids."""
-    found: list[Any] = []
-    for chunk in chunks(ids, size):
-        found += (await session.scalars(query.where(column.in_(chunk)))).all()
-    return found
-
-
 class Discovery:
     """Keeps the collector's tracked files in line with live attempts and the log directories."""
 
@@ -153,7 +134,7 @@ class Discovery:
         """Bring the tracked set in line with every live attempt and the log directories (at start; a safety net)."""
         grace = self.grace
         async with self.ctx.sessions() as session, session.begin():
-            cursor = await feed.latest_id(
+            cursor = await feed_queries.latest_id(
                 session
             )  # read first: a change committed meanwhile is read again, never missed
             self.jobs = await self._live_jobs(session, now - grace)
@@ -199,19 +180,19 @@ class Discovery:
         self._feed_cursor, self.rescan = cursor, False
         self._refresh_at = now + dt.timedelta(seconds=REFRESH_SECONDS)
 
-    async def _changed_jobs(self, session: AsyncSession, after: int) -> tuple[int, set[int]]:
+    async def _changed_jobs(self, session: Session, after: int) -> tuple[int, set[int]]:
         """(newest feed id read, ids of jobs with job or attempt changes after `after`): a query per 500 entries."""
         job_ids: set[int] = set()
         attempt_ids: set[int] = set()
         while True:
-            entries = await feed.read_since(session, after_id=after, topics=CHANGE_TOPICS, limit=IN_CHUNK)
+            entries = await feed_queries.read_since(session, after_id=after, topics=CHANGE_TOPICS, limit=IN_CHUNK)
             for entry in entries:
                 after = entry.id
                 if entry.entity_id is not None and entry.cluster in (None, self.settings.cluster):
                     (job_ids if entry.topic == "job" else attempt_ids).add(entry.entity_id)
             if len(entries) < IN_CHUNK:
                 break
-        job_ids.update(await scalars_in(session, select(Attempt.job_id), Attempt.id, sorted(attempt_ids)))
+        job_ids.update(await job_queries.job_ids_of_attempts(session, attempt_ids=sorted(attempt_ids)))
         return after, job_ids
 
     def _note_grace(self, job: JobInfo, now: dt.datetime, grace: dt.timedelta) -> None:
@@ -219,7 +200,7 @@ class Discovery:
         ends = [
             a.end + grace
             for a in job.attempts
-            if a.state not in jobs.ACTIVE_STATES and a.end is not None and a.end + grace > now
+            if a.state not in states.ACTIVE and a.end is not None and a.end + grace > now
         ]
         if ends:
             self._grace_ends[job.id] = min(ends)
@@ -231,36 +212,25 @@ class Discovery:
         return any(self.tracked[i].job_id == job_id for i in self.by_path.get(path, ()))
 
     async def _live_jobs(
-        self, session: AsyncSession, ended_after: dt.datetime, only: set[int] | None = None
+        self, session: Session, ended_after: dt.datetime, only: set[int] | None = None
     ) -> dict[int, JobInfo]:
-        query = (
-            select(Attempt, Job)
-            .join(Job, Job.id == Attempt.job_id)
-            .where(Job.cluster == self.settings.cluster, Job.retired_at.is_(None), Job.enrolment == "ENROLLED")
-            .where(
-                Attempt.state.in_(sorted(jobs.ACTIVE_STATES))
-                | Attempt.end_time.is_(None)
-                | (Attempt.end_time > ended_after)
-            )
+        rows = await job_queries.live_attempts(
+            session,
+            cluster=self.settings.cluster,
+            active_states=states.ACTIVE,
+            ended_after=ended_after,
+            job_ids=None if only is None else sorted(only),
         )
-        rows: list[Any] = []
-        if only is None:
-            rows = list((await session.execute(query)).all())
-        else:
-            for chunk in chunks(sorted(only)):
-                rows += (await session.execute(query.where(Job.id.in_(chunk)))).all()
         job_ids = sorted({job.id for _, job in rows})
         live: dict[int, JobInfo] = {}
         if not job_ids:
             return live
         size = len(job_ids) if only is None else IN_CHUNK  # the full load keeps its one query per table
         policies = {
-            p.job_id: p.effective or {} for p in await scalars_in(session, select(Policy), Policy.job_id, job_ids, size)
+            p.job_id: p.effective or {} for p in await job_queries.policies_of_jobs(session, job_ids=job_ids, size=size)
         }
         # All attempts of these jobs (also ended ones): shared-path attribution needs every window.
-        every = await scalars_in(
-            session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, job_ids, size
-        )
+        every = await job_queries.attempts_of_jobs(session, job_ids=job_ids, size=size)
         for _, job in rows:
             if job.id not in live:
                 config = policies.get(job.id, {}).get("anomaly_detection_config") or {}
@@ -281,7 +251,7 @@ class Discovery:
 
     @staticmethod
     def _attempt_live(attempt: AttemptInfo, now: dt.datetime, grace: dt.timedelta) -> bool:
-        return attempt.state in jobs.ACTIVE_STATES or attempt.end is None or attempt.end > now - grace
+        return attempt.state in states.ACTIVE or attempt.end is None or attempt.end > now - grace
 
     def _wanted_sources(self, now: dt.datetime, grace: dt.timedelta, of: Iterable[JobInfo]) -> Wanted:
         """(path, job id) -> owning attempt id (None: attributed per line) for every file of these jobs to read."""
@@ -356,22 +326,17 @@ class Discovery:
 
     # ---- the tracked set --------------------------------------------------------------------
 
-    async def _sync_sources(
-        self, session: AsyncSession, wanted: Wanted, now: dt.datetime, scope: set[int] | None
-    ) -> None:
+    async def _sync_sources(self, session: Session, wanted: Wanted, now: dt.datetime, scope: set[int] | None) -> None:
         """Create, reopen, close and (un)track log sources; `scope`: only these jobs' sources (None: all)."""
         job_ids = sorted({job_id for _, job_id in wanted} if scope is None else scope)
-        rows: list[LogSource] = await scalars_in(session, select(LogSource), LogSource.job_id, job_ids)
-        if scope is None:
-            rows += (await session.scalars(select(LogSource).where(LogSource.closed_at.is_(None)))).all()
+        rows: list[LogSource] = await evidence_queries.log_sources_of_jobs(
+            session, job_ids=job_ids, open_ones=scope is None
+        )
         existing = {(row.path, row.job_id): row for row in rows}
         for (path, job_id), attempt_id in wanted.items():
             row = existing.get((path, job_id))
             if row is None:
-                row = LogSource(
-                    path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0
-                )
-                session.add(row)
+                row = await evidence.add_log_source(session, path=path, job_id=job_id, attempt_id=attempt_id)
                 existing[(path, job_id)] = row
             elif row.closed_at is not None and row.attempt_id is None:
                 row.closed_at = None  # a shared file of a job that runs again

@@ -13,8 +13,8 @@ name (or whose ended attempts leave their grace period) are reloaded; inotify na
 read; a tick's reads are applied in one transaction with bulk lookups.
 
 This module is the Service that ties the parts together (wake-ups, the tick, inotify): which files
-to track is `worker.collector_discovery`, reading them `worker.collector_reading`, storing what was
-read `worker.collector_evidence`.
+to track is `worker.collector.discovery`, reading them `worker.collector.reading`, storing what was
+read `worker.collector.recording`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from app.domain.signature_config import parse_signature_config
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import RuleSet
 from app.logs.reader import LogTailer
-from worker.collector_discovery import Discovery, JobInfo, Tracked
-from worker.collector_evidence import Recorder
-from worker.collector_reading import MAX_FILES_PER_TICK, FileRead, read_files
+from worker.collector.discovery import Discovery, JobInfo, Tracked
+from worker.collector.reading import MAX_FILES_PER_TICK, FileRead, read_files
+from worker.collector.recording import Recorder
 from worker.service import Service
 
 log = logging.getLogger("recovery.collector")

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
-from worker.collector_discovery import Tracked
+from worker.collector.discovery import Tracked
 
 log = logging.getLogger("recovery.collector")
 

@@ -1,0 +1,199 @@
+"""Read side of log sources, checkpoints, anomalies and events waiting for their attempt."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.jobs.models import Attempt
+from app.pagination import Page, PageRequest, paginate
+from app.sql import by_ids, first_per_group, rows_in, scalars_in
+
+# Anomaly kinds the advisor decides on.
+DECIDED_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
+
+# ---- checkpoints and anomalies ----------------------------------------------------------------
+
+
+async def latest_checkpoints_of_attempts(
+    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
+) -> dict[int, list[Checkpoint]]:
+    """The newest `limit` checkpoints of each attempt, in one statement."""
+    return await first_per_group(
+        session, Checkpoint, Checkpoint.attempt_id, attempt_ids, (Checkpoint.id.desc(),), limit
+    )
+
+
+async def latest_anomalies_of_attempts(
+    session: AsyncSession, *, attempt_ids: Sequence[int], limit: int
+) -> dict[int, list[Anomaly]]:
+    """The newest `limit` anomalies of each attempt, in one statement."""
+    return await first_per_group(session, Anomaly, Anomaly.attempt_id, attempt_ids, (Anomaly.id.desc(),), limit)
+
+
+async def list_checkpoints(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Checkpoint]:
+    """One page of an attempt's checkpoints, newest first."""
+    return await paginate(
+        session,
+        select(Checkpoint).where(Checkpoint.attempt_id == attempt_id),
+        kind="checkpoints",
+        columns=(Checkpoint.id,),
+        descending=True,
+        request=page,
+        key_of=lambda c: (c.id,),
+    )
+
+
+async def list_anomalies(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Anomaly]:
+    """One page of an attempt's anomalies, newest first."""
+    return await paginate(
+        session,
+        select(Anomaly).where(Anomaly.attempt_id == attempt_id),
+        kind="anomalies",
+        columns=(Anomaly.id,),
+        descending=True,
+        request=page,
+        key_of=lambda a: (a.id,),
+    )
+
+
+async def checkpoints_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Checkpoint]:
+    """Checkpoints by id, in one statement."""
+    return await by_ids(session, Checkpoint, ids)
+
+
+async def anomalies_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Anomaly]:
+    """Anomalies by id, in one statement."""
+    return await by_ids(session, Anomaly, ids)
+
+
+async def get_anomaly(session: AsyncSession, *, anomaly_id: int) -> Anomaly | None:
+    """One anomaly by id."""
+    return await session.get(Anomaly, anomaly_id)
+
+
+async def newest_anomaly_of_workflows(
+    session: AsyncSession, *, workflow_ids: Sequence[int]
+) -> dict[int, tuple[Anomaly, int, int]]:
+    """Per workflow: its newest anomaly with the (Slurm job id, attempt index) it was found on, in one statement."""
+    if not workflow_ids:
+        return {}
+    rank = func.row_number().over(partition_by=Attempt.workflow_id, order_by=Anomaly.id.desc()).label("rank")
+    inner = (
+        select(
+            Anomaly.id.label("anomaly_id"),
+            Attempt.workflow_id.label("workflow_id"),
+            Attempt.slurm_job_id,
+            Attempt.attempt_index,
+            rank,
+        )
+        .join(Attempt, Attempt.id == Anomaly.attempt_id)
+        .where(Attempt.workflow_id.in_(list(set(workflow_ids))))
+        .subquery()
+    )
+    newest = await session.execute(
+        select(Anomaly, inner.c.workflow_id, inner.c.slurm_job_id, inner.c.attempt_index)
+        .join(inner, inner.c.anomaly_id == Anomaly.id)
+        .where(inner.c.rank == 1)
+    )
+    return {workflow_id: (anomaly, job, index) for anomaly, workflow_id, job, index in newest.all()}
+
+
+async def latest_anomaly_id(session: AsyncSession) -> int:
+    """The id of the newest anomaly (0 when there is none): where a new reader starts."""
+    return int(await session.scalar(select(func.max(Anomaly.id))) or 0)
+
+
+async def anomalies_after(session: AsyncSession, *, after_id: int, limit: int) -> list[tuple[int, int, str]]:
+    """(id, attempt id, kind) of anomalies recorded after `after_id`, oldest first."""
+    rows = await session.execute(
+        select(Anomaly.id, Anomaly.attempt_id, Anomaly.kind)
+        .where(Anomaly.id > after_id)
+        .order_by(Anomaly.id)
+        .limit(limit)
+    )
+    return [(anomaly_id, attempt_id, kind) for anomaly_id, attempt_id, kind in rows.all()]
+
+
+async def anomalies_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int]) -> list[Anomaly]:
+    """Every anomaly of these attempts, in the order they were recorded."""
+    rows: list[Anomaly] = await scalars_in(
+        session, select(Anomaly).order_by(Anomaly.id), Anomaly.attempt_id, sorted(set(attempt_ids))
+    )
+    return sorted(rows, key=lambda row: row.id)
+
+
+async def checkpoint_summary(session: AsyncSession, *, attempt_ids: Sequence[int]) -> dict[int, tuple[int, int | None]]:
+    """Per attempt: how many checkpoint saves were recorded and the highest saved iteration."""
+    if not attempt_ids:
+        return {}
+    query = (
+        select(Checkpoint.attempt_id, func.count(Checkpoint.id), func.max(Checkpoint.iteration))
+        .where(Checkpoint.kind == "saved")
+        .group_by(Checkpoint.attempt_id)
+    )
+    rows = await rows_in(session, query, Checkpoint.attempt_id, sorted(set(attempt_ids)))
+    return {
+        attempt_id: (int(count), int(iteration) if iteration is not None else None)
+        for attempt_id, count, iteration in rows
+    }
+
+
+# ---- log sources ------------------------------------------------------------------------------
+
+
+async def armed_sources(session: AsyncSession) -> list[tuple[LogSource, Attempt]]:
+    """Armed, open log sources with the attempt Job Manager knows for them (its own, or the job's newest): one query."""
+    newest = aliased(Attempt)
+    newest_id = (
+        select(newest.id)
+        .where(newest.job_id == LogSource.job_id)
+        .order_by(newest.attempt_index.desc())
+        .limit(1)
+        .correlate(LogSource)
+        .scalar_subquery()
+    )
+    rows = (
+        await session.execute(
+            select(LogSource, Attempt)
+            .join(Attempt, Attempt.id == func.coalesce(LogSource.attempt_id, newest_id))
+            .where(LogSource.progress_phase.is_not(None), LogSource.closed_at.is_(None))
+            .order_by(LogSource.id)
+        )
+    ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+async def get_log_source(session: AsyncSession, *, source_id: int) -> LogSource | None:
+    """One log source by id."""
+    return await session.get(LogSource, source_id)
+
+
+async def log_sources_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> list[LogSource]:
+    """Log sources by id, one statement per 500 ids."""
+    return list(await scalars_in(session, select(LogSource), LogSource.id, sorted(set(ids))))
+
+
+async def log_sources_of_jobs(session: AsyncSession, *, job_ids: Sequence[int], open_ones: bool = False) -> list[Any]:
+    """The log sources of these jobs; with `open_ones` also every open source of any job."""
+    rows: list[Any] = await scalars_in(session, select(LogSource), LogSource.job_id, job_ids)
+    if open_ones:
+        rows += (await session.scalars(select(LogSource).where(LogSource.closed_at.is_(None)))).all()
+    return rows
+
+
+async def due_pending(
+    session: AsyncSession, *, now: dt.datetime | None, limit: int = 200
+) -> Sequence[tuple[PendingLogEvent, LogSource]]:
+    """Waiting events whose next try is due (all of them when now is None), oldest first."""
+    query = select(PendingLogEvent, LogSource).join(LogSource, LogSource.id == PendingLogEvent.log_source_id)
+    if now is not None:
+        query = query.where(PendingLogEvent.next_try_at <= now)
+    rows = (await session.execute(query.order_by(PendingLogEvent.next_try_at, PendingLogEvent.id).limit(limit))).all()
+    return [(row[0], row[1]) for row in rows]

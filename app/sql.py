@@ -1,0 +1,74 @@
+"""Generic SQL helpers the areas' queries share: chunked IN lists, rows by id, the first rows per group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+R = TypeVar("R")
+
+IN_CHUNK = 500  # ids per IN (...) list
+
+
+def chunks(ids: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
+    """`ids` in slices short enough for one IN (...) list."""
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+async def scalars_in(
+    session: AsyncSession, query: Select[Any], column: Any, ids: Sequence[int], size: int = IN_CHUNK
+) -> list[Any]:
+    """The query's scalars where `column` is one of `ids`: one query per `size` ids."""
+    found: list[Any] = []
+    for chunk in chunks(ids, size):
+        found += (await session.scalars(query.where(column.in_(chunk)))).all()
+    return found
+
+
+async def rows_in(
+    session: AsyncSession, query: Select[Any], column: Any, ids: Sequence[int], size: int = IN_CHUNK
+) -> list[Any]:
+    """The query's rows where `column` is one of `ids`: one query per `size` ids."""
+    found: list[Any] = []
+    for chunk in chunks(ids, size):
+        found += (await session.execute(query.where(column.in_(chunk)))).all()
+    return found
+
+
+async def by_ids(session: AsyncSession, model: type[R], ids: Sequence[int]) -> dict[int, R]:
+    """Rows of `model` by id, one statement per IN chunk."""
+    if not ids:
+        return {}
+    column: Any = model.id  # type: ignore[attr-defined]
+    rows = await scalars_in(session, select(model), column, sorted(set(ids)))
+    return {row.id: row for row in rows}
+
+
+async def first_per_group(
+    session: AsyncSession,
+    model: type[R],
+    group_column: Any,
+    group_ids: Sequence[int],
+    order: tuple[Any, ...],
+    limit: int,
+) -> dict[int, list[R]]:
+    """The first `limit` rows of each group in `order`: a window function, so one statement for all groups."""
+    result: dict[int, list[R]] = {gid: [] for gid in group_ids}
+    if not group_ids or limit <= 0:
+        return result
+    id_column: Any = model.id  # type: ignore[attr-defined]
+    rank = func.row_number().over(partition_by=group_column, order_by=order).label("rank")
+    inner = select(id_column.label("row_id"), rank).where(group_column.in_(list(set(group_ids)))).subquery()
+    query = (
+        select(model)
+        .join(inner, inner.c.row_id == id_column)
+        .where(inner.c.rank <= limit)
+        .order_by(group_column, inner.c.rank)
+    )
+    for row in (await session.scalars(query)).all():
+        result[getattr(row, group_column.key)].append(row)
+    return result
