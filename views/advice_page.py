@@ -10,6 +10,7 @@ from app.advice import review
 from app.advice.queries import AdviceFilter
 from app.auth import OPERATOR
 from app.domain.cursor import CursorError
+from app.jobs import queries as job_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.pages import page_request
@@ -29,11 +30,13 @@ async def advice_list(request: Request) -> Response:
             page = await advice_queries.list_advice(session, filter=flt, page=page_request(request))
         except (CursorError, PageArgumentError):
             page = await advice_queries.list_advice(session, filter=flt, page=PageRequest.build(first=50))
+        jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
     return render(
         request,
         "advice.html",
         {
             "page": page,
+            "jobs": jobs,
             "show": show,
             "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         },
@@ -79,8 +82,10 @@ async def advice_action(request: Request) -> Response:
                 return explain(request, title="Unknown Advice", status=404, message=str(exc))
             message, failed = str(exc), True
         advice = await advice_queries.get_advice(session, advice_id=advice_id)
+        jobs = await job_queries.jobs_by_ids(session, ids=[advice.job_id] if advice else [])
     if is_partial_request(request):
-        return render(request, "_advice_row.html", {"advice": advice, "message": message, "failed": failed}, status=200)
+        context = {"advice": advice, "jobs": jobs, "message": message, "failed": failed}
+        return render(request, "_advice_row.html", context, status=200)
     if failed:
         return explain(
             request,

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from app.context import AppContext
+from app.domain.mode import effective_mode
 from views.auth import CSRF_FIELD, DashboardAuth, csrf_token
 
 
@@ -54,6 +55,8 @@ def render(
         "audit_enabled": dashboard.settings.audit_views_enabled,
         "environment": dashboard.settings.environment,
         "auth_via": getattr(request.state, "auth_via", ""),
+        # A job's mode now, under the operator's current settings (what the advisor and controller use).
+        "mode_of": lambda job: effective_mode(job, dashboard.settings) if job is not None else None,
         **context,
     }
     response = dashboard.templates.TemplateResponse(request, name, values, status_code=status)

@@ -31,7 +31,7 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
-from app.domain.mode import resolve_mode
+from app.domain.mode import effective_mode
 from app.domain.retry import AttemptRecord, FailureKind
 from app.evidence import queries as evidence_queries
 from app.feed import queries as feed_queries
@@ -229,11 +229,7 @@ class Advisor(Service):
                 now=now,
             )
             # Re-resolved with the current settings, so a changed ceiling or allowlist takes effect.
-            mode = resolve_mode(
-                requested=job.requested_mode,
-                acknowledged=self.settings.acknowledge_scheduler_actions,
-                partition_managed=self.settings.partition_managed(job.partition),
-            )
+            mode = effective_mode(job, self.settings)
             outcome = await advice_service.record_decision(
                 session,
                 attempt=attempt,

@@ -11,8 +11,8 @@ observation shows is marked SUCCEEDED (`scheduler.confirmed`). Killing the proce
 therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py proves it on
 real Slurm).
 
-Observe mode (the Advice's mode is observe, the operator's ceiling is off now, the partition
-is not managed, or an operator vetoed it) sends nothing: the commands it would have sent are
+Observe mode (the job's mode NOW is observe - it asked for observe, the operator's ceiling is
+off or its partition is not managed, app.domain.mode.effective_mode - or an operator vetoed it) sends nothing: the commands it would have sent are
 recorded once per generation as SHADOW actions, and the Advice stays PENDING with reason
 NOT_AUTHORIZED (still active, looked at again every OBSERVE_RECHECK seconds, so Slurm reaching
 the state by itself, the job ending or the Advice expiring still close it).
@@ -39,6 +39,7 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
 from app.domain.backoff import exponential
+from app.domain.mode import ACT, ModeDecision, effective_mode
 from app.domain.reconcile import (
     AdviceState,
     Disposition,
@@ -217,9 +218,9 @@ class Controller(Service):
             if advice is None or not advice_service.is_active(advice):
                 return 0
             job = await job_queries.get_job(session, job_id=advice.job_id)
-            partition = job.partition if job else None
+            now_mode = effective_mode(job, self.settings) if job else None
             state = advice_state(advice)
-            review, mode, mode_reason = advice.review, advice.mode, advice.mode_reason
+            review = advice.review
         observed, obs, note = await self._observe(advice, snapshot, complete)
         if not observed:
             await self._backoff(advice_id, note)
@@ -260,7 +261,7 @@ class Controller(Service):
                     now=now,
                 )
                 return 0
-            allowed, why_not = self.authorized(review=review, mode=mode, mode_reason=mode_reason, partition=partition)
+            allowed, why_not = self.authorized(review=review, now=now_mode)
             if not allowed:
                 plan = shadow_plan(state, obs, now=now, milestones=milestones)
                 await advice_service.record_shadow(session, advice=advice, steps=plan, now=now)
@@ -277,18 +278,17 @@ class Controller(Service):
                 return 0
         return await self.execute(advice_id, state, step)
 
-    def authorized(
-        self, *, review: str | None, mode: str, mode_reason: str | None, partition: str | None
-    ) -> tuple[bool, str]:
-        """Act only on act-mode Advice while the ceiling is on, the partition managed and no veto given."""
+    def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]:
+        """Act only while the job's mode is act NOW (requested, ceiling on, partition managed) and no veto was given.
+
+        The mode an Advice was decided under is a record of that time: a ceiling flipped since then counts.
+        """
         if review == advice_service.VETOED:
             return False, "vetoed by an operator"
-        if mode != "act":
-            return False, f"mode {mode}: {mode_reason or 'not authorized to change Slurm'}"
-        if not self.settings.acknowledge_scheduler_actions:
-            return False, "the operator's acknowledgment ceiling (RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS) is off now"
-        if not self.settings.partition_managed(partition):
-            return False, f"partition {partition!r} is not in the managed allowlist now"
+        if now is None:
+            return False, "the job's record is gone"
+        if now.mode != ACT:
+            return False, f"mode {now.mode} now: {now.reason}"
         return True, ""
 
     # ------------------------------------------------------------ commands

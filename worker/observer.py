@@ -14,7 +14,7 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
 from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
-from app.domain.mode import admission, resolve_mode
+from app.domain.mode import Requested, admission, effective_mode
 from app.domain.policy import parse_comment
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
@@ -167,11 +167,8 @@ class Observer(Service):
             self.state.ignored.add(job.job_id)
             return None
         policy = result.policy or {}
-        mode = resolve_mode(
-            requested=policy.get("mode") if result.valid else None,
-            acknowledged=self.settings.acknowledge_scheduler_actions,
-            partition_managed=managed,
-        )
+        requested = policy.get("mode") if result.valid else None
+        mode = effective_mode(Requested(requested, job.partition), self.settings)  # stored: the mode at registration
         registration = jobs.JobRegistration(
             cluster=self.settings.cluster,
             slurm_job_id=job.job_id,
@@ -184,7 +181,7 @@ class Observer(Service):
             partition=job.partition,
             submit_time=job.submit_time,
             comment=job.comment,
-            requested_mode=policy.get("mode") if result.valid else None,
+            requested_mode=requested,
             effective_mode=mode.mode,
             mode_reason=mode.reason,
             requeue_eligible=job.requeue,

@@ -17,6 +17,7 @@ from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 from app.domain.cursor import CursorError
 from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
+from app.domain.mode import ModeSettings, effective_mode
 from app.domain.timefmt import iso_utc_or_none
 from app.jobs import queries as job_queries
 from app.pagination import PageRequest
@@ -124,7 +125,9 @@ def _micros(value: dt.datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -> dict[str, Any]:
+def attempt_json(
+    attempt: Attempt, job: Job | None, workflow: Workflow | None, settings: ModeSettings
+) -> dict[str, Any]:
     """An attempt as the REST API shows it (the user guide's field names)."""
     return {
         "jobId": attempt.slurm_job_id,
@@ -146,8 +149,9 @@ def attempt_json(attempt: Attempt, job: Job | None, workflow: Workflow | None) -
         if attempt.requeue_eligible is not None
         else (job.requeue_eligible if job else None),
         "held": attempt.held,
-        "effectiveMode": job.effective_mode if job else None,
-        "modeReason": job.mode_reason if job else None,
+        "effectiveMode": effective_mode(job, settings).mode if job else None,
+        "modeReason": effective_mode(job, settings).reason if job else None,
+        "modeAtRegistration": job.effective_mode if job else None,
         "startTime": iso_utc_or_none(attempt.start_time),
         "endTime": iso_utc_or_none(attempt.end_time),
         "endedReason": attempt.ended_reason,
@@ -171,7 +175,9 @@ def milestone_json(action: SchedulerAction) -> dict[str, Any]:
     }
 
 
-def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[str, Any]:
+def advice_json(
+    advice: Advice, milestones: Sequence[SchedulerAction], job: Job | None, settings: ModeSettings
+) -> dict[str, Any]:
     """An Advice as the REST API shows it: identity, desired state, and the controller's reconciliation status."""
     return {
         "id": advice.id,
@@ -184,8 +190,10 @@ def advice_json(advice: Advice, milestones: Sequence[SchedulerAction]) -> dict[s
         "reason": advice.reason,
         "rule": advice.rule,
         "generation": advice.generation,
-        "mode": advice.mode,
-        "modeReason": advice.mode_reason,
+        # The mode now (what the controller applies); modeAtDecision is what it was decided under.
+        "mode": effective_mode(job, settings).mode if job else advice.mode,
+        "modeReason": effective_mode(job, settings).reason if job else advice.mode_reason,
+        "modeAtDecision": advice.mode,
         "expiresAt": iso_utc_or_none(advice.expires_at),
         "active": advice.active,
         "review": advice.review,
@@ -291,7 +299,8 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
         )
     attempts = [
-        attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None) for a in page.items
+        attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None, ctx.settings)
+        for a in page.items
     ]
     return JSONResponse({"attempts": attempts, "nextPageToken": _next_token(page)})
 
@@ -303,9 +312,9 @@ async def list_advice(request: Request, ctx: AppContext) -> Response:
     async with ctx.sessions() as session:
         page = await advice_queries.list_advice(session, filter=flt, page=page_request)
         milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in page.items])
-    return JSONResponse(
-        {"advice": [advice_json(a, milestones.get(a.id, [])) for a in page.items], "nextPageToken": _next_token(page)}
-    )
+        jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
+    advice = [advice_json(a, milestones.get(a.id, []), jobs.get(a.job_id), ctx.settings) for a in page.items]
+    return JSONResponse({"advice": advice, "nextPageToken": _next_token(page)})
 
 
 async def list_workflows(request: Request, ctx: AppContext) -> Response:

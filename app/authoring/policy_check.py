@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.config import Settings
-from app.domain.mode import ModeDecision, admission, resolve_mode
+from app.domain.mode import ModeDecision, Requested, admission, effective_mode
 from app.domain.policy import PolicyResult, parse_comment
 from app.domain.sbatch import DirectiveSyntaxError, split_arguments
 
@@ -35,13 +36,25 @@ def comment_from_input(text: str) -> str:
     return text
 
 
-def effective_mode(result: PolicyResult, settings: Settings, *, partition_managed: bool) -> ModeDecision:
+@dataclass(frozen=True)
+class _PartitionKnown:
+    """The operator's settings for a check that decided the partition question itself (or knows no partition)."""
+
+    settings: Settings
+    managed: bool
+
+    @property
+    def acknowledge_scheduler_actions(self) -> bool:
+        return self.settings.acknowledge_scheduler_actions
+
+    def partition_managed(self, partition: str | None) -> bool:
+        return self.managed
+
+
+def policy_mode(result: PolicyResult, settings: Settings, *, partition_managed: bool = True) -> ModeDecision:
+    """The mode the policy would run under now (the domain's effective_mode); without a partition: managed."""
     requested = result.policy.get("mode") if result.policy and "mode" in result.given else None
-    return resolve_mode(
-        requested=requested,
-        acknowledged=settings.acknowledge_scheduler_actions,
-        partition_managed=partition_managed,
-    )
+    return effective_mode(Requested(requested, None), _PartitionKnown(settings, partition_managed))
 
 
 def _fmt(value: Any) -> str:
@@ -122,7 +135,7 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
     result = parse_comment(comment)
     # The partition is not known from a comment alone; check-script checks it.
     decision = admission(result, environment=settings.environment, partition_managed=True)
-    mode = effective_mode(result, settings, partition_managed=True)
+    mode = policy_mode(result, settings)
     code = EXIT_ENROLLED if decision.enrolled else EXIT_NOT_ENROLLED
 
     if as_json:

@@ -14,7 +14,7 @@ from app.authoring.policy_check import (
     EXIT_ENROLLED,
     EXIT_NOT_ENROLLED,
     EXIT_USAGE,
-    effective_mode,
+    policy_mode,
     render_issues,
     render_policy,
 )
@@ -217,7 +217,7 @@ def check(text: str, settings: Settings, *, name: str = "script") -> dict[str, A
     comment = script.value("comment")
     result = parse_comment(comment)
     decision, partition, managed, partition_text = _verdict(result, script, settings)
-    mode = effective_mode(result, settings, partition_managed=managed)
+    mode = policy_mode(result, settings, partition_managed=managed)
     logs = _log_paths(script)
     problems = _problems(script, result, logs, settings)
     requeue = script.requeue

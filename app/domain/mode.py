@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.domain.policy import INVALID, NO_POLICY, PolicyResult
 
@@ -68,6 +69,46 @@ def resolve_mode(*, requested: str | None, acknowledged: bool, partition_managed
         )
     return ModeDecision(
         ACT, "mode act requested, the operator acknowledges scheduler actions and the partition is managed", requested
+    )
+
+
+class ModeSettings(Protocol):
+    """The operator's settings the mode depends on (app.config.Settings has them)."""
+
+    @property
+    def acknowledge_scheduler_actions(self) -> bool: ...
+
+    def partition_managed(self, partition: str | None) -> bool: ...
+
+
+class ModeSubject(Protocol):
+    """What the mode depends on about a job: the mode its policy requested and its partition."""
+
+    @property
+    def requested_mode(self) -> str | None: ...
+
+    @property
+    def partition(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Requested:
+    """A job not stored yet (registration, check-policy): its requested mode and partition."""
+
+    requested_mode: str | None
+    partition: str | None
+
+
+def effective_mode(job: ModeSubject, settings: ModeSettings) -> ModeDecision:
+    """The mode the job runs under NOW: its request under the operator's current ceiling and allowlist.
+
+    Every surface (observer, advisor, controller, API, dashboard, check-policy) asks this one function,
+    so a flipped ceiling shows the same mode everywhere at once; a stored mode is only what was decided then.
+    """
+    return resolve_mode(
+        requested=job.requested_mode,
+        acknowledged=settings.acknowledge_scheduler_actions,
+        partition_managed=settings.partition_managed(job.partition),
     )
 
 

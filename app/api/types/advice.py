@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 from strawberry.scalars import JSON
 
-from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of
+from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of, mode_now
 from app.domain.identity import attempt_uuid, format_attempt_ref
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -149,12 +149,25 @@ class Advice(Node):
     def generation(self) -> int:
         return self.row.generation
 
-    @strawberry.field(description="The mode it was decided under (act or observe).")
-    def mode(self) -> str:
+    @strawberry.field(
+        description="observe or act NOW: its job's mode under the operator's current settings, as the controller "
+        "applies it (modeAtDecision is the mode it was decided under)."
+    )
+    async def mode(self, info: Info) -> str:
+        job = await loaders_of(info).job.load(self.row.job_id)
+        return mode_now(info, job).mode if job else self.row.mode
+
+    @strawberry.field(description="Why mode applies now.")
+    async def mode_reason(self, info: Info) -> str | None:
+        job = await loaders_of(info).job.load(self.row.job_id)
+        return mode_now(info, job).reason if job else self.row.mode_reason
+
+    @strawberry.field(description="The mode it was decided under (a record of that time, not the mode now).")
+    def mode_at_decision(self) -> str:
         return self.row.mode
 
-    @strawberry.field
-    def mode_reason(self) -> str | None:
+    @strawberry.field(description="Why modeAtDecision applied when it was decided.")
+    def mode_reason_at_decision(self) -> str | None:
         return self.row.mode_reason
 
     @strawberry.field

@@ -13,7 +13,7 @@ from app.api.connections import AUDIT, NESTED, Connection, nested_connection, pa
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent
 from app.api.types.evidence import Anomaly, Checkpoint
-from app.api.types.node import Info, Node, loaders_of, workflow_of
+from app.api.types.node import Info, Node, loaders_of, mode_now, workflow_of
 from app.audit import queries as audit_queries
 from app.domain.identity import format_attempt_ref
 from app.evidence import queries as evidence_queries
@@ -209,13 +209,24 @@ class Job(Node):
         return self.row.requested_mode
 
     @strawberry.field(
-        description="observe or act, after the operator's acknowledgment ceiling and partition allowlist."
+        description="observe or act NOW: the requested mode under the operator's current acknowledgment ceiling "
+        "and partition allowlist (see modeReason; modeAtRegistration is what applied when the job was registered)."
     )
-    def effective_mode(self) -> str:
+    def effective_mode(self, info: Info) -> str:
+        return mode_now(info, self.row).mode
+
+    @strawberry.field(description="Why effectiveMode applies now.")
+    def mode_reason(self, info: Info) -> str:
+        return mode_now(info, self.row).reason
+
+    @strawberry.field(
+        description="observe or act as resolved when the job was registered (a record, not the mode now)."
+    )
+    def mode_at_registration(self) -> str:
         return self.row.effective_mode
 
-    @strawberry.field(description="Why the effective mode is what it is.")
-    def mode_reason(self) -> str | None:
+    @strawberry.field(description="Why modeAtRegistration applied when the job was registered.")
+    def mode_reason_at_registration(self) -> str | None:
         return self.row.mode_reason
 
     @strawberry.field
@@ -359,15 +370,15 @@ class Attempt(Node):
     def updated_at(self) -> dt.datetime:
         return self.row.updated_at
 
-    @strawberry.field(description="observe or act, as resolved for the job (see modeReason).")
+    @strawberry.field(description="observe or act NOW for the attempt's job (see modeReason).")
     async def effective_mode(self, info: Info) -> str | None:
         job = await loaders_of(info).job.load(self.row.job_id)
-        return job.effective_mode if job else None
+        return mode_now(info, job).mode if job else None
 
     @strawberry.field(description="Why the job's act request did or did not take effect.")
     async def mode_reason(self, info: Info) -> str | None:
         job = await loaders_of(info).job.load(self.row.job_id)
-        return job.mode_reason if job else None
+        return mode_now(info, job).reason if job else None
 
     @strawberry.field
     async def job(self, info: Info) -> Job:

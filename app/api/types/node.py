@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import strawberry
 
 from app.api.ids import to_global_id
+from app.domain.mode import ModeDecision, effective_mode
 
 if TYPE_CHECKING:
     from app.api.types.jobs import Attempt, Workflow
@@ -21,6 +22,11 @@ WorkflowRef = Annotated["Workflow", strawberry.lazy("app.api.types.jobs")]
 def loaders_of(info: Info) -> Any:
     """The DataLoaders of the request being resolved."""
     return info.context.loaders
+
+
+def mode_now(info: Info, job: Any) -> ModeDecision:
+    """The job's mode under the operator's settings now (the same answer the advisor and controller use)."""
+    return effective_mode(job, info.context.app.settings)
 
 
 @strawberry.interface(description="An object with an opaque global id, fetchable with `node(id:)` (Relay).")
