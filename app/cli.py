@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.auth import check_auth_configuration
 from app.config import Settings, SettingsError
 
 log = logging.getLogger("recovery")
@@ -23,19 +24,6 @@ def _configure_logging(verbose: bool) -> None:
     )
     logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
-def check_auth_configuration(settings: Settings) -> None:
-    """Refuse to serve without auth unless dev mode is explicit and bound to loopback."""
-    from app.auth import check_dev_mode
-
-    if check_dev_mode(settings):  # raises unless bound to loopback; warns loudly when on
-        return
-    if not settings.oidc_issuer:
-        raise SettingsError(
-            "no authentication configured: set RECOVERY_OIDC_ISSUER (and RECOVERY_OIDC_AUDIENCE), "
-            "or for local development only RECOVERY_DEV_NO_AUTH=true with a loopback RECOVERY_BIND"
-        )
 
 
 async def _upgrade(settings: Settings) -> str | None:
@@ -194,7 +182,7 @@ def _cmd_check_script(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
     from app.authoring.log_check import run
 
-    return run(args.file, as_json=args.json, settings=settings)
+    return run(args.file, as_json=args.json, settings=settings, policy=args.policy, script=args.script)
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -240,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     cl = command("check-log", _cmd_check_log, "which lines would the detectors see in this log file?")
     cl.add_argument("file", help="path to a training log")
     cl.add_argument("--json", action="store_true", help="machine-readable output")
+    job = cl.add_mutually_exclusive_group()
+    job.add_argument("--policy", metavar="JSON", help="the job's policy (its --comment JSON): use its hang thresholds")
+    job.add_argument("--script", metavar="FILE", help="the job's sbatch script: use the hang thresholds of its policy")
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")

@@ -87,13 +87,15 @@ SETTINGS: tuple[Setting, ...] = (
         "data_dir",
         "",
         _str,
-        "Directory for the embedded SQLite database and local state (default: $XDG_DATA_HOME/recovery or ~/.local/share/recovery).",
+        "Directory for the embedded SQLite database and local state (default: "
+        "$XDG_DATA_HOME/recovery or ~/.local/share/recovery).",
     ),
     Setting(
         "database_url",
         "",
         _str,
-        "SQLAlchemy async URL. Default: sqlite+aiosqlite:///<data_dir>/recovery.db. Production: postgresql+asyncpg://user@host/db.",
+        "SQLAlchemy async URL. Default: sqlite+aiosqlite:///<data_dir>/recovery.db. Production: "
+        "postgresql+asyncpg://user@host/db.",
     ),
     Setting(
         "environment",
@@ -120,26 +122,30 @@ SETTINGS: tuple[Setting, ...] = (
         "early_stop_failures",
         "3",
         _int,
-        "Stop retrying after this many failures in a row with no new checkpoint since the previous attempt (0 disables).",
+        "Stop retrying after this many failures in a row with no new checkpoint since the previous "
+        "attempt (0 disables).",
     ),
     Setting(
         "acknowledge_scheduler_actions",
         "false",
         _bool,
-        "The operator's ceiling: without it every job's `act` resolves to observe. Also read from SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.",
+        "The operator's ceiling: without it every job's `act` resolves to observe. Also read from "
+        "SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS.",
         ("SLURM_ADVISOR_ACKNOWLEDGE_SCHEDULER_ACTIONS",),
     ),
     Setting(
         "log_dirs",
         "",
         _list,
-        "Extra output directories the collector reads (comma- or colon-separated), besides each attempt's StdOut/StdErr.",
+        "Extra output directories the collector reads (comma- or colon-separated), besides each "
+        "attempt's StdOut/StdErr.",
     ),
     Setting(
         "collector_poll_interval",
         "2.0",
         _float,
-        "Seconds between polls of every tracked log file: the fallback when file-change (inotify) wake-ups do not arrive, e.g. on network filesystems.",
+        "Seconds between polls of every tracked log file: the fallback when file-change (inotify) "
+        "wake-ups do not arrive, e.g. on network filesystems.",
     ),
     Setting(
         "collector_inotify",
@@ -218,7 +224,8 @@ SETTINGS: tuple[Setting, ...] = (
         "watchdog_process",
         "embedded",
         _choice("embedded", "separate"),
-        "`embedded`: the worker runs the watchdog; `separate`: it does not, and `recovery watchdog` runs it under its own lease (so a dead worker still fails open).",
+        "`embedded`: the worker runs the watchdog; `separate`: it does not, and `recovery watchdog` "
+        "runs it under its own lease (so a dead worker still fails open).",
     ),
     Setting(
         "lease_seconds",
@@ -342,7 +349,7 @@ class Settings:
         """True when the partition is in the managed allowlist (`*` matches all)."""
         if "*" in self.managed_partitions:
             return True
-        return bool(partition) and any(p in self.managed_partitions for p in partition.split(","))
+        return bool(partition) and any(p in self.managed_partitions for p in (partition or "").split(","))
 
 
 def settings_markdown() -> str:

@@ -1,11 +1,12 @@
-"""What every process shares: settings, the database engine and its session factory."""
+"""What every process shares: settings, the database engine and its session factory, the authenticator."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.auth import Authenticator, process_authenticator
 from app.config import Settings
 from app.db import create_engine, session_factory
 
@@ -17,6 +18,13 @@ class AppContext:
     settings: Settings
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    _authenticator: Authenticator | None = field(default=None, repr=False)
+
+    def authenticator(self) -> Authenticator:
+        """The process's one authenticator (one JWKS cache), shared by the API and the dashboard; built on first use."""
+        if self._authenticator is None:
+            self._authenticator = process_authenticator(self.settings)
+        return self._authenticator
 
     @classmethod
     def open(cls, settings: Settings) -> AppContext:
@@ -25,5 +33,7 @@ class AppContext:
         return cls(settings=settings, engine=engine, sessions=session_factory(engine))
 
     async def close(self) -> None:
-        """Dispose of the engine's connections."""
+        """Dispose of the engine's connections (and the authenticator's HTTP client)."""
+        if self._authenticator is not None and hasattr(self._authenticator, "aclose"):
+            await self._authenticator.aclose()
         await self.engine.dispose()

@@ -94,6 +94,12 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     return create_async_engine(url, **kwargs)
 
 
+def dialect_of(session: AsyncSession) -> str:
+    """The name of the session's database dialect (`postgresql`, `sqlite`)."""
+    assert session.bind is not None
+    return session.bind.dialect.name
+
+
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """Sessions that keep loaded objects usable after commit."""
     return async_sessionmaker(engine, expire_on_commit=False)

@@ -251,7 +251,7 @@ async def run_demo(
     """Start lab + service, submit the examples, narrate what happens, then keep serving."""
     import uvicorn
 
-    from app.cli import check_auth_configuration
+    from app.auth import check_auth_configuration
     from app.main import create_app
     from app.migrate import upgrade
     from worker.registry import build_services

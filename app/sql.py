@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 R = TypeVar("R")
@@ -20,7 +20,7 @@ def chunks(ids: Sequence[int], size: int = IN_CHUNK) -> Iterator[Sequence[int]]:
 
 
 async def scalars_in(
-    session: AsyncSession, query: Select[Any], column: Any, ids: Sequence[int], size: int = IN_CHUNK
+    session: AsyncSession, query: Any, column: Any, ids: Sequence[int], size: int = IN_CHUNK
 ) -> list[Any]:
     """The query's scalars where `column` is one of `ids`: one query per `size` ids."""
     found: list[Any] = []
@@ -30,7 +30,7 @@ async def scalars_in(
 
 
 async def rows_in(
-    session: AsyncSession, query: Select[Any], column: Any, ids: Sequence[int], size: int = IN_CHUNK
+    session: AsyncSession, query: Any, column: Any, ids: Sequence[int], size: int = IN_CHUNK
 ) -> list[Any]:
     """The query's rows where `column` is one of `ids`: one query per `size` ids."""
     found: list[Any] = []

@@ -230,7 +230,8 @@ async def main() -> None:
                 for _ in range(args.repeats):
                     started = time.perf_counter()
                     await conn.fetch(
-                        "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY produced_at DESC, id DESC LIMIT 101",
+                        "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY "
+                        "produced_at DESC, id DESC LIMIT 101",
                         *(key or (dt.datetime.now(dt.UTC), 2**62)),
                     )
                     raw_deep_samples.append(time.perf_counter() - started)
@@ -242,10 +243,12 @@ async def main() -> None:
         )
         print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
         print(
-            f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} {http_deep / raw_deep:>7.1f}"
+            f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} "
+            f"{http_deep / raw_deep:>7.1f}"
         )
         print(
-            f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: depth adds no cost)"
+            f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: "
+            f"depth adds no cost)"
         )
     finally:
         if process is not None:

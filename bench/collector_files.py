@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import functools
 import os
 import statistics
 import sys
@@ -36,7 +37,10 @@ from app.jobs.models import Attempt  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from worker.collector import Collector  # noqa: E402
 
-ITERATION = " iteration {i:>8}/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.3E+00 |\n"
+ITERATION = (
+    " iteration {i:>8}/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): "
+    "1234.5 | lm loss: 2.3E+00 |\n"
+)
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
 POLL_INTERVAL = 2.0
 
@@ -88,6 +92,7 @@ async def observe_change(ctx: AppContext, round_: int) -> None:
     """What the observer records between two collector ticks: one attempt of one job changed (not measured)."""
     async with ctx.sessions() as session, session.begin():
         attempt = await session.scalar(select(Attempt).order_by(Attempt.id).offset(round_).limit(1))
+        assert attempt is not None
         await jobs.update_attempt(session, attempt=attempt, nodes=f"gpu[{round_:03d}-{round_ + 7:03d}]")
 
 
@@ -149,7 +154,8 @@ async def main(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         paths = await enrol(ctx, logs, args.files)
         print(
-            f"setup: {args.files} enrolled RUNNING attempts, one log file each ({time.perf_counter() - t0:.1f} s, not measured)"
+            f"setup: {args.files} enrolled RUNNING attempts, one log file each "
+            f"({time.perf_counter() - t0:.1f} s, not measured)"
         )
 
         clock = Clock()
@@ -182,7 +188,7 @@ async def main(args: argparse.Namespace) -> None:
             changed = paths[round_ % step :: step][: max(1, args.files // 100)]
             append_lines(changed, 2 * round_)
             poll_not_due()
-            rows["changed_inotify"].append(await timed(lambda: inotify_tick(changed), counter))
+            rows["changed_inotify"].append(await timed(functools.partial(inotify_tick, changed), counter))
             append_lines(changed, 2 * round_ + 1)
             poll_due()
             rows["changed_poll"].append(await timed(collector.tick, counter))
@@ -207,7 +213,8 @@ async def main(args: argparse.Namespace) -> None:
         base, _ = median("baseline")
         changed_count = max(1, args.files // 100)
         print(
-            f"baseline (plain Python: stat {args.files} files + read the new bytes of {changed_count}): {base * 1000:9.2f} ms"
+            f"baseline (plain Python: stat {args.files} files + read the new bytes of "
+            f"{changed_count}): {base * 1000:9.2f} ms"
         )
         labels = {
             "idle_inotify": "tick, nothing changed (inotify)",

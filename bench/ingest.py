@@ -21,6 +21,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,16 +32,20 @@ from app.logs.reader import FilePosition, LogTailer  # noqa: E402
 def _iteration_line(rng: random.Random, when: datetime, iteration: int, total: int) -> str:
     return (
         f" [{when:%Y-%m-%d %H:%M:%S}] iteration {iteration:>8}/{total:>8} | consumed samples: {iteration * 512:>12} | "
-        f"elapsed time per iteration (ms): {rng.uniform(980, 1100):.1f} | throughput per GPU (TFLOP/s/GPU): {rng.uniform(380, 420):.1f} | "
-        f"learning rate: {3e-4 * (1 - iteration / total):.6E} | global batch size:   512 | lm loss: {rng.uniform(1.8, 2.6):.6E} | "
-        f"loss scale: 1.0 | grad norm: {rng.uniform(0.1, 0.6):.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+        f"elapsed time per iteration (ms): {rng.uniform(980, 1100):.1f} | throughput per GPU "
+        f"(TFLOP/s/GPU): {rng.uniform(380, 420):.1f} | "
+        f"learning rate: {3e-4 * (1 - iteration / total):.6E} | global batch size:   512 | lm loss: "
+        f"{rng.uniform(1.8, 2.6):.6E} | "
+        f"loss scale: 1.0 | grad norm: {rng.uniform(0.1, 0.6):.3f} | number of skipped iterations:   "
+        f"0 | number of nan iterations:   0 |\n"
     )
 
 
 NOISE = (
     "node{n:03d}:{pid}:{pid} [{gpu}] NCCL INFO Channel 02/0 : {gpu} -> {peer} [send] via NET/IB/0/GDRDMA\n",
     "[rank{rank}]:[W{md} {hms}.123456 ProcessGroupNCCL.cpp:4115] Warning: NCCL error handling is enabled; errors=0\n",
-    "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py:558: UserWarning: This DataLoader will create 8 worker processes in total; error_handling=retry\n",
+    "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py:558: UserWarning: This DataLoader "
+    "will create 8 worker processes in total; error_handling=retry\n",
     " [{ts}] validation loss at iteration {it} | lm loss value: 2.1E+00 | lm loss PPL: 8.1E+00 |\n",
 )
 
@@ -54,7 +59,8 @@ def generate(path: Path, target_bytes: int, seed: int = 7) -> None:
         out.write("using world size: 1024, data-parallel size: 128, tensor-model-parallel size: 8\n")
         for rank in range(64):
             out.write(
-                f"node{rank // 8:03d}:{1000 + rank}:{1000 + rank} [{rank % 8}] NCCL INFO Bootstrap : Using ib0:10.0.{rank // 8}.1<0>\n"
+                f"node{rank // 8:03d}:{1000 + rank}:{1000 + rank} [{rank % 8}] NCCL INFO Bootstrap : "
+                f"Using ib0:10.0.{rank // 8}.1<0>\n"
             )
         out.write(" loading checkpoint from /ckpt/gpt3 at iteration 1000\n")
         out.write("  successfully loaded checkpoint from /ckpt/gpt3 [ t 1/8, p 1/4 ] at iteration 1000\n")
@@ -85,17 +91,20 @@ def generate(path: Path, target_bytes: int, seed: int = 7) -> None:
                 if iteration % 1000 == 0:
                     lines.append(f"saving checkpoint at iteration {iteration:7d} to /ckpt/gpt3 in torch_dist format\n")
                     lines.append(
-                        f"  successfully saved checkpoint from iteration {iteration:7d} to /ckpt/gpt3 [ t 1/8, p 1/4 ]\n"
+                        f"  successfully saved checkpoint from iteration {iteration:7d} to /ckpt/gpt3 "
+                        f"[ t 1/8, p 1/4 ]\n"
                     )
             chunk = "".join(lines)
             out.write(chunk)
             written += len(chunk.encode())
         out.write(
-            "[rank17]:[E1130 09:00:00.000000 ProcessGroupNCCL.cpp:616] [Rank 17] Watchdog caught collective operation timeout: "
+            "[rank17]:[E1130 09:00:00.000000 ProcessGroupNCCL.cpp:616] [Rank 17] Watchdog caught "
+            "collective operation timeout: "
             "WorkNCCL(SeqNum=81, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.\n"
         )
         out.write(
-            "Nov 30 09:00:01 node012 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU has fallen off the bus.\n"
+            "Nov 30 09:00:01 node012 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, "
+            "GPU has fallen off the bus.\n"
         )
         out.write(
             "slurmstepd: error: *** JOB 4242 ON node000 CANCELLED AT 2026-11-30T09:00:05 DUE TO NODE FAILURE ***\n"
@@ -129,7 +138,7 @@ def run_reader(path: Path, engine: str) -> tuple[float, dict[str, object]]:
         "engine": tailer.engine,
         "events": events,
         "lines": position.line_number,
-        "progress": progress.signal.phase if progress else None,
+        "progress": getattr(progress.signal, "phase", None) if progress else None,
         "throughput_samples": throughput,
     }
 
@@ -161,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             generate(path, megabytes * 1024 * 1024)
         size_mb = path.stat().st_size / 1e6
         path.read_bytes() if size_mb < 2000 else None  # warm the page cache for both contenders
-        reader_times, grep_times, facts, grep_count = [], [], {}, ""
+        reader_times: list[float] = []
+        grep_times: list[float] = []
+        facts: dict[str, Any] = {}
+        grep_count = ""
         for _ in range(max(1, args.repeat)):
             elapsed, facts = run_reader(path, args.engine)
             reader_times.append(elapsed)
@@ -172,12 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         reader_rate = size_mb / min(reader_times)
         print(f"file: {path} ({size_mb:.1f} MB)")
         print(
-            f"reader+signatures+progress [{facts['engine']}]: {reader_rate:8.1f} MB/s  ({min(reader_times):.3f} s; {facts})"
+            f"reader+signatures+progress [{facts['engine']}]: {reader_rate:8.1f} MB/s  "
+            f"({min(reader_times):.3f} s; {facts})"
         )
         if grep_times:
             grep_rate = size_mb / min(grep_times)
             print(
-                f"grep -E -c (same crash patterns):           {grep_rate:8.1f} MB/s  ({min(grep_times):.3f} s; count {grep_count})"
+                f"grep -E -c (same crash patterns):           {grep_rate:8.1f} MB/s  "
+                f"({min(grep_times):.3f} s; count {grep_count})"
             )
             print(f"ratio reader/grep: {reader_rate / grep_rate:.2f}")
         else:

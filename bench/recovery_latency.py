@@ -97,7 +97,7 @@ def requeue_exit_configured() -> bool:
         ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30, check=False
     ).stdout
     match = re.search(r"^RequeueExit\s*=\s*(\S+)", shown, re.M)
-    return bool(match) and str(REQUEUE_EXIT) in match.group(1).split(",")
+    return match is not None and str(REQUEUE_EXIT) in match.group(1).split(",")
 
 
 def submit(directory: Path, *, name: str, comment: str, code: int = 0, template: str = SCRIPT) -> int:
@@ -218,10 +218,12 @@ async def bench(runs: int, configure_lab: bool) -> int:
     if "requeueexit_exit_to_running" in med:
         print(f"  job exit -> next attempt RUNNING (Slurm RequeueExit=75): {med['requeueexit_exit_to_running']:.2f} s")
         print(
-            f"  ratio ours / RequeueExit (exit -> RUNNING): {med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}"
+            f"  ratio ours / RequeueExit (exit -> RUNNING): "
+            f"{med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}"
         )
     print(
-        f"  crash line written -> our scontrol release returned (attempt still running): {med['crash_line_to_release']:.2f} s"
+        f"  crash line written -> our scontrol release returned (attempt still running): "
+        f"{med['crash_line_to_release']:.2f} s"
     )
     return 0
 

@@ -94,10 +94,13 @@ def main() -> int:
         if attempt == 0 and step == args.crash_at_step:
             # Shaped like NCCL's own warning (host:pid:tid prefix), so the failing node is named.
             log(
-                f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)"
+                f"{node}:{os.getpid()}:{os.getpid() + 7} [0] transport/net_ib.cc:1696 NCCL WARN "
+                f"NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 "
+                f"(Recv)"
             )
             log(
-                f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5 (on {node})"
+                f"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                f"remote process exited or there was a network error, NCCL version 2.21.5 (on {node})"
             )
             return 1
         if attempt == 0 and step == args.hang_at_step:

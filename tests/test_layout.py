@@ -145,8 +145,6 @@ def test_the_rule_sees_every_spelling_of_an_import(tmp_path: Path) -> None:
         "sqlalchemy.orm.aliased",
         "app.jobs.models",
         "app.jobs.models.Job",
-        "app.jobs.models",
-        "app.jobs.models",
         "app.evidence.models",
         "app.evidence.models.Anomaly",
     }

@@ -14,7 +14,7 @@ async def test_database_is_at_head(database: Database) -> None:
 
 
 async def test_models_and_migrations_agree(database: Database) -> None:
-    def diff(connection):  # type: ignore[no-untyped-def]
+    def diff(connection):
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         return compare_metadata(context, Base.metadata)
 
@@ -26,7 +26,7 @@ async def test_models_and_migrations_agree(database: Database) -> None:
 async def test_downgrade_to_base_and_back(database: Database) -> None:
     await downgrade(database.engine, "base")
 
-    def tables(connection):  # type: ignore[no-untyped-def]
+    def tables(connection):
         return set(inspect(connection).get_table_names()) - {"alembic_version"}
 
     async with database.engine.connect() as conn:

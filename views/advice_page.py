@@ -64,10 +64,10 @@ async def advice_action(request: Request) -> Response:
         try:
             async with session.begin():
                 if action == "approve":
-                    advice = await review.approve_advice(session, advice_id=advice_id, user=principal.name)
+                    await review.approve_advice(session, advice_id=advice_id, user=principal.name)
                     message = "Approved."
                 elif action == "veto":
-                    advice = await review.veto_advice(
+                    await review.veto_advice(
                         session,
                         advice_id=advice_id,
                         user=principal.name,
@@ -75,16 +75,16 @@ async def advice_action(request: Request) -> Response:
                     )
                     message = "Vetoed."
                 else:
-                    advice = await review.rerun_reconciliation(session, advice_id=advice_id, user=principal.name)
+                    await review.rerun_reconciliation(session, advice_id=advice_id, user=principal.name)
                     message = "Reconciliation requested."
         except review.ReviewError as exc:
             if exc.not_found:
                 return explain(request, title="Unknown Advice", status=404, message=str(exc))
             message, failed = str(exc), True
-        advice = await advice_queries.get_advice(session, advice_id=advice_id)
-        jobs = await job_queries.jobs_by_ids(session, ids=[advice.job_id] if advice else [])
+        current = await advice_queries.get_advice(session, advice_id=advice_id)
+        jobs = await job_queries.jobs_by_ids(session, ids=[current.job_id] if current else [])
     if is_partial_request(request):
-        context = {"advice": advice, "jobs": jobs, "message": message, "failed": failed}
+        context = {"advice": current, "jobs": jobs, "message": message, "failed": failed}
         return render(request, "_advice_row.html", context, status=200)
     if failed:
         return explain(

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -23,9 +22,7 @@ from app.auth import (
     VIEWER,
     AuthError,
     Principal,
-    TokenVerifier,
     authenticate_request,
-    build_authenticator,
     effective_roles,
 )
 from app.config import Settings
@@ -57,20 +54,6 @@ class DashboardSessions:
         await (self.secure if secure else self.plain)(scope, receive, send)
 
 
-def make_verifier(settings: Settings) -> Any:
-    """DevVerifier in dev mode, else a TokenVerifier whose HTTP client keeps no idle connections.
-
-    JWKS fetches are rare (the keys are cached), and the dashboard has no shutdown hook of its own,
-    so pooled sockets to the issuer would outlive the app; without keep-alive none are left open.
-    """
-    if settings.dev_no_auth:
-        return build_authenticator(settings)
-    http = httpx.AsyncClient(
-        timeout=httpx.Timeout(10.0), follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
-    )
-    return TokenVerifier(settings, http=http)
-
-
 def session_secret(settings: Settings) -> str:
     """The configured secret, or a random one (sessions then end when the process restarts)."""
     return settings.session_secret or secrets.token_urlsafe(32)
@@ -79,9 +62,9 @@ def session_secret(settings: Settings) -> str:
 class DashboardAuth:
     """Resolves the caller of a dashboard request and runs the login flow; one per app."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, verifier: Callable[[], Any]) -> None:
         self.settings = settings
-        self._verifier: Any = None
+        self._verifier = verifier  # the process's authenticator (AppContext.authenticator), shared with the API
         self._oauth: Any = None
 
     @property
@@ -93,14 +76,8 @@ class DashboardAuth:
         return bool(self.settings.oidc_issuer and self.settings.oidc_client_id)
 
     def verifier(self) -> Any:
-        """TokenVerifier (or DevVerifier), built on first use so an unconfigured issuer only fails when needed."""
-        if self._verifier is None:
-            if not self.settings.oidc_issuer and not self.settings.dev_no_auth:
-                raise AuthError(
-                    503, "authentication is not configured: set RECOVERY_OIDC_ISSUER (or dev mode on loopback)"
-                )
-            self._verifier = make_verifier(self.settings)
-        return self._verifier
+        """The process's TokenVerifier (or DevVerifier); unconfigured, a refusal that answers 503 when used."""
+        return self._verifier()
 
     def oauth_client(self) -> Any:
         """authlib's Starlette OAuth client for the dashboard's public (PKCE) or confidential client."""
@@ -140,10 +117,6 @@ class DashboardAuth:
             request.session.pop("user", None)  # expired: log in again
         return None, ""
 
-    async def close(self) -> None:
-        if self._verifier is not None and hasattr(self._verifier, "aclose"):
-            await self._verifier.aclose()
-
 
 def csrf_token(request: Request) -> str:
     """The session's CSRF token (created on first use)."""
@@ -164,7 +137,7 @@ async def csrf_valid(request: Request) -> bool:
         form = await request.form()
         value = form.get(CSRF_FIELD)
         given = value if isinstance(value, str) else None
-    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+    return given is not None and bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def wants_html_redirect(request: Request) -> bool:
@@ -219,7 +192,8 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
             request.state.auth_via = how
             csrf_token(request)
             if request.method not in {"GET", "HEAD", "OPTIONS"} and how != "bearer" and not await csrf_valid(request):
-                # A bearer token cannot be attached by another site; a cookie (or dev mode) can, so those need the token.
+                # A bearer token cannot be attached by another site; a cookie (or dev mode) can, so those need the
+                # token.
                 return PlainTextResponse("missing or wrong CSRF token: reload the page and try again", status_code=403)
             return await endpoint(request)
 

@@ -142,7 +142,8 @@ async def live(request: Request) -> Response:
     limiter: StreamLimiter = dashboard.streams
     if not limiter.acquire(key):
         return PlainTextResponse(
-            f"too many live streams for this session (at most {limiter.limit}); close other dashboard tabs. Pages fall back to polling.",
+            f"too many live streams for this session (at most {limiter.limit}); close other dashboard "
+            f"tabs. Pages fall back to polling.",
             status_code=429,
             headers={"Retry-After": "30"},
         )

@@ -55,9 +55,8 @@ async def callback(request: Request) -> Response:
             request,
             title="Login failed",
             status=400,
-            message=f"The identity provider answered: {request.query_params.get('error')}: {request.query_params.get('error_description', '')}"[
-                :500
-            ],
+            message=f"The identity provider answered: {request.query_params.get('error')}: "
+            f"{request.query_params.get('error_description', '')}"[:500],
             links=[("Try again", request.url_for("dashboard:login").path)],
         )
     client = dashboard.auth.oauth_client()

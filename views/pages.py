@@ -59,11 +59,11 @@ async def workflow_summaries(session: Session, *, workflow_ids: Sequence[int]) -
     active = await advice_queries.active_advice_of_workflows(session, workflow_ids=workflow_ids)
     result = {}
     for wid in workflow_ids:
-        anomaly, slurm_job_id, attempt_index = newest.get(wid, (None, None, None))
+        found = newest.get(wid)
         result[wid] = WorkflowSummary(
             retries=retries.get(wid, 0),
-            last_anomaly=anomaly,
-            last_anomaly_ref=(slurm_job_id, attempt_index) if anomaly is not None else None,
+            last_anomaly=found[0] if found else None,
+            last_anomaly_ref=(found[1], found[2]) if found else None,
             active_advice=active.get(wid, []),
         )
     return result
@@ -184,7 +184,7 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
             "job": job,
             "policy": policies.get(job.id),
             "attempts": [
-                {"attempt": a, "advice": advice.get(a.id), "anomaly": (anomalies.get(a.id) or [None])[0]}
+                {"attempt": a, "advice": advice.get(a.id), "anomaly": next(iter(anomalies.get(a.id) or []), None)}
                 for a in attempts.get(job.id, [])
             ],
         }
@@ -244,7 +244,8 @@ async def _load_attempt(request: Request, session: Any) -> tuple[Any, Response |
             request,
             title="Unknown attempt",
             status=404,
-            message=f"Job {slurm_job_id} has no attempt {index}; {known.get(job.id, 0)} attempt(s) are recorded (attempt 0 is the first execution).",
+            message=f"Job {slurm_job_id} has no attempt {index}; {known.get(job.id, 0)} attempt(s) "
+            f"are recorded (attempt 0 is the first execution).",
             links=[(f"Job {slurm_job_id}", request.url_for("dashboard:job", job_id=slurm_job_id).path)],
         )
     return attempt, None
@@ -315,8 +316,10 @@ def audit_views_off(request: Request, view: str) -> Response:
         request,
         title=f"{view} is turned off",
         status=404,
-        message=f"The operator has turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false), so {view} is not available on this installation.",
-        hint="Job Details still shows each attempt's state, checkpoints, anomalies and Advice. Ask the operator to enable audit views to see events.",
+        message=f"The operator has turned the audit views off (RECOVERY_AUDIT_VIEWS_ENABLED=false), "
+        f"so {view} is not available on this installation.",
+        hint="Job Details still shows each attempt's state, checkpoints, anomalies and Advice. Ask "
+        "the operator to enable audit views to see events.",
         links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
     )
 

@@ -30,7 +30,10 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     """The dashboard's pages, fragments and live-update streams."""
     settings = ctx.settings
     dashboard = Dashboard(
-        ctx=ctx, auth=DashboardAuth(settings), templates=build_templates(), streams=live.StreamLimiter()
+        ctx=ctx,
+        auth=DashboardAuth(settings, ctx.authenticator),
+        templates=build_templates(),
+        streams=live.StreamLimiter(),
     )
     routes = [
         Route("/", pages.dashboard_home, name="home"),

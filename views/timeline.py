@@ -217,14 +217,16 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
         out.append(f'<line class="grid" x1="{tx}" y1="{axis_y}" x2="{tx}" y2="{height - 4}" stroke="#e3e7ee"/>')
         out.append(
             f'<g class="tick" data-utc="{iso_utc(at)}"><title>{_fmt(at)}</title>'
-            f'<text x="{tx}" y="{axis_y - 6}" font-size="11" text-anchor="middle" fill="#5b6475">{at.strftime(tick_fmt)}</text></g>'
+            f'<text x="{tx}" y="{axis_y - 6}" font-size="11" text-anchor="middle" '
+            f'fill="#5b6475">{at.strftime(tick_fmt)}</text></g>'
         )
         tick += step
     now_x = x(now) if t0 <= now <= t1 else None
     if now_x is not None:
         out.append(
             f'<g class="now" data-utc="{iso_utc(now)}"><title>now {_fmt(now)}</title>'
-            f'<line x1="{now_x}" y1="{axis_y}" x2="{now_x}" y2="{height - 4}" stroke="#c2410c" stroke-dasharray="3 3"/></g>'
+            f'<line x1="{now_x}" y1="{axis_y}" x2="{now_x}" y2="{height - 4}" stroke="#c2410c" '
+            f'stroke-dasharray="3 3"/></g>'
         )
     for i, row in enumerate(rows):
         y = top + axis_h + i * row_h
@@ -234,7 +236,8 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
         label = escape(row.label)
         if row.href:
             out.append(
-                f'<a href="{escape(row.href)}"><text x="6" y="{y + 16}" font-size="12" fill="#1d4ed8">{label}</text></a>'
+                f'<a href="{escape(row.href)}"><text x="6" y="{y + 16}" font-size="12" '
+                f'fill="#1d4ed8">{label}</text></a>'
             )
         else:
             out.append(f'<text x="6" y="{y + 16}" font-size="12" fill="#1f2937">{label}</text>')
@@ -246,29 +249,37 @@ def render_timeline(rows: Sequence[Row], *, now: dt.datetime, width: int = 1200)
             until = "now (still " + span.state + ")" if span.end is None else _fmt(span.end)
             secs = ((span.end or now) - span.start).total_seconds()
             out.append(
-                f'<g class="span state-{state_group(span.state)}{" open" if span.end is None else ""}" data-utc="{iso_utc(span.start)}">'
+                f'<g class="span '
+                f'state-{state_group(span.state)}{" open" if span.end is None else ""}" '
+                f'data-utc="{iso_utc(span.start)}">'
                 f"<title>{escape(span.state)} from {_fmt(span.start)} until {escape(until)} ({_human(secs)})</title>"
-                f'<rect x="{sx}" y="{bar_y}" width="{round(w, 1)}" height="{bar_h}" rx="2" fill="{STATE_COLOURS[state_group(span.state)]}"/>'
+                f'<rect x="{sx}" y="{bar_y}" width="{round(w, 1)}" height="{bar_h}" rx="2" '
+                f'fill="{STATE_COLOURS[state_group(span.state)]}"/>'
             )
             if span.end is None:  # an arrow head says "still going"
                 out.append(
-                    f'<path class="open-arrow" d="M{ex} {bar_y - 2} L{ex + 7} {bar_y + bar_h / 2} L{ex} {bar_y + bar_h + 2} Z" '
+                    f'<path class="open-arrow" d="M{ex} {bar_y - 2} L{ex + 7} {bar_y + bar_h / 2} '
+                    f'L{ex} {bar_y + bar_h + 2} Z" '
                     f'fill="{STATE_COLOURS[state_group(span.state)]}"/>'
                 )
             if w > 60:
                 out.append(
-                    f'<text class="span-label" x="{sx + 4}" y="{bar_y + 11}" font-size="10" fill="#fff">{escape(span.state)}</text>'
+                    f'<text class="span-label" x="{sx + 4}" y="{bar_y + 11}" font-size="10" '
+                    f'fill="#fff">{escape(span.state)}</text>'
                 )
             out.append("</g>")
         if row.terminal:
             state, at = row.terminal
             tx = x(at)
             out.append(
-                f'<g class="terminal state-{state_group(state)}" data-utc="{iso_utc(at)}"><title>ended {escape(state)} at {_fmt(at)}</title>'
-                f'<rect x="{tx - 2}" y="{bar_y - 3}" width="4" height="{bar_h + 6}" fill="{STATE_COLOURS[state_group(state)]}"/>'
+                f'<g class="terminal state-{state_group(state)}" '
+                f'data-utc="{iso_utc(at)}"><title>ended {escape(state)} at {_fmt(at)}</title>'
+                f'<rect x="{tx - 2}" y="{bar_y - 3}" width="4" height="{bar_h + 6}" '
+                f'fill="{STATE_COLOURS[state_group(state)]}"/>'
                 # Near the right edge the label goes to the left of the mark so it stays inside the picture.
                 + (f'<text x="{tx - 5}" text-anchor="end"' if tx > width - right_pad - 70 else f'<text x="{tx + 5}"')
-                + f' y="{bar_y + 11}" font-size="10" class="terminal-label" fill="{STATE_COLOURS[state_group(state)]}">{escape(state)}</text></g>'
+                + f' y="{bar_y + 11}" font-size="10" class="terminal-label" '
+                f'fill="{STATE_COLOURS[state_group(state)]}">{escape(state)}</text></g>'
             )
         mark_y = y + 30
         for mark in sorted(row.marks, key=lambda m: m.at):
@@ -283,7 +294,10 @@ def _mark_svg(mark: Mark, x: Any, y: float) -> str:
     title = f"{MARK_LABELS.get(mark.kind, mark.kind)} at {_fmt(mark.at)}: {mark.label}"
     if mark.end is not None:
         title += f" (took {_human((mark.end - mark.at).total_seconds())})"
-    head = f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}" data-utc="{iso_utc(mark.at)}"><title>{escape(title)}</title>'
+    head = (
+        f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}" '
+        f'data-utc="{iso_utc(mark.at)}"><title>{escape(title)}</title>'
+    )
     if mark.kind == "anomaly":
         shape = f'<path d="M{mx} {y - 6} L{mx + 6} {y + 5} L{mx - 6} {y + 5} Z"/>'
     elif mark.kind == "advice":
@@ -292,7 +306,10 @@ def _mark_svg(mark: Mark, x: Any, y: float) -> str:
         end_x = x(mark.end) if mark.end is not None else mx
         shape = f'<rect x="{mx}" y="{y - 4}" width="{round(max(end_x - mx, 4), 1)}" height="8"/>'
     elif mark.kind == "verification":
-        shape = f'<circle cx="{mx}" cy="{y}" r="5"/><path d="M{mx - 3} {y} L{mx - 1} {y + 2} L{mx + 3} {y - 2}" fill="none" stroke="#fff" stroke-width="1.5"/>'
+        shape = (
+            f'<circle cx="{mx}" cy="{y}" r="5"/><path d="M{mx - 3} {y} L{mx - 1} {y + 2} '
+            f'L{mx + 3} {y - 2}" fill="none" stroke="#fff" stroke-width="1.5"/>'
+        )
     else:  # checkpoint
         shape = f'<rect x="{mx - 4}" y="{y - 4}" width="8" height="8" rx="1"/>'
     return head + shape + "</g>"

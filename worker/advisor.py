@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
@@ -32,6 +32,7 @@ from app.db import Session, utcnow
 from app.domain import states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.mode import effective_mode
+from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
 from app.evidence import queries as evidence_queries
 from app.feed import queries as feed_queries
@@ -75,15 +76,12 @@ def site_policy(settings: Settings) -> SitePolicy:
     )
 
 
-def job_policy(effective: dict[str, Any] | None, *, requeue_eligible: bool | None) -> JobPolicy:
+def job_policy(effective: EffectivePolicy, *, requeue_eligible: bool | None) -> JobPolicy:
     """The parts of the job's effective APS policy the decision reads."""
-    effective = effective or {}
-    detection = effective.get("anomaly_detection_config") or {}
-    max_requeue = effective.get("max_requeue_times")
     return JobPolicy(
-        max_requeue_times=max_requeue if isinstance(max_requeue, int) and not isinstance(max_requeue, bool) else None,
-        straggler_detection_enabled=detection.get("straggler_detection_enabled") is True,
-        auto_resume_mode=str(effective.get("auto_resume_mode") or "requeue"),
+        max_requeue_times=effective.max_requeue_times,
+        straggler_detection_enabled=effective.anomaly_detection_config.straggler_detection_enabled,
+        auto_resume_mode=effective.auto_resume_mode,
         requeue_eligible=requeue_eligible,
     )
 
@@ -218,7 +216,7 @@ class Advisor(Service):
             decision = decide(
                 failure=failure,
                 policy=job_policy(
-                    policy.effective if policy else None,
+                    EffectivePolicy.from_dict(policy.effective if policy else None),
                     requeue_eligible=job.requeue_eligible
                     if job.requeue_eligible is not None
                     else attempt.requeue_eligible,
@@ -295,6 +293,7 @@ class Advisor(Service):
                 checkpoints_saved=saved,
                 latest_checkpoint_iteration=iteration,
             )
+        assert anomaly is not None  # without one the attempt's state decided above
         return Failure(
             attempt_index=attempt.attempt_index,
             kind=FailureKind(anomaly.kind),

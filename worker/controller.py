@@ -12,7 +12,8 @@ therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py
 real Slurm).
 
 Observe mode (the job's mode NOW is observe - it asked for observe, the operator's ceiling is
-off or its partition is not managed, app.domain.mode.effective_mode - or an operator vetoed it) sends nothing: the commands it would have sent are
+off or its partition is not managed, app.domain.mode.effective_mode - or an operator vetoed it)
+sends nothing: the commands it would have sent are
 recorded once per generation as SHADOW actions, and the Advice stays PENDING with reason
 NOT_AUTHORIZED (still active, looked at again every OBSERVE_RECHECK seconds, so Slurm reaching
 the state by itself, the job ending or the Advice expiring still close it).
@@ -205,7 +206,10 @@ class Controller(Service):
         elif lookup.history:
             last = lookup.last_record
             assert last is not None
-            note = f"slurmctld has forgotten the job; accounting has {len(lookup.history)} record(s), the last {last.state}"
+            note = (
+                f"slurmctld has forgotten the job; accounting has {len(lookup.history)} record(s), "
+                f"the last {last.state}"
+            )
         else:
             note = "neither slurmctld nor accounting knows the job"
         return True, None, note

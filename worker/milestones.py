@@ -76,7 +76,7 @@ async def run_command(
     if error is None and after is not None:
         after()
     async with ctx.sessions() as session, session.begin():
-        advice = await advice_queries.get_advice(session, advice_id=advice_id)
-        action = await advice_queries.get_action(session, action_id=action_id)
-        assert advice is not None and action is not None
-        return await settle(session, advice, action, Sent(job_id, command, result, error, duration_ms))
+        fresh = await advice_queries.get_advice(session, advice_id=advice_id)
+        started_action = await advice_queries.get_action(session, action_id=action_id)
+        assert fresh is not None and started_action is not None
+        return await settle(session, fresh, started_action, Sent(job_id, command, result, error, duration_ms))

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.audit import service as audit
 from app.config import Settings
@@ -37,7 +37,7 @@ def _may_enrol(comment: str) -> bool:
     return any(marker in lowered for marker in _CANDIDATE_MARKERS)
 
 
-def attempt_values(job: SlurmJob) -> dict[str, object]:
+def attempt_values(job: SlurmJob) -> dict[str, Any]:
     """The attempt fields Slurm reports for the job's current execution."""
     return {
         "state": job.state,
@@ -166,8 +166,8 @@ class Observer(Service):
         if not result.is_attempt:
             self.state.ignored.add(job.job_id)
             return None
-        policy = result.policy or {}
-        requested = policy.get("mode") if result.valid else None
+        policy = result.policy if result.valid else None
+        requested = policy.mode if policy else None
         mode = effective_mode(Requested(requested, job.partition), self.settings)  # stored: the mode at registration
         registration = jobs.JobRegistration(
             cluster=self.settings.cluster,
@@ -175,7 +175,7 @@ class Observer(Service):
             environment=self.settings.environment,
             enrolment=decision.status,
             enrolment_reason=decision.reason,
-            workflow_key=policy.get("workflow_id"),
+            workflow_key=policy.workflow_id if policy else None,
             name=job.name,
             user=job.user,
             partition=job.partition,
@@ -190,10 +190,10 @@ class Observer(Service):
             incarnation=incarnation,
             policy_wrapper=result.wrapper,
             policy_valid=result.valid,
-            policy_effective=result.policy,
+            policy_effective=result.policy.to_dict() if result.policy else None,
             policy_warnings=[w.to_dict() for w in result.warnings],
             policy_errors=[e.to_dict() for e in result.errors],
-            shared_log_paths=bool(policy.get("log_file_paths_shared_across_attempts")) if result.valid else False,
+            shared_log_paths=policy.log_file_paths_shared_across_attempts if policy else False,
         )
         return await jobs.register_job(session, registration=registration)
 
@@ -223,7 +223,8 @@ class Observer(Service):
                 component="job_manager",
                 event_type="attempt.gap",
                 level="WARNING",
-                message=f"job {job.job_id} restarted {index - previous.attempt_index} times between observations; attempts {previous.attempt_index + 1}..{index - 1} were not seen",
+                message=f"job {job.job_id} restarted {index - previous.attempt_index} times between "
+                f"observations; attempts {previous.attempt_index + 1}..{index - 1} were not seen",
                 cluster=record.cluster,
                 slurm_job_id=job.job_id,
                 attempt_index=index,
@@ -260,7 +261,8 @@ class Observer(Service):
                 exit_code=final.exit_code if final.exit_code is not None else attempt.exit_code,
                 exit_signal=final.exit_signal or attempt.exit_signal,
                 end_time=final.end or attempt.end_time or utcnow(),
-                ended_reason=f"ended before it was observed; final state from accounting ({final.source}), then requeued",
+                ended_reason=f"ended before it was observed; final state from accounting "
+                f"({final.source}), then requeued",
             )
             return
         await jobs.update_attempt(

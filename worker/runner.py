@@ -1,4 +1,5 @@
-"""Runs the worker's services behind the cluster's database lease: they start when it is won and stop when it is lost."""
+"""Runs the worker's services behind the cluster's database lease: they start when it is won and stop when it
+is lost."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Watchdog: releases jobs left held by OUR requeue-hold when their Advice is no longer active or the hold is stale (SPEC §6).
+"""Watchdog: releases jobs left held by OUR requeue-hold when their Advice is no longer active or the hold is
+stale (SPEC §6).
 
 It exists so that a dead or stuck controller fails open rather than leaving jobs held
 forever. It has its own switch, settings.watchdog_mode: `act` releases, `observe` only writes

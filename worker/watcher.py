@@ -16,10 +16,11 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.context import AppContext
 from app.db import Session, utcnow
+from app.domain.policy import EffectivePolicy
 from app.domain.progress import HangThresholds, ProgressState, silence_exceeded
 from app.domain.signatures import TRAININGLOOP
 from app.evidence import queries as evidence_queries
@@ -52,16 +53,9 @@ class HangPolicy:
     thresholds: HangThresholds
 
     @classmethod
-    def from_effective(cls, effective: dict[str, Any] | None) -> HangPolicy:
-        config = (effective or {}).get("anomaly_detection_config") or {}
-        defaults = HangThresholds()
-        return cls(
-            enabled=config.get("log_based_timeout_enabled", True) is not False,
-            thresholds=HangThresholds(
-                pretraining=float(config.get("log_based_timeout_threshold_pretraining") or defaults.pretraining),
-                trainingloop=float(config.get("log_based_timeout_threshold_trainingloop") or defaults.trainingloop),
-            ),
-        )
+    def of(cls, policy: EffectivePolicy) -> HangPolicy:
+        config = policy.anomaly_detection_config
+        return cls(enabled=config.log_based_timeout_enabled, thresholds=HangThresholds.of(config))
 
 
 class Watcher(Service):
@@ -103,7 +97,7 @@ class Watcher(Service):
         missing = sorted(job_ids - set(self._policies))
         if missing:
             for policy in await job_queries.policies_of_jobs(session, job_ids=missing):
-                self._policies[policy.job_id] = HangPolicy.from_effective(policy.effective)
+                self._policies[policy.job_id] = HangPolicy.of(EffectivePolicy.from_dict(policy.effective))
 
     @staticmethod
     def _episode(row: LogSource, attempt: Attempt) -> tuple[int, int, str]:
@@ -114,7 +108,7 @@ class Watcher(Service):
     async def _check(
         self, session: Session, row: LogSource, attempt: Attempt, key: tuple[int, int, str], now: dt.datetime
     ) -> bool:
-        policy = self._policies.get(row.job_id or -1, HangPolicy.from_effective(None))
+        policy = self._policies.get(row.job_id or -1) or HangPolicy.of(EffectivePolicy())
         if not policy.enabled:
             return False  # log_based_timeout_enabled: false suppresses only this detector
         state = ProgressState(armed=True, phase=row.progress_phase, marker_at=row.progress_at)
@@ -152,7 +146,8 @@ class Watcher(Service):
             category="NO_OUTPUT_" + phase.upper(),
             detector="noprogress",
             event_key=evidence.derived_key("noprogress", attempt.id, row.id, key[2]),
-            message=f"no output in {os.path.basename(row.path)} for {silent:.0f} s ({phase} threshold {threshold:.0f} s)"
+            message=f"no output in {os.path.basename(row.path)} for {silent:.0f} s ({phase} threshold "
+            f"{threshold:.0f} s)"
             if silent is not None
             else f"no output in {os.path.basename(row.path)} ({phase} threshold {threshold:.0f} s)",
             log_path=row.path,
@@ -174,13 +169,14 @@ class Watcher(Service):
 
     @staticmethod
     def _armed_for(row: LogSource, attempt: Attempt) -> bool:
-        """The marker that armed the file belongs to this attempt (a shared file armed by attempt 0 does not arm attempt 1)."""
+        """The marker that armed the file is this attempt's (a shared file armed by attempt 0 does not arm
+        attempt 1)."""
         if row.progress_attempt_id is not None:
             return row.progress_attempt_id == attempt.id
         return attempt.start_time is not None and row.progress_at is not None and row.progress_at >= attempt.start_time
 
     async def _among_log_paths(self, session: Session, row: LogSource, attempt: Attempt) -> bool:
-        """The tracked file is one of the attempt's log paths (its StdOut/StdErr, or a log-directory file of its job)."""
+        """The tracked file is one of the attempt's log paths (StdOut/StdErr, or a log-directory file of its job)."""
         if row.attempt_id is not None and row.attempt_id != attempt.id:
             return False
         if row.job_id != attempt.job_id:

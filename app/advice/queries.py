@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
+from app.db import dialect_of
 from app.domain import states
 from app.evidence.models import Anomaly
 from app.evidence.queries import DECIDED_KINDS
@@ -106,9 +107,8 @@ async def not_needed_recorded(session: AsyncSession, *, attempt: Attempt) -> boo
 
 async def lock_advice(session: AsyncSession, *, advice_id: int) -> Advice | None:
     """One Advice read afresh and, on PostgreSQL, locked for the rest of the transaction."""
-    assert session.bind is not None
     return await session.get(
-        Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql", populate_existing=True
+        Advice, advice_id, with_for_update=dialect_of(session) == "postgresql", populate_existing=True
     )
 
 
@@ -139,7 +139,7 @@ async def due_advice_ids(
 
 async def advice_with_step(
     session: AsyncSession, *, cluster: str, step: str, statuses: Sequence[str]
-) -> list[tuple[Advice, str]]:
+) -> list[tuple[Advice, str | None]]:
     """(Advice, its job's state) of this cluster's live jobs whose Advice has a milestone of `step` in `statuses`."""
     with_step = select(SchedulerAction.advice_id).where(
         SchedulerAction.step == step, SchedulerAction.status.in_(list(statuses))
@@ -164,7 +164,8 @@ async def active_advice_of_workflows(session: AsyncSession, *, workflow_ids: Seq
         .order_by(Advice.id.desc())
     )
     for advice, workflow_id in rows.all():
-        result[workflow_id].append(advice)
+        if workflow_id is not None:
+            result[workflow_id].append(advice)
     return result
 
 

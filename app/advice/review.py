@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.advice import service as advice_service
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.db import utcnow
+from app.db import dialect_of, utcnow
 from app.domain.reconcile import Disposition, DispositionReason
 
 VETOED = "VETOED"
@@ -30,7 +30,7 @@ class ReviewError(ValueError):
 
 
 async def _load(session: AsyncSession, advice_id: int) -> Advice:
-    advice = await session.get(Advice, advice_id, with_for_update=session.bind.dialect.name == "postgresql")
+    advice = await session.get(Advice, advice_id, with_for_update=dialect_of(session) == "postgresql")
     if advice is None:
         raise ReviewError(f"no Advice with id {advice_id}", not_found=True)
     return advice
@@ -60,7 +60,8 @@ async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) ->
         raise ReviewError(f"Advice {advice_id} was vetoed by {advice.reviewed_by}; it cannot be approved")
     if not advice.active:
         raise ReviewError(
-            f"Advice {advice_id} is no longer active ({advice.disposition} {advice.disposition_reason or ''}); nothing to approve".rstrip()
+            f"Advice {advice_id} is no longer active ({advice.disposition} "
+            f"{advice.disposition_reason or ''}); nothing to approve".rstrip()
         )
     advice.review, advice.reviewed_by, advice.updated_at = APPROVED, user, utcnow()
     await _announce(
@@ -116,7 +117,8 @@ async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: s
             reactivated = True
         else:
             raise ReviewError(
-                f"Advice {advice_id} is {advice.disposition} ({advice.disposition_reason or 'no reason'}), which a re-run cannot change; "
+                f"Advice {advice_id} is {advice.disposition} "
+                f"({advice.disposition_reason or 'no reason'}), which a re-run cannot change; "
                 f"only Advice abandoned for {', '.join(sorted(TRANSIENT_ABANDON_REASONS))} can be reactivated"
             )
     advice.next_reconcile_at = utcnow()

@@ -270,7 +270,8 @@ async def finish_action(
         component=component,
         event_type=event_type or f"scheduler.{action.step}",
         level="INFO" if succeeded else "WARNING",
-        message=f"{action.command} {'succeeded' if succeeded else 'failed'} in {duration_ms:.0f} ms (Advice {advice.id} generation {action.generation}): {detail}",
+        message=f"{action.command} {'succeeded' if succeeded else 'failed'} in {duration_ms:.0f} ms "
+        f"(Advice {advice.id} generation {action.generation}): {detail}",
         payload={
             "adviceId": advice.id,
             "generation": action.generation,
@@ -299,7 +300,8 @@ async def confirm_action(
         session,
         component="controller",
         event_type="scheduler.confirmed",
-        message=f"{action.step} of Advice {action.advice_id} generation {action.generation} had taken effect before an interruption: {evidence}",
+        message=f"{action.step} of Advice {action.advice_id} generation {action.generation} had taken "
+        f"effect before an interruption: {evidence}",
         payload={
             "adviceId": action.advice_id,
             "generation": action.generation,
@@ -401,7 +403,7 @@ async def set_status(
     observed: bool = True,
     now: dt.datetime | None = None,
 ) -> bool:
-    """Store the controller's reconciliation status; CONVERGED/ABANDONED end the Advice. Returns True when it changed."""
+    """Store the controller's reconciliation status (CONVERGED/ABANDONED end the Advice); True when it changed."""
     now = now or utcnow()
     terminal = disposition is not Disposition.PENDING
     changed = (advice.disposition, advice.disposition_reason, advice.disposition_message) != (
@@ -455,9 +457,10 @@ async def record_reconcile_failure(
     now = now or utcnow()
     advice.reconcile_failures = (advice.reconcile_failures or 0) + 1
     advice.next_reconcile_at = retry_at
-    advice.disposition_message = f"Slurm did not answer ({advice.reconcile_failures} in a row); retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[
-        :4000
-    ]
+    advice.disposition_message = (
+        f"Slurm did not answer ({advice.reconcile_failures} in a row); "
+        f"retrying at {retry_at.isoformat(timespec='seconds')}: {error}"[:4000]
+    )
     advice.updated_at = now
 
 

@@ -1,28 +1,12 @@
-"""Authentication glue of the API: which authenticator serves, and how HTTP and WebSocket callers present tokens."""
+"""Authentication glue of the API: how HTTP and WebSocket callers present tokens (the authenticator is the
+process's)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from app.auth import Authenticator, AuthError, Principal, authenticate_request, build_authenticator
-from app.config import Settings
-
-
-class NotConfigured:
-    """Stands in when neither OIDC nor dev mode is configured: every request is refused (the CLI refuses to start)."""
-
-    requires_token = True
-
-    async def verify(self, token: str) -> Principal:
-        raise AuthError(503, "authentication is not configured: set RECOVERY_OIDC_ISSUER (or dev mode on loopback)")
-
-
-def api_authenticator(settings: Settings) -> Authenticator:
-    """The authenticator of the API: TokenVerifier, the loopback-only DevVerifier, or a refusal."""
-    if not settings.dev_no_auth and not settings.oidc_issuer:
-        return NotConfigured()
-    return build_authenticator(settings)
+from app.auth import Authenticator, AuthError, Principal, authenticate_request
 
 
 async def authenticate_connection(

@@ -62,7 +62,7 @@ def to_connection(page: Page[R], wrap: Callable[[R], T], *, total_count: int | N
     """The Relay connection of a keyset page, each row wrapped as its GraphQL type."""
     nodes = [wrap(row) for row in page.items]
     return Connection(
-        edges=[Edge(cursor=cursor, node=node) for cursor, node in zip(page.cursors, nodes)],
+        edges=[Edge(cursor=cursor, node=node) for cursor, node in zip(page.cursors, nodes, strict=True)],
         nodes=nodes,
         page_info=PageInfo(
             has_next_page=page.has_next_page,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -34,16 +34,17 @@ def auth_error_body(exc: AuthError) -> dict[str, Any]:
     return {"errors": [{"message": exc.message, "extensions": {"code": code}}]}
 
 
-class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
+class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
     """graphql-transport-ws with authentication at connection_init and a clear per-connection operation bound."""
-
-    view: RecoveryGraphQL
 
     async def handle_connection_init(self, message: Any) -> None:
         payload = message.get("payload") or {}
         if isinstance(payload, dict) and not self.connection_init_received and not self.connection_timed_out:
             try:
-                principal = await authenticate_connection(payload, self.websocket.ws.headers, self.view.authenticator)  # type: ignore[attr-defined]
+                headers = cast(Any, self.websocket).ws.headers  # the Starlette WebSocket behind strawberry's adapter
+                principal = await authenticate_connection(
+                    payload, headers, cast(RecoveryGraphQL, self.view).authenticator
+                )
             except AuthError as exc:
                 if self.connection_init_timeout_task:
                     self.connection_init_timeout_task.cancel()
@@ -52,7 +53,8 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
                 code = 4403 if exc.status == 403 else 4401
                 await self.websocket.close(code=code, reason=exc.message.encode()[:120].decode(errors="ignore"))
                 return
-            self.context.principal = principal
+            context: Any = self.context  # the ApiContext this view's get_context built
+            context.principal = principal
         await super().handle_connection_init(message)
 
     async def handle_subscribe(self, message: Any) -> None:
@@ -67,7 +69,8 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
                     "type": "error",
                     "payload": [
                         {
-                            "message": f"subscription limit reached: at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} operations per "
+                            "message": f"subscription limit reached: at most "
+                            f"{MAX_SUBSCRIPTIONS_PER_CONNECTION} operations per "
                             "connection; complete one or open another connection",
                             "extensions": {"code": LIMIT_EXCEEDED, "limit": "subscriptionsPerConnection"},
                         }
@@ -78,8 +81,8 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler):
         await super().handle_subscribe(message)
 
 
-class RecoveryGraphQL(GraphQL):
-    """Strawberry's ASGI app: HTTP requests are authenticated before GraphQL sees them, WebSockets at connection_init."""
+class RecoveryGraphQL(GraphQL[ApiContext, None]):
+    """Strawberry's ASGI app: HTTP requests authenticated before GraphQL sees them, WebSockets at connection_init."""
 
     graphql_transport_ws_handler_class = AuthenticatingWSHandler
 

@@ -35,7 +35,7 @@ MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
 
 
 class QueryCostLimiter(SchemaExtension):
-    """Refuses operations whose requested page sizes multiply past MAX_COST (e.g. 250 workflows x 100 jobs x 100 attempts)."""
+    """Refuses operations whose page sizes multiply past MAX_COST (e.g. 250 workflows x 100 jobs x 100 attempts)."""
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
@@ -48,7 +48,8 @@ class QueryCostLimiter(SchemaExtension):
             if cost > MAX_COST:
                 context.pre_execution_errors = [
                     GraphQLError(
-                        f"query cost limit exceeded: this operation may resolve up to {cost} fields, the limit is {MAX_COST} "
+                        f"query cost limit exceeded: this operation may resolve up to {cost} fields, "
+                        f"the limit is {MAX_COST} "
                         "(ask for smaller pages with first/last, or fewer nested lists)",
                         extensions={"code": LIMIT_EXCEEDED, "limit": "cost", "cost": cost, "maxCost": MAX_COST},
                     )

@@ -53,7 +53,8 @@ class Mutation:
         )
 
     @strawberry.mutation(
-        description="Reconcile now; Advice ABANDONED for a transient reason becomes active PENDING again (operator role). "
+        description="Reconcile now; Advice ABANDONED for a transient reason becomes active PENDING "
+        "again (operator role). "
         "Audit event advice.reconcile_requested."
     )
     async def rerun_reconciliation(self, info: Info, id: strawberry.ID) -> Advice:

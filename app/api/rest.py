@@ -1,4 +1,5 @@
-"""REST compatibility endpoints (/v1): jobs by scheduler id, Advice, workflows, audit events; JSON, paged by nextPageToken."""
+"""REST compatibility endpoints (/v1): jobs by scheduler id, Advice, workflows, audit events; JSON, paged by
+nextPageToken."""
 
 from __future__ import annotations
 
@@ -306,7 +307,7 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
 
 
 async def list_advice(request: Request, ctx: AppContext) -> Response:
-    """Advice, newest first: {"advice": [...], "nextPageToken"}; onlyActive=true keeps what may still need reconciliation."""
+    """Advice, newest first: {"advice": [...], "nextPageToken"}; onlyActive=true keeps what may still need work."""
     flt = advice_queries.AdviceFilter(only_active=_bool(request, "onlyActive"), cluster=_text(request, "cluster"))
     page_request = _page(request, ADVICE_LIMITS)
     async with ctx.sessions() as session:

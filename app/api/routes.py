@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
-from app.api.auth import api_authenticator
 from app.api.graphql_app import RecoveryGraphQL
 from app.api.rest import rest_routes
 from app.context import AppContext
@@ -12,7 +11,7 @@ from app.context import AppContext
 
 def api_routes(ctx: AppContext) -> list[BaseRoute]:
     """The API's routes (GraphQL over HTTP and WebSocket, REST compatibility), all behind bearer authentication."""
-    authenticator = api_authenticator(ctx.settings)
+    authenticator = ctx.authenticator()  # the process's one, shared with the dashboard
     graphql_app = RecoveryGraphQL(ctx, authenticator)
     return [
         Route("/graphql", graphql_app, methods=["GET", "POST"]),

@@ -111,7 +111,7 @@ def _audit_matches(flt: AuditFilter, event: AuditEventRow) -> bool:
 async def _rows(info: Info, loader_name: str, entries: Sequence[ChangeFeedEntry]) -> list[tuple[ChangeFeedEntry, Any]]:
     loader = getattr(info.context.loaders, loader_name)
     rows = await loader.load_many([entry.entity_id for entry in entries])
-    return [(entry, row) for entry, row in zip(entries, rows) if row is not None]
+    return [(entry, row) for entry, row in zip(entries, rows, strict=True) if row is not None]
 
 
 @strawberry.type

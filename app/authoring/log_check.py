@@ -10,9 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from app.authoring.policy_check import comment_from_input
 from app.config import Settings
 from app.domain.logline import decode_line, parse_timestamp
+from app.domain.policy import parse_comment
 from app.domain.progress import HangThresholds, SilenceScan
+from app.domain.sbatch import parse_script
 from app.domain.signature_config import SignatureConfigError, parse_signature_config
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
@@ -118,9 +121,10 @@ def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> Silence
     return scan
 
 
-def build_report(path: str, ruleset: RuleSet, thresholds: HangThresholds = HangThresholds()) -> dict[str, Any]:
+def build_report(path: str, ruleset: RuleSet, thresholds: HangThresholds | None = None) -> dict[str, Any]:
     """Everything check-log prints, as one JSON-ready dict."""
     report = _collect(path, ruleset)
+    thresholds = thresholds or HangThresholds()
     silence = _silence(path, ruleset, thresholds)
     throughput = {
         metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -169,23 +173,29 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
         w("  none\n")
     for phase, entry in data["progress"].items():
         w(
-            f"  {phase}: {entry['count']} lines (first line {entry['first_line']}, last line {entry['last_line']}; rules {', '.join(entry['rules'])})\n"
+            f"  {phase}: {entry['count']} lines (first line {entry['first_line']}, last line "
+            f"{entry['last_line']}; rules {', '.join(entry['rules'])})\n"
         )
     hang = data["hang_detector"]
     thresholds = hang["thresholds_seconds"]
     w("\nHang detector (no output):\n")
     if not hang["armed"]:
         w(
-            "  would NOT arm: no configured progress marker in this log (a generic 'training started' line does not count)\n"
+            "  would NOT arm: no configured progress marker in this log (a generic 'training "
+            "started' line does not count)\n"
         )
     else:
         first = hang["first_marker"]
         w(f"  arms at line {first['line']} in phase {first['phase']} ({first['rule']}): {first['text']}\n")
-        w(f"  thresholds: pretraining {thresholds['pretraining']:g} s, trainingloop {thresholds['trainingloop']:g} s\n")
+        w(
+            f"  thresholds: pretraining {thresholds['pretraining']:g} s, trainingloop {thresholds['trainingloop']:g} s"
+            f" (from {hang.get('thresholds_from', 'the policy defaults')})\n"
+        )
         gap = hang["largest_silent_gap_seconds"]
         if gap:
             w(
-                f"  largest silent gap after arming: {gap:g} s before line {hang['largest_silent_gap_line']} ({hang['largest_silent_gap_phase']})\n"
+                f"  largest silent gap after arming: {gap:g} s before line "
+                f"{hang['largest_silent_gap_line']} ({hang['largest_silent_gap_phase']})\n"
             )
         else:
             w("  no timestamped gap after arming\n")
@@ -203,13 +213,38 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
         w(f"  {metric}: {s['count']} samples, min {s['min']:g}, median {s['median']:g}, max {s['max']:g}\n")
 
 
+def job_thresholds(*, policy: str | None = None, script: str | None = None) -> tuple[HangThresholds, str]:
+    """The hang thresholds of a job's policy (a comment's JSON, or the `--comment` of an sbatch script) and
+    where they came from; the defaults without either. Raises ValueError for an unreadable or invalid policy."""
+    if policy is not None and script is not None:
+        raise ValueError("give --policy or --script, not both")
+    if script is not None:
+        try:
+            text = Path(script).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ValueError(f"cannot read the script {script}: {exc.strerror or exc}") from None
+        comment = parse_script(text).value("comment")
+        if comment is None:
+            raise ValueError(f"the script {script} has no #SBATCH --comment, so it carries no policy")
+        source = f"the policy in {script}"
+    elif policy is not None:
+        comment, source = comment_from_input(policy), "the given policy"
+    else:
+        return HangThresholds(), "the policy defaults"
+    result = parse_comment(comment)
+    if result.policy is None:
+        raise ValueError(f"{source} is not a valid policy: {result.reason}")
+    return HangThresholds.of(result.policy.anomaly_detection_config), source
+
+
 def run(
     path: str,
     *,
     as_json: bool,
     settings: Settings,
     out: TextIO = sys.stdout,
-    thresholds: HangThresholds = HangThresholds(),
+    policy: str | None = None,
+    script: str | None = None,
 ) -> int:
     """Entry point for `recovery check-log`; 0 when the file was analysed, 2 on usage errors."""
     file = Path(path)
@@ -217,11 +252,17 @@ def run(
         print(f"check-log: no such file: {path}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        thresholds, source = job_thresholds(policy=policy, script=script)
+    except ValueError as exc:
+        print(f"check-log: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         ruleset = load_ruleset(settings)
     except (OSError, SignatureConfigError) as exc:
         print(f"check-log: signatures file {settings.signatures_file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     data = build_report(str(file), ruleset, thresholds)
+    data["hang_detector"]["thresholds_from"] = source
     if as_json:
         json.dump(data, out, indent=2, default=str)
         out.write("\n")

@@ -53,7 +53,7 @@ class _PartitionKnown:
 
 def policy_mode(result: PolicyResult, settings: Settings, *, partition_managed: bool = True) -> ModeDecision:
     """The mode the policy would run under now (the domain's effective_mode); without a partition: managed."""
-    requested = result.policy.get("mode") if result.policy and "mode" in result.given else None
+    requested = result.policy.mode if result.policy and "mode" in result.given else None
     return effective_mode(Requested(requested, None), _PartitionKnown(settings, partition_managed))
 
 
@@ -76,7 +76,7 @@ def render_policy(result: PolicyResult, settings: Settings) -> list[str]:
     """The effective policy as aligned lines, marking the values the author set with '*'."""
     if result.policy is None:
         return []
-    policy = result.policy
+    policy = result.policy.to_dict()
     given = set(result.given)
     lines = [f"Effective policy under {result.wrapper} (* = set in the comment; the rest are defaults):"]
     for key, value in policy.items():

@@ -130,13 +130,14 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
             Problem(
                 "error",
                 "no-requeue",
-                "--no-requeue forbids requeueing this job: recovery can record Advice but the controller cannot restart it. "
+                "--no-requeue forbids requeueing this job: recovery can record Advice but the "
+                "controller cannot restart it. "
                 "Replace it with #SBATCH --requeue.",
                 line.line if line else 0,
             )
         )
 
-    shared_ok = bool(result.policy and result.policy.get("log_file_paths_shared_across_attempts"))
+    shared_ok = bool(result.policy and result.policy.log_file_paths_shared_across_attempts)
     per_attempt = _writes_per_attempt_files(script)
     for stream in ("stdout", "stderr"):
         path = logs[stream]
@@ -158,12 +159,16 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
         if mode == "append":
             extra = " With --open-mode=append every attempt appends to the same file."
         elif mode == "truncate":
-            extra = " With --open-mode=truncate a later attempt also overwrites the earlier attempt's output (its evidence)."
+            extra = (
+                " With --open-mode=truncate a later attempt also overwrites the earlier "
+                "attempt's output (its evidence)."
+            )
         problems.append(
             Problem(
                 "warning",
                 "path-shared-across-attempts",
-                f"every attempt of this job writes {logs['stdout']!r}: Slurm has no %-pattern for the restart count, and a "
+                f"every attempt of this job writes {logs['stdout']!r}: Slurm has no %-pattern for the "
+                f"restart count, and a "
                 f"requeue keeps the job id, so the file name does not identify the attempt.{extra} Either add "
                 '"log_file_paths_shared_across_attempts": true to the APS object (then emit slurm_job_attempt or '
                 "keep source timestamps), or write per-attempt files, e.g. "
@@ -185,9 +190,10 @@ def _problems(script: BatchScript, result: PolicyResult, logs: dict[str, Any], s
             Problem(
                 "warning",
                 "truncate-shared",
-                "--open-mode=truncate with log_file_paths_shared_across_attempts: a later attempt overwrites the shared "
+                "--open-mode=truncate with log_file_paths_shared_across_attempts: a later attempt "
+                "overwrites the shared "
                 "file, losing the earlier attempt's evidence. Use --open-mode=append.",
-                script.last("open-mode").line if script.last("open-mode") else 0,
+                getattr(script.last("open-mode"), "line", 0),
             )
         )
 
@@ -240,7 +246,8 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
     admission_ = report["admission"]
     if report["enrolled"]:
         out.write(
-            f"VERDICT: would be ENROLLED - environment {settings.environment!r} matches; {report['partition']['explanation']}\n"
+            f"VERDICT: would be ENROLLED - environment {settings.environment!r} matches; "
+            f"{report['partition']['explanation']}\n"
         )
     else:
         out.write(f"VERDICT: NOT ENROLLED ({admission_['status']}) - {admission_['reason']}\n")
@@ -283,7 +290,8 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
     else:
         out.write("\nNo script problems found.\n")
     out.write(
-        "\nNote: options given on the sbatch command line or in SBATCH_* environment variables override these directives.\n"
+        "\nNote: options given on the sbatch command line or in SBATCH_* environment variables "
+        "override these directives.\n"
     )
 
 

@@ -143,7 +143,8 @@ def decide(
         return verdict(
             Operation.NONE,
             Rule.RESUME_MODE_UNSUPPORTED,
-            f"{what}: auto_resume_mode {policy.auto_resume_mode!r} is recognised but only requeue recovery is carried out.",
+            f"{what}: auto_resume_mode {policy.auto_resume_mode!r} is recognised but only requeue "
+            f"recovery is carried out.",
         )
 
     slowdown = failure.kind is FailureKind.SLOWDOWN
@@ -171,7 +172,8 @@ def decide(
             return verdict(
                 Operation.TERMINATE,
                 Rule.REQUEUE_NOT_POSSIBLE,
-                f"{what}: the job is not requeue-eligible (--no-requeue), so the crashed or hung attempt is cancelled rather than left running.",
+                f"{what}: the job is not requeue-eligible (--no-requeue), so the crashed or hung "
+                f"attempt is cancelled rather than left running.",
             )
         tail = "the slow attempt keeps running" if slowdown else "it has ended and nothing more can be done"
         return verdict(
@@ -197,7 +199,8 @@ def decide(
         return verdict(
             stop_operation,
             Rule.EARLY_STOP_NO_CHECKPOINT,
-            f"{what}: {streak} failure{'s' if streak != 1 else ''} in a row without a new checkpoint (site early stop after {site.early_stop_failures}), "
+            f"{what}: {streak} failure{'s' if streak != 1 else ''} in a row without a new checkpoint "
+            f"(site early stop after {site.early_stop_failures}), "
             f"so the run is not making progress and is not restarted{_stop_tail(stop_operation)}.",
         )
 
@@ -205,7 +208,8 @@ def decide(
     return verdict(
         Operation.RESTART,
         Rule.RESTART_ALLOWED,
-        f"{what}: restart as attempt {failure.attempt_index + 1}{exclusion_text}; retry {failure.attempt_index + 1} of {limit.describe()}.",
+        f"{what}: restart as attempt {failure.attempt_index + 1}{exclusion_text}; retry "
+        f"{failure.attempt_index + 1} of {limit.describe()}.",
     )
 
 
@@ -259,7 +263,8 @@ def guard_partition(
             f"so only the newest evidence's nodes ({', '.join(sorted(newest))}) are excluded."
         )
     return (), (
-        f"Excluding the suspect nodes ({', '.join(sorted(union))}) would leave no node in the partition, so no node is excluded."
+        f"Excluding the suspect nodes ({', '.join(sorted(union))}) would leave no node in the "
+        f"partition, so no node is excluded."
     )
 
 

@@ -9,7 +9,7 @@ MAX_DOUBLINGS = 10
 
 def exponential(failures: int, *, base: float, cap: float) -> float:
     """`base` doubled per consecutive failure (at most MAX_DOUBLINGS times), never more than `cap` seconds."""
-    return min(cap, base * 2 ** min(max(failures, 0), MAX_DOUBLINGS))
+    return min(cap, base * float(2 ** min(max(failures, 0), MAX_DOUBLINGS)))
 
 
 def jittered(delay: float, *, rng: random.Random | None = None) -> float:

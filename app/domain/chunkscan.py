@@ -9,11 +9,14 @@ chunk end in growing windows, so finding the latest one costs a few kilobytes, n
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
+_hyperscan: Any
 try:  # Optional accelerator: a wheel on PyPI; the pure-re path below gives the same answers.
-    import hyperscan as _hyperscan
+    _hyperscan = importlib.import_module("hyperscan")
 except ImportError:  # pragma: no cover - exercised by forcing engine="python" in tests
     _hyperscan = None
 
@@ -60,7 +63,7 @@ class ChunkScanner:
             )
             self._db = db
 
-    def _scratch(self):
+    def _scratch(self) -> Any:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = _hyperscan.Scratch(self._db)
@@ -74,7 +77,7 @@ class ChunkScanner:
         if self._db is not None:
             found: list[int] = []
             append = found.append
-            view = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
+            view: Any = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
             self._db.scan(
                 view, match_event_handler=lambda _id, _from, to, _flags, _ctx: append(to), scratch=self._scratch()
             )
@@ -122,7 +125,7 @@ class ChunkScanner:
         hits: list[tuple[int, int]] = []  # (end offset, anchor index)
         if self._db is not None:
             append = hits.append
-            view = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
+            view: Any = memoryview(buf)[start:end] if (start or end != len(buf)) else buf
             self._db.scan(
                 view,
                 match_event_handler=lambda ident, _from, to, _flags, _ctx: append((start + to, ident)),

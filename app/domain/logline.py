@@ -15,8 +15,10 @@ _MONTHS = {
 _TIMESTAMP = re.compile(
     r"(?P<iso>(?P<Y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})[T ](?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
     r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-]\d{2}:?\d{2})?)"
-    r"|(?<![\w])(?P<glog>[IWEF](?P<gm>\d{2})(?P<gd>\d{2}) (?P<gH>\d{2}):(?P<gM>\d{2}):(?P<gS>\d{2})(?:\.(?P<gfrac>\d{1,9}))?)"
-    r"|(?<![\w])(?P<sys>(?P<smon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?P<sd>\d{1,2}) (?P<sH>\d{2}):(?P<sM>\d{2}):(?P<sS>\d{2}))"
+    r"|(?<![\w])(?P<glog>[IWEF](?P<gm>\d{2})(?P<gd>\d{2}) "
+    r"(?P<gH>\d{2}):(?P<gM>\d{2}):(?P<gS>\d{2})(?:\.(?P<gfrac>\d{1,9}))?)"
+    r"|(?<![\w])(?P<sys>(?P<smon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"{1,2}(?P<sd>\d{1,2}) (?P<sH>\d{2}):(?P<sM>\d{2}):(?P<sS>\d{2}))"
 )
 _ATTEMPT = re.compile(r"\"?slurm_job_attempt\"?\s*[=:]\s*\"?(\d{1,6})\b")
 

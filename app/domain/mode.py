@@ -118,18 +118,20 @@ def admission(result: PolicyResult, *, environment: str, partition_managed: bool
         return Admission(NO_POLICY_ADMISSION, result.reason)
     if result.status == INVALID or result.policy is None:
         return Admission(NOT_ENROLLED, result.reason)
-    job_environment = result.policy.get("environment")
+    job_environment = result.policy.environment
     if job_environment != environment:
         hint = ""
         if isinstance(job_environment, str) and job_environment.strip().casefold() == environment.casefold():
             hint = " (they differ only in case or surrounding spaces; the match is exact and case-sensitive)"
         return Admission(
             ENVIRONMENT_MISMATCH,
-            f"The policy's environment {job_environment!r} does not equal this installation's environment {environment!r}{hint}; the job is not admitted.",
+            f"The policy's environment {job_environment!r} does not equal this installation's "
+            f"environment {environment!r}{hint}; the job is not admitted.",
         )
     if not partition_managed:
         return Admission(
             UNMANAGED_PARTITION,
-            f"The job's partition is not one of the partitions this installation manages ({PARTITIONS_SETTING}); the job is not enrolled.",
+            f"The job's partition is not one of the partitions this installation manages "
+            f"({PARTITIONS_SETTING}); the job is not enrolled.",
         )
     return Admission(ENROLLED, f"The policy is valid and its environment {environment!r} matches; the job is enrolled.")

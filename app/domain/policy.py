@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Outcomes of reading a comment.
@@ -23,29 +24,110 @@ MAX_INT = 2_147_483_647
 # Slurm stores comments as text; anything this long is not a policy and is not worth parsing.
 MAX_COMMENT_CHARS = 1_000_000
 
-DEFAULT_PRETRAINING_SECONDS = 960
-DEFAULT_TRAININGLOOP_SECONDS = 840
 
-DEFAULT_ANOMALY_DETECTION_CONFIG: dict[str, Any] = {
-    "log_based_timeout_enabled": True,
-    "log_based_timeout_threshold_pretraining": DEFAULT_PRETRAINING_SECONDS,
-    "log_based_timeout_threshold_trainingloop": DEFAULT_TRAININGLOOP_SECONDS,
-    "straggler_detection_enabled": False,
-}
+def _flag(value: Any, default: bool) -> bool:
+    return value if isinstance(value, bool) else default
 
-# workflow_id None: the caller derives a workflow from the job id.
-# max_requeue_times None: the job asked for no limit of its own, so the site ceiling applies.
-DEFAULT_POLICY: dict[str, Any] = {
-    "workflow_id": None,
-    "environment": None,
-    "mode": "observe",
-    "auto_resume_mode": "requeue",
-    "max_requeue_times": None,
-    "log_file_paths_shared_across_attempts": False,
-}
 
-# Keys whose presence in an unwrapped object suggests the author forgot the APS wrapper.
-_POLICY_KEYS = frozenset(DEFAULT_POLICY) | {"anomaly_detection_config"}
+def _count(value: Any, default: int | None, *, minimum: int) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT
+    return value if ok else default
+
+
+def _word(value: Any, options: tuple[str, ...], default: str) -> str:
+    return value if isinstance(value, str) and value in options else default
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+@dataclass(frozen=True)
+class AnomalyDetectionConfig:
+    """`anomaly_detection_config`: the detectors' switches and the hang thresholds (seconds), with their defaults."""
+
+    log_based_timeout_enabled: bool = True
+    log_based_timeout_threshold_pretraining: int = 960
+    log_based_timeout_threshold_trainingloop: int = 840
+    straggler_detection_enabled: bool = False
+    unknown_keys: Mapping[str, Any] = field(default_factory=dict)  # kept as written, not used
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object as stored and shown: every known key (defaults filled in), then unknown keys."""
+        known = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "unknown_keys"}
+        return {**known, **{k: v for k, v in self.unknown_keys.items() if k not in known}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AnomalyDetectionConfig:
+        """From stored JSON, leniently: a missing or malformed value is its default."""
+        if not isinstance(data, Mapping):
+            return cls()
+        d = cls()
+        return cls(
+            log_based_timeout_enabled=_flag(data.get("log_based_timeout_enabled"), d.log_based_timeout_enabled),
+            log_based_timeout_threshold_pretraining=_count(
+                data.get("log_based_timeout_threshold_pretraining"),
+                d.log_based_timeout_threshold_pretraining,
+                minimum=1,
+            )
+            or d.log_based_timeout_threshold_pretraining,
+            log_based_timeout_threshold_trainingloop=_count(
+                data.get("log_based_timeout_threshold_trainingloop"),
+                d.log_based_timeout_threshold_trainingloop,
+                minimum=1,
+            )
+            or d.log_based_timeout_threshold_trainingloop,
+            straggler_detection_enabled=_flag(data.get("straggler_detection_enabled"), d.straggler_detection_enabled),
+            unknown_keys={k: v for k, v in data.items() if k not in ANOMALY_KEYS},
+        )
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    """The policy a job runs under: what the author wrote, every other key at its default (the one place of them).
+
+    workflow_id None: the caller derives a workflow from the job id. max_requeue_times None: the job
+    asked for no limit of its own, so the site ceiling applies.
+    """
+
+    workflow_id: str | None = None
+    environment: str | None = None
+    mode: str = "observe"
+    auto_resume_mode: str = "requeue"
+    max_requeue_times: int | None = None
+    log_file_paths_shared_across_attempts: bool = False
+    anomaly_detection_config: AnomalyDetectionConfig = field(default_factory=AnomalyDetectionConfig)
+    unknown_keys: Mapping[str, Any] = field(default_factory=dict)  # kept as written, not used
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object as stored and shown: every known key (defaults filled in), then unknown keys."""
+        known: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "unknown_keys"}
+        known["anomaly_detection_config"] = self.anomaly_detection_config.to_dict()
+        return {**known, **{k: v for k, v in self.unknown_keys.items() if k not in known}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EffectivePolicy:
+        """From stored JSON (a Policy row's `effective`), leniently: a missing or malformed value is its default."""
+        if not isinstance(data, Mapping):
+            return cls()
+        d = cls()
+        return cls(
+            workflow_id=_name(data.get("workflow_id")),
+            environment=data.get("environment") if isinstance(data.get("environment"), str) else None,
+            mode=_word(data.get("mode"), MODES, d.mode),
+            auto_resume_mode=_word(data.get("auto_resume_mode"), AUTO_RESUME_MODES, d.auto_resume_mode),
+            max_requeue_times=_count(data.get("max_requeue_times"), None, minimum=0),
+            log_file_paths_shared_across_attempts=_flag(
+                data.get("log_file_paths_shared_across_attempts"), d.log_file_paths_shared_across_attempts
+            ),
+            anomaly_detection_config=AnomalyDetectionConfig.from_dict(data.get("anomaly_detection_config")),
+            unknown_keys={k: v for k, v in data.items() if k not in POLICY_KEYS},
+        )
+
+
+POLICY_KEYS = frozenset(f.name for f in fields(EffectivePolicy) if f.name != "unknown_keys")
+ANOMALY_KEYS = frozenset(f.name for f in fields(AnomalyDetectionConfig) if f.name != "unknown_keys")
+
 
 # Words that make free text look like an attempt to enrol.  Upper-case APS must stand alone
 # ("MAPS" or "APS_X" is not it); lower-case only counts next to JSON-ish punctuation.
@@ -74,7 +156,7 @@ class PolicyResult:
     status: str
     reason: str
     wrapper: str | None = None
-    policy: dict[str, Any] | None = None
+    policy: EffectivePolicy | None = None
     warnings: tuple[Issue, ...] = ()
     errors: tuple[Issue, ...] = ()
     # Dotted names of the keys the author actually wrote (the rest of `policy` are defaults).
@@ -94,14 +176,14 @@ class PolicyResult:
             "status": self.status,
             "reason": self.reason,
             "wrapper": self.wrapper,
-            "policy": self.policy,
+            "policy": self.policy.to_dict() if self.policy is not None else None,
             "warnings": [w.to_dict() for w in self.warnings],
             "errors": [e.to_dict() for e in self.errors],
             "given": list(self.given),
         }
 
 
-class _Object(dict):
+class _Object(dict[str, Any]):
     """A decoded JSON object that remembers which of its keys were given more than once."""
 
     duplicates: tuple[str, ...] = ()
@@ -228,7 +310,7 @@ class _Validator:
 
 
 def _validate_anomaly_config(v: _Validator, raw: Any, path: str) -> dict[str, Any]:
-    config = dict(DEFAULT_ANOMALY_DETECTION_CONFIG)
+    config = AnomalyDetectionConfig().to_dict()
     if not isinstance(raw, dict):
         v.error(path, f"must be an object, got {_describe(raw)}")
         return config
@@ -236,6 +318,7 @@ def _validate_anomaly_config(v: _Validator, raw: Any, path: str) -> dict[str, An
     for key, value in raw.items():
         key_path = _path(path, key)
         v.given.append(f"anomaly_detection_config.{key}")
+        checked: bool | int | None
         if key in ("log_based_timeout_enabled", "straggler_detection_enabled"):
             checked = v.boolean(value, key_path)
         elif key in ("log_based_timeout_threshold_pretraining", "log_based_timeout_threshold_trainingloop"):
@@ -250,8 +333,7 @@ def _validate_anomaly_config(v: _Validator, raw: Any, path: str) -> dict[str, An
 
 
 def _validate_policy(v: _Validator, raw: Any, path: str) -> dict[str, Any]:
-    policy = dict(DEFAULT_POLICY)
-    policy["anomaly_detection_config"] = dict(DEFAULT_ANOMALY_DETECTION_CONFIG)
+    policy = EffectivePolicy().to_dict()
     if not isinstance(raw, dict):
         v.error(path, f"the policy must be a JSON object, got {_describe(raw)}")
         return policy
@@ -313,10 +395,11 @@ def _read_object(top: dict[str, Any]) -> PolicyResult:
         if near is not None:
             wanted = near.strip().upper()
             return _invalid(
-                f'The wrapper key must be exactly "{wanted}" (upper case); found {json.dumps(near)}, so the job is not enrolled.',
+                f'The wrapper key must be exactly "{wanted}" (upper case); found {json.dumps(near)}, '
+                f"so the job is not enrolled.",
                 errors=[Issue(_path("$", near), f'wrapper key must be upper-case "{wanted}"')],
             )
-        if _POLICY_KEYS & set(top):
+        if POLICY_KEYS & set(top):
             return _no_policy('The comment looks like an unwrapped policy; wrap it as {"APS": {...}} to enrol the job.')
         return _no_policy("The comment is a JSON object without an APS or HEIMDALL key; the job is not enrolled.")
 
@@ -343,7 +426,7 @@ def _read_object(top: dict[str, Any]) -> PolicyResult:
         status=VALID,
         reason=f"Valid policy under {wrapper}.",
         wrapper=wrapper,
-        policy=policy,
+        policy=EffectivePolicy.from_dict(policy),
         warnings=tuple(v.warnings),
         given=tuple(v.given),
     )
@@ -384,7 +467,8 @@ def _parse(comment: str | None) -> PolicyResult:
     if not isinstance(top, dict):
         if attempt:
             return _invalid(
-                f"The comment must be a JSON object with an APS key, but it is {_describe(top)}; the job is not enrolled.",
+                f"The comment must be a JSON object with an APS key, but it is {_describe(top)}; the "
+                f"job is not enrolled.",
                 errors=[Issue("$", f"must be a JSON object, got {_describe(top)}")],
             )
         return _no_policy("The comment is JSON but not an object; it carries no policy.")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from app.domain.policy import AnomalyDetectionConfig
 from app.domain.signatures import PRETRAINING, TRAININGLOOP, ProgressMarker
 
-DEFAULT_PRETRAINING_THRESHOLD = 960.0
-DEFAULT_TRAININGLOOP_THRESHOLD = 840.0
+# The policy's defaults (app.domain.policy is their one home), as the detector's seconds.
+DEFAULT_PRETRAINING_THRESHOLD = float(AnomalyDetectionConfig().log_based_timeout_threshold_pretraining)
+DEFAULT_TRAININGLOOP_THRESHOLD = float(AnomalyDetectionConfig().log_based_timeout_threshold_trainingloop)
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,14 @@ class HangThresholds:
 
     pretraining: float = DEFAULT_PRETRAINING_THRESHOLD
     trainingloop: float = DEFAULT_TRAININGLOOP_THRESHOLD
+
+    @classmethod
+    def of(cls, config: AnomalyDetectionConfig) -> HangThresholds:
+        """The job's thresholds from its effective policy."""
+        return cls(
+            pretraining=float(config.log_based_timeout_threshold_pretraining),
+            trainingloop=float(config.log_based_timeout_threshold_trainingloop),
+        )
 
     def for_phase(self, phase: str) -> float:
         return self.trainingloop if phase == TRAININGLOOP else self.pretraining

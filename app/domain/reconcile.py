@@ -207,7 +207,8 @@ def plan_next_step(
     if advice.expires_at is not None and now > advice.expires_at:
         return Step(
             StepKind.ABANDON,
-            f"Advice expired at {advice.expires_at.isoformat()} before it converged (next step would have been: {step.message})",
+            f"Advice expired at {advice.expires_at.isoformat()} before it converged (next step would "
+            f"have been: {step.message})",
             DispositionReason.ADVICE_EXPIRED,
         )
     if step.is_action:
@@ -295,7 +296,8 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
             )
         return Step(
             StepKind.WAIT,
-            f"attempt {k + 1} is held ({obs.state_reason or hold.value}) by a hold we did not place; we never release it",
+            f"attempt {k + 1} is held ({obs.state_reason or hold.value}) by a hold we did not place; "
+            f"we never release it",
         )
 
     if not missing:
@@ -325,7 +327,8 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
         )
     return Step(
         StepKind.DONE,
-        f"attempt {k + 1} started on {', '.join(obs.nodes)}, avoiding the suspect nodes, before the exclusion list was set",
+        f"attempt {k + 1} started on {', '.join(obs.nodes)}, avoiding the suspect nodes, before the "
+        f"exclusion list was set",
         DispositionReason.ALREADY_SATISFIED,
     )
 

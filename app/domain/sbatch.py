@@ -374,7 +374,8 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
             ScriptNote(
                 line,
                 "error",
-                f"{token!r} is not an option; sbatch stops reading directives here, so this and every later #SBATCH option is ignored",
+                f"{token!r} is not an option; sbatch stops reading directives here, so this and every "
+                f"later #SBATCH option is ignored",
             )
         )
         break
@@ -402,7 +403,8 @@ def parse_script(text: str) -> BatchScript:
             ScriptNote(
                 1,
                 "error",
-                "the first line must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses the script otherwise",
+                "the first line must start with #! and an interpreter (e.g. #!/bin/bash); sbatch "
+                "refuses the script otherwise",
                 refused=True,
             )
         )
@@ -451,7 +453,8 @@ def parse_script(text: str) -> BatchScript:
                     ScriptNote(
                         index + 1,
                         "warning",
-                        f"this #SBATCH line comes after the first command (line {body_first_line}); sbatch ignores it — move it above",
+                        f"this #SBATCH line comes after the first command (line {body_first_line}); "
+                        f"sbatch ignores it — move it above",
                     )
                 )
     options, option_notes = _read_options(argv)

@@ -80,8 +80,10 @@ CRASH_RULES: tuple[Rule, ...] = (
             "Cuda failure 'out of memory'",
             "CUBLAS_STATUS_ALLOC_FAILED",
         ),
-        r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Cuda failure 'out of memory'|CUBLAS_STATUS_ALLOC_FAILED",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.15 GiB",
+        r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Cuda failure 'out of "
+        r"memory'|CUBLAS_STATUS_ALLOC_FAILED",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+        "capacity of 79.15 GiB",
     ),
     _crash(
         "nccl_watchdog_timeout",
@@ -93,22 +95,28 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL operations have failed or timed out",
             "NCCL timeout",
         ),
-        r"Watchdog caught collective operation timeout|collective operation timeout|ProcessGroupNCCL's watchdog got stuck|NCCL operations have failed or timed out|NCCL timeout",
-        "[rank3]:[E1130 02:34:15.123456 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=81, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600023 milliseconds before timing out.",
+        r"Watchdog caught collective operation timeout|collective operation "
+        r"timeout|ProcessGroupNCCL's watchdog got stuck|NCCL operations have failed or timed out|NCCL timeout",
+        "[rank3]:[E1130 02:34:15.123456 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=81, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600023 milliseconds before timing out.",
     ),
     _crash(
         "nvidia_xid",
         XID,
         ("NVRM: Xid",),
         r"NVRM: Xid \((?P<pci>[^)]*)\):\s*(?P<xid>\d+)",
-        "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU has fallen off the bus.",
+        "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU "
+        "has fallen off the bus.",
     ),
     _crash(
         "slurm_node_failure",
         NODE_FAIL,
         ("DUE TO NODE FAILURE", "Node failure on"),
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|Node failure on (?P<node2>[\w.-]+)",
-        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|Node "
+        r"failure on (?P<node2>[\w.-]+)",
+        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE "
+        "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
     ),
     _crash(
         "slurm_time_limit",
@@ -130,8 +138,11 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL WARN",
         ),
-        r"NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
-        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
+        r"NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ncclInvalidUsage|NCCL "
+        r"communicator was aborted|NCCL WARN "
+        r".*(?:[Ee]rror|[Ff]ailure|[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
+        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
         exclude=r"NET/Plugin|Failed to find|Could not find|NCCL_[A-Z_]+ set by environment",
     ),
     _crash(
@@ -147,15 +158,18 @@ CRASH_RULES: tuple[Rule, ...] = (
             "illegal memory access",
             "device-side assert",
         ),
-        r"CUDA [Ee]rror|cudaError\w+|CUBLAS_STATUS_(?!SUCCESS)\w+|CUDNN_STATUS_(?!SUCCESS)\w+|CUDA driver error|illegal memory access was encountered|device-side assert triggered",
+        r"CUDA [Ee]rror|cudaError\w+|CUBLAS_STATUS_(?!SUCCESS)\w+|CUDNN_STATUS_(?!SUCCESS)\w+|CUDA "
+        r"driver error|illegal memory access was encountered|device-side assert triggered",
         "RuntimeError: CUDA error: an illegal memory access was encountered",
     ),
     _crash(
         "host_oom",
         HOST_OOM,
         ("oom-kill", "oom_kill", "Killed process", "invoked oom-killer", "MemoryError", "Out of memory: Kill"),
-        r"oom[-_]kill(?:er)? event|invoked oom-killer|oom_kill_process|Out of memory: Kill|Killed process \d+|(?<![A-Za-z])MemoryError\b",
-        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=123.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+        r"oom[-_]kill(?:er)? event|invoked oom-killer|oom_kill_process|Out of memory: Kill|Killed "
+        r"process \d+|(?<![A-Za-z])MemoryError\b",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=123.0. Some of your processes may "
+        "have been killed by the cgroup out-of-memory handler.",
     ),
     _crash(
         "segfault",
@@ -180,7 +194,8 @@ CRASH_RULES: tuple[Rule, ...] = (
             "'loss': nan",
             "NaN detected",
         ),
-        r"loss is (?:NaN|nan)|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: [Nn]a[Nn]\b|loss=[Nn]a[Nn]\b|'loss': nan\b",
+        r"loss is (?:NaN|nan)|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: "
+        r"[Nn]a[Nn]\b|loss=[Nn]a[Nn]\b|'loss': nan\b",
         "ValueError: loss is NaN at iteration 1200",
     ),
     _crash(
@@ -197,7 +212,9 @@ CRASH_RULES: tuple[Rule, ...] = (
             "Disk quota exceeded",
             "PytorchStreamWriter failed",
         ),
-        r"[Ff]ailed to (?:save|write) (?:the )?checkpoint|[Ee]rror (?:while )?saving (?:the )?checkpoint|[Cc]heckpoint sav(?:e|ing) failed|No space left on device|Disk quota exceeded|PytorchStreamWriter failed",
+        r"[Ff]ailed to (?:save|write) (?:the )?checkpoint|[Ee]rror (?:while )?saving (?:the "
+        r")?checkpoint|[Cc]heckpoint sav(?:e|ing) failed|No space left on device|Disk quota "
+        r"exceeded|PytorchStreamWriter failed",
         "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000500/__0_0.distcp'",
     ),
     # The traceback start itself: the reader looks ahead for the exception line and lets that decide.
@@ -290,7 +307,8 @@ CHECKPOINT_RULES: tuple[Rule, ...] = (
         "deepspeed",
         ("Saving model checkpoint: ",),
         r"Saving model checkpoint: " + _PATH,
-        "[2026-11-30 02:34:15,123] [INFO] [engine.py:3587:_save_checkpoint] Saving model checkpoint: /ckpt/global_step500/mp_rank_00_model_states.pt",
+        "[2026-11-30 02:34:15,123] [INFO] [engine.py:3587:_save_checkpoint] Saving model checkpoint: "
+        "/ckpt/global_step500/mp_rank_00_model_states.pt",
     ),
     _ckpt(
         "deepspeed_loaded",
@@ -306,7 +324,8 @@ CHECKPOINT_RULES: tuple[Rule, ...] = (
         "lightning",
         ("saving model to '",),
         r"Epoch (?P<epoch>\d+), global step (?P<iteration>\d+):.*saving model to '(?P<path>[^']+)'",
-        "Epoch 3, global step 1200: 'val_loss' reached 0.28007 (best 0.28007), saving model to '/ckpt/epoch=3-step=1200.ckpt' as top 1",
+        "Epoch 3, global step 1200: 'val_loss' reached 0.28007 (best 0.28007), saving model to "
+        "'/ckpt/epoch=3-step=1200.ckpt' as top 1",
     ),
     _ckpt(
         "lightning_restoring",
@@ -338,7 +357,8 @@ CHECKPOINT_RULES: tuple[Rule, ...] = (
         "torchtitan",
         ("Finished saving the checkpoint",),
         r"Finished saving the checkpoint",
-        "[rank0]:2026-11-30 02:34:15,616 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 1.23 seconds.",
+        "[rank0]:2026-11-30 02:34:15,616 - root - INFO - Finished saving the checkpoint (or staging "
+        "if async is enabled)in 1.23 seconds.",
     ),
     _ckpt(
         "torchtitan_loading",
@@ -376,7 +396,8 @@ PROGRESS_RULES: tuple[Rule, ...] = (
         "nemo",
         ("Training epoch ",),
         r"Training epoch \d+, iteration (?P<iteration>\d+)/\d+",
-        "Training epoch 0, iteration 100/1000 | lr: 0.0003 | global_batch_size: 256 | global_step: 100 | reduced_train_loss: 2.34",
+        "Training epoch 0, iteration 100/1000 | lr: 0.0003 | global_batch_size: 256 | global_step: "
+        "100 | reduced_train_loss: 2.34",
     ),
     _progress(
         "megatron_iteration",
@@ -384,7 +405,8 @@ PROGRESS_RULES: tuple[Rule, ...] = (
         "megatron",
         (" iteration ",),
         r"\biteration\s+(?P<iteration>\d+)/\s*\d+\s*\|",
-        " [2026-11-30 02:34:15] iteration      100/  500000 | consumed samples:        12800 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.345678E+00 |",
+        " [2026-11-30 02:34:15] iteration      100/  500000 | consumed samples:        12800 | "
+        "elapsed time per iteration (ms): 1234.5 | lm loss: 2.345678E+00 |",
     ),
     _progress(
         "hf_log_dict",
@@ -400,7 +422,8 @@ PROGRESS_RULES: tuple[Rule, ...] = (
         "torchtitan",
         ("step: ",),
         r"\bstep:\s*(?P<iteration>\d+)(?:/\d+)?(?:\s*=\s*[\d.]+%)?\s+loss:",
-        "[rank0]:2026-11-30 02:34:15,123 - root - INFO - step: 10  loss:  7.9123  memory: 30.12GiB(38.06%)  tps: 1,234  tflops: 71.21  mfu: 22.82%",
+        "[rank0]:2026-11-30 02:34:15,123 - root - INFO - step: 10  loss:  7.9123  memory: "
+        "30.12GiB(38.06%)  tps: 1,234  tflops: 71.21  mfu: 22.82%",
     ),
     _progress(
         "deepspeed_steps",

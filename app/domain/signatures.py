@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 RuleKind = Literal["crash", "checkpoint", "progress", "throughput", "benign"]
 RULE_KINDS: tuple[str, ...] = ("crash", "checkpoint", "progress", "throughput", "benign")
@@ -222,9 +222,9 @@ class Classifier:
             kind: [(rule, rule.compiled(), rule.compiled_exclude()) for rule in ruleset.of_kind(kind)]
             for kind in RULE_KINDS
         }
-        self._narrowed: dict[tuple[str, frozenset[str]], list] = {}
+        self._narrowed: dict[tuple[str, frozenset[str]], list[Any]] = {}
 
-    def _rules(self, kind: str, anchors: frozenset[str] | None) -> list:
+    def _rules(self, kind: str, anchors: frozenset[str] | None) -> list[Any]:
         """The rules of a kind worth trying, given the anchors the prefilter saw (cached per anchor set)."""
         if anchors is None:
             return self._by_kind[kind]

@@ -91,7 +91,8 @@ def observe(
         first = [*state.first, value]
         baseline = statistics.median(first) if len(first) >= baseline_samples else None
         return replace(state, metric=metric, first=first if baseline is None else [], baseline=baseline), None
-    if value >= drop_ratio * state.baseline:
+    baseline = state.baseline
+    if value >= drop_ratio * baseline:
         return replace(state, slow_since=None, slow_samples=0), None
     since = datetime.fromisoformat(state.slow_since) if state.slow_since else at
     count = state.slow_samples + 1
@@ -99,9 +100,9 @@ def observe(
     if count >= MIN_SLOW_SAMPLES and (at - since).total_seconds() >= duration and state.reported != state.slow_since:
         verdict = Slowdown(
             metric=metric,
-            baseline=state.baseline,
+            baseline=baseline,
             value=value,
-            ratio=value / state.baseline,
+            ratio=value / baseline,
             since=since,
             samples=count,
         )

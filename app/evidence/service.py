@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import service as audit
-from app.db import utcnow
+from app.db import dialect_of, utcnow
 from app.domain import slowdown
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
@@ -66,13 +67,12 @@ def derived_key(*parts: object) -> str:
     return hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()[:32]
 
 
-async def _insert_ignore(session: AsyncSession, model: type, values: dict[str, Any]) -> int | None:
+async def _insert_ignore(session: AsyncSession, model: Any, values: dict[str, Any]) -> int | None:
     """INSERT … ON CONFLICT (event_key) DO NOTHING; the new row's id, or None when it already existed."""
-    if session.bind.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    statement = insert(model).values(**values).on_conflict_do_nothing(index_elements=["event_key"]).returning(model.id)
+    dialect: Any = postgresql if dialect_of(session) == "postgresql" else sqlite
+    statement = (
+        dialect.insert(model).values(**values).on_conflict_do_nothing(index_elements=["event_key"]).returning(model.id)
+    )
     return await session.scalar(statement)
 
 
@@ -303,7 +303,8 @@ async def observe_throughput(
         category="THROUGHPUT_DROP",
         detector="slowdown",
         event_key=derived_key("slowdown", attempt.id, source.id, verdict.since.isoformat()),
-        message=f"{verdict.metric} at {verdict.ratio:.0%} of the attempt's baseline for {(at - verdict.since).total_seconds():.0f} s",
+        message=f"{verdict.metric} at {verdict.ratio:.0%} of the attempt's baseline for "
+        f"{(at - verdict.since).total_seconds():.0f} s",
         log_path=source.path,
         line_number=line_number,
         line=line,
@@ -378,7 +379,8 @@ async def drop_event(
         component="collector",
         event_type="collector.event_dropped",
         level="WARNING",
-        message=f"{kind} line {os.path.basename(log_path)}:{event.line_number} not attributed to any attempt ({reason})",
+        message=f"{kind} line {os.path.basename(log_path)}:{event.line_number} not attributed to any "
+        f"attempt ({reason})",
         payload={
             "reason": reason,
             "tries": tries,

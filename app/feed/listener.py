@@ -146,7 +146,7 @@ class FeedWaker:
                     dsn, timeout=10, server_settings={"application_name": APPLICATION_NAME}
                 )
                 lost = asyncio.Event()
-                connection.add_termination_listener(lambda _conn: lost.set())
+                connection.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)
                 self._listening = True
                 self.connects += 1

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import dialect_of
 from app.feed.models import ChangeFeedEntry
 
 NOTIFY_CHANNEL = "recovery_feed"
@@ -26,7 +27,7 @@ async def append(
     payload: dict[str, Any] | None = None,
 ) -> ChangeFeedEntry:
     """Append one entry in the caller's transaction; it becomes visible when that commits."""
-    if session.bind.dialect.name == "postgresql":
+    if dialect_of(session) == "postgresql":
         # Without this lock a reader could see id 11 committed before id 10 and skip 10 forever.
         await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _FEED_LOCK_KEY})
     entry = ChangeFeedEntry(
@@ -40,7 +41,7 @@ async def append(
     )
     session.add(entry)
     await session.flush()
-    if session.bind.dialect.name == "postgresql":
+    if dialect_of(session) == "postgresql":
         await session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(entry.id)})
     return entry
 

@@ -273,7 +273,7 @@ async def workflow_retries(session: AsyncSession, *, workflow_ids: Sequence[int]
         .where(Attempt.workflow_id.in_(list(set(workflow_ids))), Attempt.attempt_index > 0)
         .group_by(Attempt.workflow_id)
     )
-    return {workflow_id: int(count) for workflow_id, count in rows.all()}
+    return {workflow_id: int(count) for workflow_id, count in rows.all() if workflow_id is not None}
 
 
 async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: str | None = None) -> list[Job]:

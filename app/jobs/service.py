@@ -264,7 +264,8 @@ async def update_attempt(
             component="job_manager",
             event_type="attempt.state_changed",
             level="WARNING" if failed else "INFO",
-            message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {previous_state} -> {attempt.state}{detail}"
+            message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {previous_state} -> "
+            f"{attempt.state}{detail}"
             + (f" ({attempt.state_reason})" if attempt.state_reason and attempt.state_reason != "None" else ""),
             payload={
                 "from": previous_state,

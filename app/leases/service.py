@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any, cast
 
 from sqlalchemy import case, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -38,7 +40,7 @@ async def try_acquire(
             )
             .execution_options(synchronize_session=False)
         )
-        if result.rowcount == 1:
+        if cast(CursorResult[Any], result).rowcount == 1:
             lease = await session.get(WorkerLease, name, populate_existing=True)
             assert lease is not None
             return LeaseState(True, holder, lease.epoch, lease.expires_at)

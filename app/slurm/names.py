@@ -82,7 +82,8 @@ def expand_filename(
     """Expand Slurm's output filename pattern as slurmstepd does for the batch step.
 
     %j job id, %J job id (batch step), %x name, %u user, %A array master id (job id for ordinary
-    jobs), %a array task id (4294967294 for ordinary jobs; literal on an array's pending record), %s "batch", %n and %t 0 (node and task
+    jobs), %a array task id (4294967294 for ordinary jobs; literal on an array's pending record),
+    %s "batch", %n and %t 0 (node and task
     of the batch step), %% a literal %, an optional width zero-pads numbers (%3j -> 007). %N is the
     short host name of the batch node: it is filled in only when `first_node` is given (on a real
     cluster the node name is normally its host name; on the lab's emulated nodes slurmstepd uses the

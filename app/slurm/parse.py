@@ -155,7 +155,7 @@ def _load(raw: bytes | str | dict) -> dict:
 def parse_job(record: dict) -> SlurmJob:
     """One job object of any version; raises (KeyError, TypeError, ValueError) only when it has no usable id."""
     get = record.get
-    job_id = get("job_id")
+    job_id: Any = get("job_id")
     if not isinstance(job_id, int) or isinstance(job_id, bool):
         job_id = int(job_id)  # a numeric string is fine; anything else raises and the record is skipped
     state, flags = _state(get("job_state"))

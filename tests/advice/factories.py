@@ -1,4 +1,5 @@
-"""Helpers shared by the Advice, advisor, controller and watchdog tests: jobs through the real observer, a Slurm-like fake."""
+"""Helpers shared by the Advice, advisor, controller and watchdog tests: jobs through the real observer, a
+Slurm-like fake."""
 
 from __future__ import annotations
 
@@ -32,12 +33,12 @@ def comment(environment: str = "test-env", **changes: Any) -> str:
 class SlurmLikeFake(FakeScheduler):
     """The in-memory fake plus the description real 22.05 shows for a requeue-hold (NOTES §3)."""
 
-    async def requeue_hold(self, job_id: int):  # type: ignore[no-untyped-def]
+    async def requeue_hold(self, job_id: int):
         result = await super().requeue_hold(job_id)
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state_description="job requeued in held state")
         return result
 
-    async def release(self, job_id: int):  # type: ignore[no-untyped-def]
+    async def release(self, job_id: int):
         result = await super().release(job_id)
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state_description=None)
         return result

@@ -31,7 +31,7 @@ def restart(*nodes: str) -> Decision:
     return Decision(Operation.RESTART, "attempt 0 crashed", "restart_allowed", tuple(nodes))
 
 
-async def test_generation_moves_only_when_the_decision_does(ctx) -> None:  # type: ignore[no-untyped-def]
+async def test_generation_moves_only_when_the_decision_does(ctx) -> None:
     attempt = await an_attempt(ctx)
     outcomes = []
     for decision in (
@@ -52,20 +52,23 @@ async def test_generation_moves_only_when_the_decision_does(ctx) -> None:  # typ
     assert (advice.generation, advice.exclusions) == (2, ["n1", "n2"])
 
 
-async def test_vetoed_advice_is_kept_as_vetoed(ctx) -> None:  # type: ignore[no-untyped-def]
+async def test_vetoed_advice_is_kept_as_vetoed(ctx) -> None:
     attempt = await an_attempt(ctx)
     async with ctx.sessions() as session, session.begin():
         outcome = await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")
+        assert outcome.advice is not None
         outcome.advice.review = service.VETOED
+        assert outcome.advice is not None
         outcome.advice.active = False
     async with ctx.sessions() as session, session.begin():
         outcome = await service.record_decision(
             session, attempt=attempt, decision=restart("n9"), mode=MODE, signal="test"
         )
+    assert outcome.advice is not None
     assert outcome.change == "kept_vetoed" and outcome.advice.exclusions == [] and not outcome.advice.active
 
 
-async def test_milestones_are_unique_per_key_and_a_succeeded_command_is_never_restarted(ctx) -> None:  # type: ignore[no-untyped-def]
+async def test_milestones_are_unique_per_key_and_a_succeeded_command_is_never_restarted(ctx) -> None:
     attempt = await an_attempt(ctx)
     async with ctx.sessions() as session, session.begin():
         advice = (
@@ -89,7 +92,7 @@ async def test_milestones_are_unique_per_key_and_a_succeeded_command_is_never_re
     assert [e.payload["status"] for e in await events(ctx, "scheduler.release")] == ["FAILED", "SUCCEEDED"]
 
 
-async def test_shadow_rows_once_per_generation(ctx) -> None:  # type: ignore[no-untyped-def]
+async def test_shadow_rows_once_per_generation(ctx) -> None:
     attempt = await an_attempt(ctx)
     steps = [Step(StepKind.REQUEUE_HOLD, "requeue"), Step(StepKind.RELEASE, "release"), Step(StepKind.DONE, "done")]
     added = []

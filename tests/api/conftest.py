@@ -76,7 +76,7 @@ async def token_client(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client of an app that knows the tokens `viewer-token` and `operator-token` (FakeAuthenticator)."""
-    monkeypatch.setattr("app.api.routes.api_authenticator", lambda settings: FakeAuthenticator())
+    monkeypatch.setattr("app.context.process_authenticator", lambda settings: FakeAuthenticator())
     settings = Settings.build(
         database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, oidc_issuer="https://idp.invalid"
     )

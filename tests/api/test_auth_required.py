@@ -22,7 +22,7 @@ SIGN_IN_PATHS = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboar
 DUMMY = {"Int": "1", "String": '"x"', "ID": '"QXR0ZW1wdDox"', "Boolean": "false", "DateTime": '"2025-01-01T00:00:00Z"'}
 
 
-def _app(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped-def]
+def _app(tmp_path: Path, **overrides: object):
     values: dict[str, object] = {
         "oidc_issuer": "https://idp.example.invalid",
         "oidc_client_id": "recovery-dashboard",
@@ -51,6 +51,7 @@ def _root_operations() -> Iterator[tuple[str, str]]:
         ("mutation", schema._schema.mutation_type),
         ("subscription", schema._schema.subscription_type),
     ):
+        assert root is not None
         for name, field in root.fields.items():
             args = ", ".join(
                 f"{arg}: {DUMMY[get_named_type(a.type).name]}"

@@ -19,7 +19,8 @@ OPERATION_FILES = sorted((ROOT / "graphql" / "operations").glob("*.graphql"))
 def test_committed_schema_matches_the_code() -> None:
     committed = SCHEMA_FILE.read_text()
     assert committed == printed_schema(), (
-        "graphql/schema.graphql drifted from the code: run `.venv/bin/python -m app.api.schema > graphql/schema.graphql`"
+        "graphql/schema.graphql drifted from the code: run `.venv/bin/python -m app.api.schema > "
+        "graphql/schema.graphql`"
     )
 
 
@@ -50,6 +51,7 @@ def test_relay_shape() -> None:
     node = schema.get_type("Node")
     for name in ("Workflow", "Job", "Attempt", "Checkpoint", "Anomaly", "Advice", "AuditEvent"):
         assert node in schema.get_type(name).interfaces, name
+    assert schema.query_type is not None
     assert "node" in schema.query_type.fields
     for connection in ("WorkflowConnection", "AttemptConnection", "AdviceConnection", "AuditEventConnection"):
         fields = schema.get_type(connection).fields

@@ -1,4 +1,5 @@
-"""The user guide's two curl commands, as written, against a real server; forged and wrong tokens refused on HTTP, REST and WebSocket."""
+"""The user guide's two curl commands, as written, against a real server; forged and wrong tokens refused on
+HTTP, REST and WebSocket."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""No N+1: a page of attempts with workflow, job, Advice (and milestones), checkpoints and anomalies costs a constant number of statements."""
+"""No N+1: a page of attempts with workflow, job, Advice (and milestones), checkpoints and anomalies costs a
+constant number of statements."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ async def test_jobs_of_workflows_attempt_counts_are_batched(
     client: httpx.AsyncClient, database: Database, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     await seed_many(sessions, count=30, attempts=3)
-    query = "query($n:Int){ workflows(first:$n){ edges{ node{ key } } } attempts(first:$n){ edges{ node{ job{ attempts(first:2){ totalCount edges{ node{ attemptRef } } } policy{ valid } } } } } }"
+    query = (
+        "query($n:Int){ workflows(first:$n){ edges{ node{ key } } } attempts(first:$n){ edges{ "
+        "node{ job{ attempts(first:2){ totalCount edges{ node{ attemptRef } } } policy{ valid } } } } } }"
+    )
     counts = []
     for size in (5, 60):
         with StatementCounter(database) as counter:

@@ -1,4 +1,5 @@
-"""The change-feed waker: one LISTEN connection per process on PostgreSQL that survives the database dropping it; a poll on SQLite."""
+"""The change-feed waker: one LISTEN connection per process on PostgreSQL that survives the database dropping
+it; a poll on SQLite."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ async def _append(sessions: async_sessionmaker[AsyncSession]) -> None:
         await feed.append(session, topic="attempt", entity_id=1)
 
 
-async def _until(predicate, timeout: float = 20) -> None:  # type: ignore[no-untyped-def]
+async def _until(predicate, timeout: float = 20) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
@@ -62,7 +63,8 @@ async def test_listener_reconnects_after_the_database_drops_its_connection(
         async with sessions() as session, session.begin():
             killed = await session.scalar(
                 text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name AND datname = current_database()"
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                    "application_name = :name AND datname = current_database()"
                 ),
                 {"name": APPLICATION_NAME},
             )

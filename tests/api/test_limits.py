@@ -10,13 +10,19 @@ from tests.api.conftest import run_graphql
 
 async def test_depth_limit(client: httpx.AsyncClient) -> None:
     # attempt -> job -> workflow -> jobs -> edges -> node -> attempts -> edges -> node -> workflow -> jobs ...
-    deep = '{ attempt(ref: "1-0") { job { workflow { jobs(first: 1) { edges { node { attempts(first: 1) { edges { node { workflow { jobs(first: 1) { edges { node { name } } } } } } } } } } } } } }'
+    deep = (
+        '{ attempt(ref: "1-0") { job { workflow { jobs(first: 1) { edges { node { attempts(first: '
+        "1) { edges { node { workflow { jobs(first: 1) { edges { node { name } } } } } } } } } } } } } }"
+    )
     body = await run_graphql(client, deep, expect_errors=True)
     assert body["data"] is None and f"exceeds maximum operation depth of {MAX_DEPTH}" in body["errors"][0]["message"]
 
 
 async def test_cost_limit_counts_nested_page_sizes_including_variables(client: httpx.AsyncClient) -> None:
-    query = "query($n: Int) { workflows(first: 20) { edges { node { jobs(first: 20) { edges { node { attempts(first: $n) { edges { node { state } } } } } } } } } }"
+    query = (
+        "query($n: Int) { workflows(first: 20) { edges { node { jobs(first: 20) { edges { node { "
+        "attempts(first: $n) { edges { node { state } } } } } } } } } }"
+    )
     body = await run_graphql(client, query, {"n": 100}, expect_errors=True)
     error = body["errors"][0]
     assert error["extensions"]["code"] == "LIMIT_EXCEEDED" and error["extensions"]["limit"] == "cost"

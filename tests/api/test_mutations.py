@@ -1,4 +1,5 @@
-"""Operator review of Advice: the operator role is required, each action is an audit event naming the user and a feed entry."""
+"""Operator review of Advice: the operator role is required, each action is an audit event naming the user
+and a feed entry."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ async def test_viewer_cannot_review_and_nothing_is_recorded(
     assert await _audit_count(sessions) == 0
     async with sessions() as session:
         row = await session.get(Advice, seeded.advice[0].id)
+        assert row is not None
         assert row.review is None and row.active
 
 
@@ -70,6 +72,7 @@ async def test_approve_veto_and_rerun(
     # Abandoned for a transient reason: a re-run reactivates it as PENDING and asks for reconciliation now.
     async with sessions() as session, session.begin():
         row = await session.get(Advice, seeded.advice[2].id)
+        assert row is not None
         row.active, row.disposition, row.disposition_reason, row.reconcile_failures = (
             False,
             "ABANDONED",
@@ -107,6 +110,7 @@ async def test_rerun_refuses_converged_advice_and_unknown_ids(
     seeded = await seed_many(sessions, count=1, advice=True)
     async with sessions() as session, session.begin():
         row = await session.get(Advice, seeded.advice[0].id)
+        assert row is not None
         row.active, row.disposition, row.disposition_reason = False, "CONVERGED", "DESIRED_STATE_OBSERVED"
     refused = await run_graphql(
         token_client,

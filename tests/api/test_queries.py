@@ -105,7 +105,8 @@ async def test_node_lookup_for_every_type(
     body = await run_graphql(
         client,
         '{ attempt(ref: "55-0") { id job { id } workflow { id } advice { id } '
-        "checkpoints { edges { node { id } } } anomalies { edges { node { id } } } auditEvents(first: 1) { edges { node { id } } } } }",
+        "checkpoints { edges { node { id } } } anomalies { edges { node { id } } } "
+        "auditEvents(first: 1) { edges { node { id } } } } }",
     )
     a = body["data"]["attempt"]
     ids = {
@@ -134,6 +135,7 @@ async def test_advice_list_only_active_and_job_filter(
     seeded = await seed_many(sessions, count=3, attempts=2, advice=True)
     async with sessions() as session, session.begin():
         first = await session.get(type(seeded.advice[0]), seeded.advice[0].id)
+        assert first is not None
         first.active, first.disposition, first.disposition_reason = False, "CONVERGED", "DESIRED_STATE_OBSERVED"
     everything = (await run_graphql(client, operation("AdvicePage")))["data"]["advice"]["edges"]
     assert len(everything) == 6
@@ -167,7 +169,10 @@ async def test_audit_events_filters_order_and_paging_both_ways(
     assert times == sorted(times)
 
     # Forward with first/after and backward with last/before visit the same events.
-    query = "query($a:String,$b:String,$f:Int,$l:Int){auditEvents(filter:{jobId:10},first:$f,after:$a,last:$l,before:$b){edges{node{id}} pageInfo{hasNextPage hasPreviousPage startCursor endCursor}}}"
+    query = (
+        "query($a:String,$b:String,$f:Int,$l:Int){auditEvents(filter:{jobId:10},first:$f,after:$a,last:$l,before:$b)"
+        "{edges{node{id}} pageInfo{hasNextPage hasPreviousPage startCursor endCursor}}}"
+    )
     forward, after = [], None
     while True:
         c = (await run_graphql(client, query, {"f": 2, "a": after}))["data"]["auditEvents"]
@@ -210,7 +215,8 @@ async def test_failed_attempt_stays_attached_after_requeue(
         await jobs.create_attempt(session, job=job, attempt_index=1, state="RUNNING")
     body = await run_graphql(
         client,
-        "{ job(jobId: 31) { attempts { totalCount edges { node { attemptIndex state checkpoints { edges { node { iteration } } } } } } } }",
+        "{ job(jobId: 31) { attempts { totalCount edges { node { attemptIndex state checkpoints { "
+        "edges { node { iteration } } } } } } } }",
     )
     nodes = [e["node"] for e in body["data"]["job"]["attempts"]["edges"]]
     assert [(n["attemptIndex"], n["state"]) for n in nodes] == [(0, "FAILED"), (1, "RUNNING")]

@@ -76,6 +76,7 @@ async def test_advice_listing_pages_with_tokens(
     )
     async with sessions() as session, session.begin():
         row = await session.get(type(seeded.advice[0]), seeded.advice[0].id)
+        assert row is not None
         row.active = False
     active = (await client.get("/v1/advice", params={"onlyActive": "true"})).json()["advice"]
     assert len(active) == 6 and seeded.advice[0].id not in {a["id"] for a in active}
@@ -164,7 +165,7 @@ async def test_audit_events_filters(client: httpx.AsyncClient, sessions: async_s
 
 async def test_rest_and_graphql_honour_the_url_prefix(
     database: Database, tmp_path, sessions: async_sessionmaker[AsyncSession]
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     prefix = "/mission-control/recovery-engine-api"
     settings = Settings.build(database_url=database.url, data_dir=str(tmp_path), dev_no_auth=True, url_prefix=prefix)
     app = create_app(settings, ctx=AppContext(settings=settings, engine=database.engine, sessions=database.sessions))

@@ -1,4 +1,5 @@
-"""A separate 'worker' process for subscription tests: changes an attempt (or records audit events) through the services.
+"""A separate 'worker' process for subscription tests: changes an attempt (or records audit events) through
+the services.
 
 python -m tests.api.writer <database_url> state <slurm_job_id> <attempt_index> <STATE>
 python -m tests.api.writer <database_url> audit <slurm_job_id> <count>

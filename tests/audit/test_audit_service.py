@@ -13,7 +13,7 @@ from app.pagination import PageArgumentError, PageRequest
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
 
 
-async def _seed(sessions, count: int = 30) -> None:  # type: ignore[no-untyped-def]
+async def _seed(sessions, count: int = 30) -> None:
     async with sessions() as session, session.begin():
         for i in range(count):
             await audit.record(
@@ -28,7 +28,7 @@ async def _seed(sessions, count: int = 30) -> None:  # type: ignore[no-untyped-d
             )
 
 
-async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None:
     async with sessions() as session, session.begin():
         event = await audit.record(session, component="api", event_type="advice.vetoed", message="x", actor="alice")
     async with sessions() as session:
@@ -36,7 +36,7 @@ async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None: 
     assert [(e.topic, e.entity_id) for e in entries] == [("audit", event.id)]
 
 
-async def test_rolled_back_event_leaves_no_feed_entry(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_rolled_back_event_leaves_no_feed_entry(sessions) -> None:
     with pytest.raises(RuntimeError):
         async with sessions() as session, session.begin():
             await audit.record(session, component="api", event_type="x.y", message="x")
@@ -46,7 +46,7 @@ async def test_rolled_back_event_leaves_no_feed_entry(sessions) -> None:  # type
 
 
 @pytest.mark.parametrize("descending", [True, False])
-async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) -> None:  # type: ignore[no-untyped-def]
+async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) -> None:
     await _seed(sessions)
     seen: list[int] = []
     after = None
@@ -72,7 +72,7 @@ async def test_pages_cover_every_event_exactly_once(sessions, descending: bool) 
     assert keys == sorted(keys, reverse=descending)
 
 
-async def test_backward_paging_mirrors_forward(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_backward_paging_mirrors_forward(sessions) -> None:
     await _seed(sessions)
     async with sessions() as session:
         forward = await audit_queries.query(
@@ -87,10 +87,10 @@ async def test_backward_paging_mirrors_forward(sessions) -> None:  # type: ignor
     assert back.has_previous_page and back.has_next_page
 
 
-async def test_filters(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_filters(sessions) -> None:
     await _seed(sessions)
 
-    async def ids(**kw) -> list[int]:  # type: ignore[no-untyped-def]
+    async def ids(**kw) -> list[int]:
         async with sessions() as session:
             page = await audit_queries.query(
                 session, filter=audit_queries.AuditFilter(**kw), page=PageRequest.build(first=100)
@@ -120,7 +120,7 @@ def test_filter_validation() -> None:
             audit_queries.parse_job_reference(bad)
 
 
-async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:
     await _seed(sessions, 3)
     async with sessions() as session:
         with pytest.raises(CursorError):

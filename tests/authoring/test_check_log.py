@@ -68,3 +68,53 @@ def test_usage_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[[crash]\n")
     assert check(log, tmp_path, signatures_file=str(bad))[0] == EXIT_USAGE
+
+
+def _policy(**detection):
+    return json.dumps({"APS": {"environment": "customer-slurm", "anomaly_detection_config": detection}})
+
+
+def test_the_jobs_policy_sets_the_thresholds(tmp_path):
+    out = io.StringIO()
+    policy = _policy(log_based_timeout_threshold_trainingloop=100000, log_based_timeout_threshold_pretraining=50)
+    code = run(
+        str(FIXTURES / "megatron_crash.log"),
+        as_json=True,
+        settings=Settings.build(data_dir=str(tmp_path)),
+        out=out,
+        policy=policy,
+    )
+    hang = json.loads(out.getvalue())["hang_detector"]
+    assert code == EXIT_OK
+    assert hang["thresholds_seconds"] == {"pretraining": 50, "trainingloop": 100000}
+    assert hang["thresholds_from"] == "the given policy"
+    assert hang["would_raise_no_progress_at_line"] != 21  # the default threshold's verdict no longer holds
+
+
+def test_the_jobs_script_sets_the_thresholds(tmp_path):
+    script = tmp_path / "job.sbatch"
+    comment = _policy(log_based_timeout_threshold_trainingloop=1234)
+    script.write_text(f"#!/bin/bash\n#SBATCH --comment='{comment}'\nsrun python train.py\n")
+    out = io.StringIO()
+    code = run(
+        str(FIXTURES / "megatron_crash.log"),
+        as_json=False,
+        settings=Settings.build(data_dir=str(tmp_path)),
+        out=out,
+        script=str(script),
+    )
+    assert code == EXIT_OK
+    assert f"trainingloop 1234 s (from the policy in {script})" in out.getvalue()
+
+
+def test_a_bad_policy_or_script_is_a_usage_error(tmp_path, capsys):
+    settings = Settings.build(data_dir=str(tmp_path))
+    log = str(FIXTURES / "megatron_crash.log")
+    assert run(log, as_json=True, settings=settings, policy='{"APS": {"mode": "act"}}') == EXIT_USAGE
+    assert "not a valid policy" in capsys.readouterr().err
+    plain = tmp_path / "plain.sbatch"
+    plain.write_text("#!/bin/bash\nsrun true\n")
+    assert run(log, as_json=True, settings=settings, script=str(plain)) == EXIT_USAGE
+    assert "no #SBATCH --comment" in capsys.readouterr().err
+    assert run(log, as_json=True, settings=settings, script=str(tmp_path / "missing")) == EXIT_USAGE
+    assert run(log, as_json=True, settings=settings, policy=_policy(), script=str(plain)) == EXIT_USAGE

@@ -9,7 +9,10 @@ from pathlib import Path
 from app.authoring import policy_check
 from app.config import Settings
 
-GUIDE_COMMENT = '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}'
+GUIDE_COMMENT = (
+    '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe",'
+    '"auto_resume_mode":"requeue","max_requeue_times":1}}'
+)
 
 
 def run(text, tmp_path: Path, *, as_json=False, **overrides):

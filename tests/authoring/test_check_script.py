@@ -12,7 +12,10 @@ from app.authoring import script_check
 from app.config import Settings
 
 GUIDE_REQUEUE = "#SBATCH --requeue"
-GUIDE_COMMENT = """#SBATCH --comment='{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}'"""
+GUIDE_COMMENT = (
+    """#SBATCH --comment='{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe","""
+    """"auto_resume_mode":"requeue","max_requeue_times":1}}'"""
+)
 
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:
@@ -107,7 +110,10 @@ def test_environment_mismatch_is_not_enrolled(tmp_path):
 
 
 def test_invalid_policy_reports_json_paths(tmp_path):
-    bad = """#SBATCH --comment='{"APS":{"environment":"customer-slurm","max_requeue_times":"1","anomaly_detection_config":{"log_based_timeout_enabled":"true"}}}'"""
+    bad = (
+        """#SBATCH --comment='{"APS":{"environment":"customer-slurm","max_requeue_times":"1","""
+        """"anomaly_detection_config":{"log_based_timeout_enabled":"true"}}}'"""
+    )
     code, text = check(write(tmp_path, *good_script(comment=bad)), make_settings(tmp_path))
     assert code == 1
     assert text.startswith("VERDICT: NOT ENROLLED (NOT_ENROLLED)")

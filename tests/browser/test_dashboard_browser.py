@@ -33,8 +33,8 @@ pytestmark = [
 
 async def _login(context: Any, base: str, username: str, path: str = "/dashboard/workflow") -> Any:
     page = await context.new_page()
-    page.on("console", lambda msg: page._problems.append(msg.text) if msg.type == "error" else None)  # type: ignore[attr-defined]
-    page._problems = []  # type: ignore[attr-defined]
+    page.on("console", lambda msg: page._problems.append(msg.text) if msg.type == "error" else None)
+    page._problems = []
     await page.goto(base + path)
     # The provider's own login form (dev interactions): any password works.
     await page.fill("input[name=login]", username)
@@ -75,7 +75,7 @@ async def _audit_noise(sessions: Any, count: int) -> None:
 
 async def test_operator_walks_every_page_and_filters_audit_events(
     chromium, oidc_provider, database, settings, sessions, screenshots
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     seeded = await seed_history(sessions)
     await _audit_noise(sessions, 130)
     async with serve(_app(oidc_provider, database, settings), free_port()) as base:
@@ -160,14 +160,14 @@ async def test_operator_walks_every_page_and_filters_audit_events(
         assert "job id" in await page.inner_text(".field-error")
         await page.screenshot(path=str(screenshots / "audit-error.png"), full_page=True)
 
-        problems = [p for p in page._problems if "Content Security Policy" in p or "Refused" in p]  # type: ignore[attr-defined]
+        problems = [p for p in page._problems if "Content Security Policy" in p or "Refused" in p]
         assert not problems, problems
         await context.close()
 
 
 async def test_timeline_updates_live_while_a_writer_records_changes(
     chromium, oidc_provider, database, settings, sessions, screenshots
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     seeded = await seed_history(sessions, t0=utcnow() - dt.timedelta(minutes=45))  # attempt 1 has run for ~5 minutes
     async with serve(_app(oidc_provider, database, settings), free_port()) as base:
         context = await chromium.new_context(viewport={"width": 1440, "height": 900})

@@ -9,16 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.domain.policy import (
-    DEFAULT_ANOMALY_DETECTION_CONFIG,
     INVALID,
     NO_POLICY,
     VALID,
+    AnomalyDetectionConfig,
+    EffectivePolicy,
     PolicyResult,
     parse_comment,
 )
 
 # Exactly the user guide's directive value (what sbatch passes on after removing the single quotes).
-GUIDE_COMMENT = '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}'
+GUIDE_COMMENT = (
+    '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe",'
+    '"auto_resume_mode":"requeue","max_requeue_times":1}}'
+)
 GUIDE_ANOMALY_OBJECT = {
     "anomaly_detection_config": {
         "log_based_timeout_enabled": True,
@@ -41,7 +45,7 @@ def test_user_guide_comment_is_valid_with_defaults_filled_in():
     assert result.status == VALID
     assert result.wrapper == "APS"
     assert result.errors == () and result.warnings == ()
-    assert result.policy == {
+    assert result.policy.to_dict() == {
         "workflow_id": "training-example",
         "environment": "customer-slurm",
         "mode": "observe",
@@ -63,14 +67,14 @@ def test_guide_anomaly_object_merged_into_the_policy_is_valid():
     policy["APS"].update(GUIDE_ANOMALY_OBJECT)
     result = parse_comment(json.dumps(policy))
     assert result.status == VALID
-    assert result.policy["anomaly_detection_config"]["log_based_timeout_threshold_pretraining"] == 960
+    assert result.policy.to_dict()["anomaly_detection_config"]["log_based_timeout_threshold_pretraining"] == 960
     assert "anomaly_detection_config.log_based_timeout_enabled" in result.given
     assert "anomaly_detection_config.straggler_detection_enabled" not in result.given
 
 
 def test_tuned_thresholds_override_only_what_is_given():
     result = parse_comment(aps(anomaly_detection_config={"log_based_timeout_threshold_trainingloop": 1200}))
-    config = result.policy["anomaly_detection_config"]
+    config = result.policy.to_dict()["anomaly_detection_config"]
     assert config["log_based_timeout_threshold_trainingloop"] == 1200
     assert config["log_based_timeout_threshold_pretraining"] == 960
     assert config["log_based_timeout_enabled"] is True
@@ -79,21 +83,21 @@ def test_tuned_thresholds_override_only_what_is_given():
 def test_minimal_policy_gets_every_default():
     result = parse_comment(aps())
     assert result.status == VALID
-    policy = result.policy
+    policy = result.policy.to_dict()
     assert policy["workflow_id"] is None  # the caller derives it from the job id
     assert policy["mode"] == "observe"
     assert policy["auto_resume_mode"] == "requeue"
     assert policy["max_requeue_times"] is None  # the site ceiling applies
     assert policy["log_file_paths_shared_across_attempts"] is False
-    assert policy["anomaly_detection_config"] == DEFAULT_ANOMALY_DETECTION_CONFIG
-    assert policy["anomaly_detection_config"] is not DEFAULT_ANOMALY_DETECTION_CONFIG
+    assert policy["anomaly_detection_config"] == AnomalyDetectionConfig().to_dict()
+    assert result.policy == EffectivePolicy(environment="customer-slurm")  # typed: the defaults are the dataclass's
 
 
 def test_heimdall_wrapper_is_accepted():
     result = parse_comment(json.dumps({"HEIMDALL": {"environment": "customer-slurm", "mode": "act"}}))
     assert result.status == VALID
     assert result.wrapper == "HEIMDALL"
-    assert result.policy["mode"] == "act"
+    assert result.policy.to_dict()["mode"] == "act"
 
 
 def test_both_wrappers_is_an_error():
@@ -244,12 +248,13 @@ def test_every_error_is_reported_not_just_the_first():
 
 
 def test_zero_retries_is_allowed():
-    assert parse_comment(aps(max_requeue_times=0)).policy["max_requeue_times"] == 0
+    assert parse_comment(aps(max_requeue_times=0)).policy.to_dict()["max_requeue_times"] == 0
 
 
 def test_singleton_dependency_is_a_recognised_resume_mode():
     assert (
-        parse_comment(aps(auto_resume_mode="singleton_dependency")).policy["auto_resume_mode"] == "singleton_dependency"
+        parse_comment(aps(auto_resume_mode="singleton_dependency")).policy.to_dict()["auto_resume_mode"]
+        == "singleton_dependency"
     )
 
 
@@ -258,8 +263,8 @@ def test_unknown_keys_are_kept_and_warned_not_errors():
         aps(team="vision", anomaly_detection_config={"log_based_timeout_threshold_pretraining": 600, "xid_watch": True})
     )
     assert result.status == VALID
-    assert result.policy["team"] == "vision"
-    assert result.policy["anomaly_detection_config"]["xid_watch"] is True
+    assert result.policy.to_dict()["team"] == "vision"
+    assert result.policy.to_dict()["anomaly_detection_config"]["xid_watch"] is True
     assert [w.path for w in result.warnings] == ["$.APS.team", "$.APS.anomaly_detection_config.xid_watch"]
 
 
@@ -297,8 +302,8 @@ def test_huge_comment_is_refused_without_parsing():
 
 
 def test_non_string_input_does_not_raise():
-    assert parse_comment(b'{"APS": {}}').status == NO_POLICY  # type: ignore[arg-type]
-    assert parse_comment(12).status == NO_POLICY  # type: ignore[arg-type]
+    assert parse_comment(b'{"APS": {}}').status == NO_POLICY
+    assert parse_comment(12).status == NO_POLICY
 
 
 def test_to_dict_is_json_serialisable():
@@ -352,7 +357,8 @@ def assert_consistent(result: PolicyResult) -> None:
     if result.status == VALID:
         assert result.wrapper in ("APS", "HEIMDALL")
         assert result.errors == ()
-        policy = result.policy
+        assert result.policy is not None
+        policy = result.policy.to_dict()
         assert isinstance(policy["environment"], str) and policy["environment"].strip()
         assert policy["mode"] in ("observe", "act")
         assert policy["auto_resume_mode"] in ("requeue", "singleton_dependency")
@@ -402,13 +408,31 @@ def test_valid_policies_keep_every_given_value(policy):
     if result.status == VALID:
         for key, value in policy.items():
             if key != "anomaly_detection_config":
-                assert result.policy[key] == value
+                assert result.policy.to_dict()[key] == value
             else:
                 for sub_key, sub_value in value.items():
-                    assert result.policy[key][sub_key] == sub_value
+                    assert result.policy.to_dict()[key][sub_key] == sub_value
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=30), st.text(max_size=30))
 def test_text_around_a_policy_never_raises(prefix, suffix):
     assert_consistent(parse_comment(prefix + GUIDE_COMMENT + suffix))
+
+
+def test_the_effective_policy_is_typed_and_round_trips_through_its_stored_json() -> None:
+    result = parse_comment(aps(mode="act", team="vision", anomaly_detection_config={"xid_watch": True}))
+    policy = result.policy
+    assert isinstance(policy, EffectivePolicy) and policy.mode == "act"
+    assert policy.anomaly_detection_config.log_based_timeout_threshold_trainingloop == 840
+    assert EffectivePolicy.from_dict(policy.to_dict()) == policy
+    assert policy.to_dict()["team"] == "vision" and policy.to_dict()["anomaly_detection_config"]["xid_watch"] is True
+
+
+def test_stored_json_is_read_leniently() -> None:
+    """A row written by an older version (or edited by hand) never breaks a reader: bad values are defaults."""
+    stored = {"mode": "ACT", "max_requeue_times": "2", "anomaly_detection_config": {"log_based_timeout_enabled": "no"}}
+    policy = EffectivePolicy.from_dict(stored)
+    assert policy.mode == "observe" and policy.max_requeue_times is None
+    assert policy.anomaly_detection_config.log_based_timeout_enabled is True
+    assert EffectivePolicy.from_dict(None) == EffectivePolicy()

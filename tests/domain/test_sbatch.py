@@ -8,7 +8,10 @@ from hypothesis import strategies as st
 
 from app.domain.sbatch import DirectiveSyntaxError, parse_script, python_buffering_risks, split_arguments
 
-GUIDE_COMMENT = '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}'
+GUIDE_COMMENT = (
+    '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe",'
+    '"auto_resume_mode":"requeue","max_requeue_times":1}}'
+)
 
 
 def script(*lines: str) -> str:

@@ -43,14 +43,16 @@ CRASHES = [
     ("Killed process 4242 (python) total-vm:1234kB, anon-rss:99kB", "HOST_OOM", (), None, None),
     ("MemoryError", "HOST_OOM", (), None, None),
     (
-        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12",
+        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.8<52914> with error 12",
         "NCCL_ERROR",
         ("node7",),
         None,
         None,
     ),
     (
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error, NCCL version 2.20.5 [node9]",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled "
+        "system error, NCCL version 2.20.5 [node9]",
         "NCCL_ERROR",
         ("node9",),
         None,
@@ -64,14 +66,16 @@ CRASHES = [
         None,
     ),
     (
-        "[rank3]:[E1130 02:34:15.123 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=81) ran for 600023 milliseconds before timing out.",
+        "[rank3]:[E1130 02:34:15.123 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=81) ran for 600023 milliseconds before timing out.",
         "NCCL_TIMEOUT",
         (),
         3,
         None,
     ),
     (
-        "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU has fallen off the bus.",
+        "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU "
+        "has fallen off the bus.",
         "XID",
         ("node12",),
         None,
@@ -129,7 +133,8 @@ BENIGN = [
     "dataloader stats: errors=0 retries=0",
     "NCCL WARN Connection closed by peer, retrying (1/5)... succeeded",
     "CUDA error: transient ECC event recovered",
-    " iteration      100/  500000 | lm loss: 2.345678E+00 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    " iteration      100/  500000 | lm loss: 2.345678E+00 | number of skipped iterations:   0 | "
+    "number of nan iterations:   0 |",
     "{'loss': 1.2345, 'grad_norm': 0.5, 'learning_rate': 4.9e-05, 'epoch': 0.5}",
     "nan_to_num applied to embeddings",
     "training started",
@@ -170,7 +175,8 @@ def test_benign_look_alikes_are_not_crashes(line):
         ),
         ("[Torch] Checkpoint global_step500 is ready now!", "saved", "deepspeed", 500, None),
         (
-            "[INFO] [engine.py:3587:_save_checkpoint] Saving model checkpoint: /p/global_step500/mp_rank_00_model_states.pt",
+            "[INFO] [engine.py:3587:_save_checkpoint] Saving model checkpoint: "
+            "/p/global_step500/mp_rank_00_model_states.pt",
             "saved",
             "deepspeed",
             500,
@@ -184,7 +190,8 @@ def test_benign_look_alikes_are_not_crashes(line):
             "/p/global_step500/mp_rank_00_model_states.pt",
         ),
         (
-            "Epoch 3, global step 1200: 'val_loss' reached 0.28 (best 0.28), saving model to '/p/epoch=3-step=1200.ckpt' as top 1",
+            "Epoch 3, global step 1200: 'val_loss' reached 0.28 (best 0.28), saving model to "
+            "'/p/epoch=3-step=1200.ckpt' as top 1",
             "saved",
             "lightning",
             1200,
@@ -200,7 +207,8 @@ def test_benign_look_alikes_are_not_crashes(line):
         ("Saving model checkpoint to /out/checkpoint-500", "saved", "hf_trainer", 500, "/out/checkpoint-500"),
         ("Loading model from /out/checkpoint-500.", "loaded", "hf_trainer", 500, "/out/checkpoint-500"),
         (
-            "[rank0]:2026-01-01 00:00:00,000 - root - INFO - Finished saving the checkpoint (or staging if async is enabled)in 1.23 seconds.",
+            "[rank0]:2026-01-01 00:00:00,000 - root - INFO - Finished saving the checkpoint (or "
+            "staging if async is enabled)in 1.23 seconds.",
             "saved",
             "torchtitan",
             None,
@@ -238,7 +246,8 @@ def test_checkpoint_failure_is_a_crash_not_a_checkpoint():
         ("Epoch 0:   0%|          | 0/1000 [00:00<?, ?it/s]", PRETRAINING, None),
         ("[rank0]:2026-01-01 00:00:00,000 - root - INFO - Training starts at step 1.", PRETRAINING, 1),
         (
-            " [2026-11-30 02:34:15] iteration      100/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.3E+00 |",
+            " [2026-11-30 02:34:15] iteration      100/  500000 | consumed samples: 12800 | elapsed "
+            "time per iteration (ms): 1234.5 | lm loss: 2.3E+00 |",
             TRAININGLOOP,
             100,
         ),
@@ -246,7 +255,8 @@ def test_checkpoint_failure_is_a_crash_not_a_checkpoint():
         ("Epoch 1:  45%|████▌     | 450/1000 [01:23<01:40,  5.41it/s, v_num=0]", TRAININGLOOP, 450),
         ("Epoch 0: :  45%|████▌     | 450/1000 [01:23<01:40, reduced_train_loss=2.3]", TRAININGLOOP, 450),
         (
-            "[rank0]:2026-01-01 00:00:00,000 - root - INFO - step:  10  loss:  7.9123  memory: 30.12GiB(38.06%)  tps: 1,234  mfu: 22.82%",
+            "[rank0]:2026-01-01 00:00:00,000 - root - INFO - step:  10  loss:  7.9123  memory: "
+            "30.12GiB(38.06%)  tps: 1,234  mfu: 22.82%",
             TRAININGLOOP,
             10,
         ),

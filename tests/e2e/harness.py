@@ -1,4 +1,5 @@
-"""What the lab end-to-end tests share: APS batch scripts, a real worker (in-process or a `recovery worker` process), polling."""
+"""What the lab end-to-end tests share: APS batch scripts, a real worker (in-process or a `recovery worker`
+process), polling."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def lab_context(ctx: AppContext, environment: str, **changes: object) -> AppCont
         environment=environment, acknowledge_scheduler_actions=True, poll_interval=0.3, lease_seconds=3.0
     )
     values.update(changes)
-    return AppContext(settings=dataclasses.replace(ctx.settings, **values), engine=ctx.engine, sessions=ctx.sessions)  # type: ignore[arg-type]
+    settings = dataclasses.replace(ctx.settings, **values)  # type: ignore[arg-type]
+    return AppContext(settings=settings, engine=ctx.engine, sessions=ctx.sessions)
 
 
 @contextlib.asynccontextmanager

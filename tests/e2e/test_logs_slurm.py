@@ -38,10 +38,13 @@ ITERATION = 'echo "[$(ts)] iteration $1/  100 | elapsed time per iteration (ms):
 SAVED = 'echo "[$(ts)]   successfully saved checkpoint from iteration     1 to /ckpt/run [ t 1/1, p 1/1 ]"'
 LOADED = 'echo "[$(ts)]   successfully loaded checkpoint from /ckpt/run [ t 1/1, p 1/1 ] at iteration 1"'
 CRASH = 'echo "[$(ts)] RuntimeError: CUDA error: an illegal memory access was encountered"'
-XID = 'echo "$(date "+%b %e %H:%M:%S") node2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."'
+XID = (
+    'echo "$(date "+%b %e %H:%M:%S") node2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, '
+    'name=python, GPU has fallen off the bus."'
+)
 
 
-def comment(workflow: str, **extra) -> str:  # type: ignore[no-untyped-def]
+def comment(workflow: str, **extra) -> str:
     body = {
         "workflow_id": workflow,
         "environment": "test-env",
@@ -145,7 +148,7 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(ctx: AppContext, slurm_lab: SlurmLab):  # type: ignore[no-untyped-def]
+async def stack(ctx: AppContext, slurm_lab: SlurmLab):
     log_dir = slurm_lab.test_dir() / f"logs-{uuid.uuid4().hex[:6]}"
     log_dir.mkdir(parents=True)
     built = Stack(ctx, slurm_lab, log_dir)
@@ -213,7 +216,8 @@ async def test_shared_append_file_with_label_and_time_across_a_requeue(stack: St
             'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
             f"  {PRETRAIN}; step 1; {SAVED}; {CRASH}",  # attempt 0: source timestamps only
             "else",
-            # attempt 1: a slurm_job_attempt label on each line (the syslog-style Xid line has no year, the label decides)
+            # attempt 1: a slurm_job_attempt label on each line (the syslog-style Xid line has no year, the label
+            # decides)
             f'  {{ {LOADED}; {XID}; }} | sed "s/^/slurm_job_attempt=${{SLURM_RESTART_COUNT}} /"',
             "fi",
             "sleep 300",
@@ -247,8 +251,11 @@ async def test_silent_job_raises_no_progress_and_a_printing_one_does_not(stack: 
         anomaly = await session.scalar(
             select(Anomaly).join(Attempt, Attempt.id == Anomaly.attempt_id).where(Attempt.slurm_job_id == silent)
         )
+    assert anomaly is not None
     assert anomaly.kind == "NO_PROGRESS" and anomaly.category == "NO_OUTPUT_TRAININGLOOP"
+    assert anomaly is not None
     last_output = dt.datetime.fromisoformat(anomaly.details["lastOutputAt"])
+    assert anomaly is not None
     delay = (anomaly.detected_at - last_output).total_seconds()
     assert 5 + 2 <= delay <= 5 + 2 + 5, delay  # shortly after threshold + query delay
     until = time.monotonic() + 10

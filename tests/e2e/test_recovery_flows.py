@@ -56,7 +56,7 @@ async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContex
             "DESIRED_STATE_OBSERVED",
         )
 
-        async def second_completed():  # type: ignore[no-untyped-def]
+        async def second_completed():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].state == "COMPLETED" and found
 
@@ -94,7 +94,7 @@ async def test_act_without_the_ceiling_stays_observe_and_touches_nothing(ctx: Ap
     async with running_worker(wctx, slurm_lab):
         job_id = slurm_lab.submit(batch_script(policy_comment(env, mode="act"), "sleep 1; exit 1"))
 
-        async def not_authorized():  # type: ignore[no-untyped-def]
+        async def not_authorized():
             found = await advice_list(wctx, job_id)
             return found and found[0].disposition_reason == "NOT_AUTHORIZED" and found[0]
 
@@ -121,7 +121,7 @@ async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, s
         )  # as the watcher would
         advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
 
-        async def second_placed():  # type: ignore[no-untyped-def]
+        async def second_placed():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].nodes and found[1]
 
@@ -141,7 +141,7 @@ async def test_hung_job_is_ended_by_requeue_hold_and_requeued(ctx: AppContext, s
         await add_anomaly(wctx, job_id, kind="NO_PROGRESS", category="no_output", key=f"hang-{uuid.uuid4().hex}")
         advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
 
-        async def second_ran():  # type: ignore[no-untyped-def]
+        async def second_ran():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} and found
 

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from app.audit.models import AuditEvent
 from app.context import AppContext
-from app.domain.policy import DEFAULT_ANOMALY_DETECTION_CONFIG
+from app.domain.policy import AnomalyDetectionConfig
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
@@ -25,7 +25,7 @@ def effective_policy(*, shared: bool = False, **detection: Any) -> dict[str, Any
         "auto_resume_mode": "requeue",
         "max_requeue_times": 3,
         "log_file_paths_shared_across_attempts": shared,
-        "anomaly_detection_config": {**DEFAULT_ANOMALY_DETECTION_CONFIG, **detection},
+        "anomaly_detection_config": {**AnomalyDetectionConfig().to_dict(), **detection},
     }
 
 

@@ -92,7 +92,7 @@ windows_strategy = st.lists(
 
 
 @given(windows=windows_strategy, label=st.none() | st.integers(0, 6), stamp=st.none() | st.integers(-100, 2000))
-def test_decisions_only_name_registered_attempts_by_a_stated_rule(windows, label, stamp) -> None:  # type: ignore[no-untyped-def]
+def test_decisions_only_name_registered_attempts_by_a_stated_rule(windows, label, stamp) -> None:
     now = at(1500)
     decision = attribute_shared_event(
         label=label, source_time=None if stamp is None else at(stamp), windows=windows, now=now

@@ -7,7 +7,7 @@ from app.domain.slowdown import BASELINE_SAMPLES, SlowdownState, observe, rate_o
 T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.UTC)
 
 
-def feed(state, values, seconds, *, attempt=1, duration=60.0):  # type: ignore[no-untyped-def]
+def feed(state, values, seconds, *, attempt=1, duration=60.0):
     return observe(
         state,
         attempt_id=attempt,

@@ -10,7 +10,7 @@ from app.jobs import service as jobs
 from app.jobs.models import Policy, Workflow
 
 
-def _registration(**kw):  # type: ignore[no-untyped-def]
+def _registration(**kw):
     base = dict(
         cluster="c1",
         slurm_job_id=42,
@@ -27,7 +27,7 @@ def _registration(**kw):  # type: ignore[no-untyped-def]
     return jobs.JobRegistration(**base)
 
 
-async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None:
     async with sessions() as session, session.begin():
         job = await jobs.register_job(session, registration=_registration())
         a0 = await jobs.create_attempt(
@@ -62,7 +62,7 @@ async def test_enrolled_job_gets_workflow_policy_and_history(sessions) -> None: 
     assert ids == sorted(ids)
 
 
-async def test_unchanged_update_writes_nothing(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_unchanged_update_writes_nothing(sessions) -> None:
     async with sessions() as session, session.begin():
         job = await jobs.register_job(session, registration=_registration())
         attempt = await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING")
@@ -73,7 +73,7 @@ async def test_unchanged_update_writes_nothing(sessions) -> None:  # type: ignor
         assert await feed_queries.latest_id(session) == before
 
 
-async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None:
     async with sessions() as session, session.begin():
         job = await jobs.register_job(
             session,
@@ -88,7 +88,7 @@ async def test_rejected_job_has_no_workflow_but_keeps_reason(sessions) -> None: 
         assert (await job_queries.current_jobs(session, cluster="c1"))[42].enrolment == "ENVIRONMENT_MISMATCH"
 
 
-async def test_retired_job_is_no_longer_current(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_retired_job_is_no_longer_current(sessions) -> None:
     async with sessions() as session, session.begin():
         old = await jobs.register_job(session, registration=_registration())
         await jobs.retire_job(session, job=old, reason="submit time differs")

@@ -7,14 +7,14 @@ from app.db import utcnow
 from app.leases import service as leases
 
 
-async def test_only_one_holder(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_only_one_holder(sessions) -> None:
     results = await asyncio.gather(
         *(leases.try_acquire(sessions, name="worker:test", holder=f"w{i}", seconds=30) for i in range(5))
     )
     assert sum(r.held for r in results) == 1
 
 
-async def test_renewal_and_takeover_after_expiry(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_renewal_and_takeover_after_expiry(sessions) -> None:
     now = utcnow()
     first = await leases.try_acquire(sessions, name="worker:test", holder="a", seconds=10, now=now)
     assert first.held and first.epoch == 1
@@ -32,7 +32,7 @@ async def test_renewal_and_takeover_after_expiry(sessions) -> None:  # type: ign
     assert taken.held and taken.epoch == 2
 
 
-async def test_release_lets_another_take_over_at_once(sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_release_lets_another_take_over_at_once(sessions) -> None:
     assert (await leases.try_acquire(sessions, name="worker:test", holder="a", seconds=60)).held
     await leases.release(sessions, name="worker:test", holder="a")
     assert (await leases.try_acquire(sessions, name="worker:test", holder="b", seconds=60)).held

@@ -11,7 +11,10 @@ from app.domain import chunkscan
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.logs.reader import FilePosition, LogTailer
 
-ITER = " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time per iteration (ms): 1000.{i} | lm loss: 2.0E+00 |\n"
+ITER = (
+    " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time "
+    "per iteration (ms): 1000.{i} | lm loss: 2.0E+00 |\n"
+)
 ENGINES = ["python"] + (["hyperscan"] if chunkscan.HYPERSCAN_AVAILABLE else [])
 
 

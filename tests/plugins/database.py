@@ -107,7 +107,7 @@ def sessions(database: Database) -> async_sessionmaker[AsyncSession]:
 
 
 @pytest.fixture
-def settings(database: Database, tmp_path) -> Settings:  # type: ignore[no-untyped-def]
+def settings(database: Database, tmp_path) -> Settings:
     """Settings pointing at the current backend's database."""
     return Settings.build(database_url=database.url, data_dir=str(tmp_path), cluster="test", environment="test-env")
 

@@ -242,7 +242,7 @@ def start_oidc_provider(workdir: Path, *, env: dict[str, str] | None = None, att
     node = _check_node()
     workdir.mkdir(parents=True, exist_ok=True)
     last_log = ""
-    for attempt in range(attempts):
+    for attempt in range(attempts):  # noqa: B007 - the error message names the last try
         port = _free_port()
         keys = [new_signing_key()]
         keys_file = workdir / f"keys-{port}.json"

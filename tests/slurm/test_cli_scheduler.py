@@ -99,6 +99,7 @@ async def test_failed_job_is_requeued_held_excluded_and_released(slurm_lab: Slur
     await scheduler.cancel(job_id)
     slurm_lab.wait_state(job_id, "CANCELLED")
     ended = (await scheduler.list_jobs()).get(job_id)
+    assert ended is not None
     assert ended.state == "CANCELLED" and ended.end_time is not None
 
     history = await scheduler.job_history(job_id)
@@ -155,6 +156,7 @@ async def test_actions_on_a_finished_job(slurm_lab: SlurmLab, scheduler: CliSche
     with pytest.raises(JobStateConflict):
         await scheduler.release(job_id)
     lookup = await scheduler.lookup_job(job_id)
+    assert lookup.job is not None
     assert lookup.found and lookup.job.state == "COMPLETED" and lookup.job.exit_code == 0
     assert lookup.last_record is not None and lookup.last_record.state == "COMPLETED"
 
@@ -234,7 +236,8 @@ async def test_job_history_without_any_accounting_is_none(tmp_path: Path) -> Non
     _fake_tool(
         tmp_path,
         "sacct",
-        "case \"$*\" in *-c*) echo 'Slurm job completion is disabled' >&2; exit 1;; esac; echo 'Slurm accounting storage is disabled' >&2; exit 1",
+        "case \"$*\" in *-c*) echo 'Slurm job completion is disabled' >&2; exit 1;; esac; echo "
+        "'Slurm accounting storage is disabled' >&2; exit 1",
     )
     assert await CliScheduler(bin_dir=str(tmp_path), timeout=5).job_history(7) is None
 
@@ -244,7 +247,8 @@ async def test_partition_nodes_fall_back_to_plain_sinfo_without_json(tmp_path: P
     _fake_tool(
         tmp_path,
         "sinfo",
-        f'echo "$*" >> {calls}; case "$*" in *--json*) echo "sinfo: unrecognized option \'--json\'" >&2; exit 1;; esac; printf \'gpu2\\ngpu1\\n\'',
+        f'echo "$*" >> {calls}; case "$*" in *--json*) echo "sinfo: unrecognized option \'--json\'" '
+        f">&2; exit 1;; esac; printf 'gpu2\\ngpu1\\n'",
     )
     assert await CliScheduler(bin_dir=str(tmp_path), timeout=5).partition_nodes("gpu") == ("gpu1", "gpu2")
     assert calls.read_text().splitlines() == ["--json", "-h -a -N -p gpu -o %N"]

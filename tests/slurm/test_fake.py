@@ -16,10 +16,12 @@ async def test_fake_requeue_hold_exclude_release_cycle() -> None:
     fake.finish(7, "FAILED", exit_code=1)
     await fake.requeue_hold(7)
     held = (await fake.list_jobs()).get(7)
+    assert held is not None
     assert held.state == "PENDING" and held.held and held.restart_count == 1 and held.priority == 0
     await fake.set_excluded_nodes(7, ["node1"])
     await fake.release(7)
     released = (await fake.list_jobs()).get(7)
+    assert released is not None
     assert not released.held and released.excluded_nodes == ("node1",)
     history = await fake.job_history(7)
     assert [(r.attempt, r.state, r.exit_code) for r in history] == [(0, "FAILED", 1)]
@@ -52,6 +54,7 @@ async def test_fake_cancel_and_lookup() -> None:
     await fake.cancel(3)
     await fake.cancel(3)  # already ended: no error, as scancel
     lookup = await fake.lookup_job(3)
+    assert lookup.job is not None
     assert lookup.job.state == "CANCELLED" and lookup.history is None and lookup.found
     fake.remove(3)
     assert not (await fake.lookup_job(3)).found

@@ -83,7 +83,7 @@ def test_every_reference_job_listing_parses(path: Path) -> None:
     snapshot = parse_snapshot(raw)
     assert snapshot.problems == ()
     assert [job.job_id for job in snapshot.jobs] == [record["job_id"] for record in records]
-    for job, record in zip(snapshot.jobs, records):
+    for job, record in zip(snapshot.jobs, records, strict=True):
         assert job.state in KNOWN_STATES, job.state
         assert job.restart_count == record["restart_cnt"]
         assert job.comment == record["comment"]
@@ -348,7 +348,10 @@ def test_sacct_pipe_from_jobcomp_merges_requeue_lines() -> None:
 
 
 def test_sacct_pipe_edge_cases() -> None:
-    text = "JobID|State|ExitCode|NodeList|Start|End\n5_1|CANCELLED by 0|0:15|None assigned|Unknown|Unknown\n5_1.batch|CANCELLED|0:15|n1|Unknown|Unknown\n"
+    text = (
+        "JobID|State|ExitCode|NodeList|Start|End\n5_1|CANCELLED by 0|0:15|None "
+        "assigned|Unknown|Unknown\n5_1.batch|CANCELLED|0:15|n1|Unknown|Unknown\n"
+    )
     [record] = parse_sacct_pipe(text)
     assert (record.job_id, record.state, record.exit_signal, record.start) == (5, "CANCELLED", 15, None)
     assert parse_sacct_pipe("") == []
@@ -361,7 +364,7 @@ def test_sacct_json_2205_exit_codes_are_not_trusted() -> None:
     assert [(r.attempt, r.state, r.nodes) for r in records] == [(0, "REQUEUED", ("node1",)), (1, "FAILED", ("node2",))]
     assert all(r.exit_code is None for r in records)  # 22.05 says SUCCESS/0 even for `exit 1`
     assert records[1].reason == "BeginTime"
-    assert "a|b" in records[0].comment
+    assert "a|b" in (records[0].comment or "")
 
 
 def test_sacct_json_newer_versions() -> None:

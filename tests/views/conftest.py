@@ -37,7 +37,7 @@ class StubVerifier:
 
 @pytest.fixture
 def stub_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("views.auth.make_verifier", lambda settings: StubVerifier())
+    monkeypatch.setattr("app.context.process_authenticator", lambda settings: StubVerifier())
 
 
 def dashboard_settings(settings: Settings, **overrides: Any) -> Settings:

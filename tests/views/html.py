@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import Any
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -12,8 +13,8 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 @dataclass
 class Node:
     tag: str
-    attrs: dict[str, str | None] = field(default_factory=dict)
-    children: list[Node | str] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)  # str, or None for a valueless attribute
+    children: list[Any] = field(default_factory=list)  # Node or str
     parent: Node | None = None
 
     def iter(self) -> Iterator[Node]:
@@ -22,7 +23,7 @@ class Node:
                 yield child
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, **attrs: str) -> list[Node]:
+    def find_all(self, tag: str | None = None, **attrs: str | bool) -> list[Node]:
         """Descendants with this tag whose attributes equal (or, for class, contain) the given values."""
         found = []
         for node in self.iter():
@@ -35,14 +36,14 @@ class Node:
                 if name == "class":
                     ok = have is not None and value in have.split()
                 else:
-                    ok = have == value or (value is True and name in node.attrs)  # type: ignore[comparison-overlap]
+                    ok = have == value or (value is True and name in node.attrs)
                 if not ok:
                     break
             if ok:
                 found.append(node)
         return found
 
-    def find(self, tag: str | None = None, **attrs: str) -> Node:
+    def find(self, tag: str | None = None, **attrs: str | bool) -> Node:
         found = self.find_all(tag, **attrs)
         assert found, f"no <{tag}> with {attrs}"
         return found[0]

@@ -1,4 +1,5 @@
-"""Audit Events: job box (job or job/attempt, attempt 0 included), exact filters, first page on apply/reset, shareable URL."""
+"""Audit Events: job box (job or job/attempt, attempt 0 included), exact filters, first page on apply/reset,
+shareable URL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tests.views.html import parse
 from tests.views.seed import T0, seed_history
 
 
-async def _many_events(sessions, count: int) -> None:  # type: ignore[no-untyped-def]
+async def _many_events(sessions, count: int) -> None:
     async with sessions() as session, session.begin():
         for i in range(count):
             await audit.record(
@@ -29,7 +30,7 @@ def _event_ids(html: str) -> list[str]:
     return [tr.attrs["data-event-id"] for tr in parse(html).find_all("tr", data_event_id=True)]
 
 
-async def test_job_box_selects_all_attempts_or_one_attempt_including_zero(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_job_box_selects_all_attempts_or_one_attempt_including_zero(viewer, sessions) -> None:
     await seed_history(sessions)
     every = parse((await viewer.get("/dashboard/audit?job=4242")).text)
     attempts = {a.text.split("/")[1] for a in every.by_id("audit-results").find_all("a") if "/" in a.text}
@@ -40,7 +41,7 @@ async def test_job_box_selects_all_attempts_or_one_attempt_including_zero(viewer
     assert zero.find("input", type="text").attrs["value"] == "4242/0"
 
 
-async def test_exact_event_type_component_and_level_filters(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_exact_event_type_component_and_level_filters(viewer, sessions) -> None:
     await seed_history(sessions)
     doc = parse(
         (await viewer.get("/dashboard/audit?event_type=reconciliation.converged&component=controller&level=INFO")).text
@@ -52,7 +53,7 @@ async def test_exact_event_type_component_and_level_filters(viewer, sessions) ->
     assert [c.text for c in errors.find_all("code")] == ["anomaly.detected"]
 
 
-async def test_time_range_filter(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_time_range_filter(viewer, sessions) -> None:
     await _many_events(sessions, 10)
     ids = _event_ids(
         (await viewer.get("/dashboard/audit?job=555&from=2025-03-01T08:00:03&to=2025-03-01T08:00:06Z")).text
@@ -60,11 +61,12 @@ async def test_time_range_filter(viewer, sessions) -> None:  # type: ignore[no-u
     assert len(ids) == 3
 
 
-async def test_bad_filters_show_errors_next_to_the_field_not_a_500(viewer) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_filters_show_errors_next_to_the_field_not_a_500(viewer) -> None:
     response = await viewer.get("/dashboard/audit?job=12x/0&level=LOUD&from=yesterday")
     assert response.status_code == 200
     doc = parse(response.text)
     job_label = doc.find("input", type="text").parent
+    assert job_label is not None
     assert (
         "invalid" in job_label.attrs["class"]
         and "expected a job id or job_id/attempt_index" in job_label.find("span", class_="field-error").text
@@ -75,12 +77,13 @@ async def test_bad_filters_show_errors_next_to_the_field_not_a_500(viewer) -> No
     assert forged.status_code == 200 and "showing the first page" in forged.text
 
 
-async def test_pagination_next_previous_and_filters_restart_at_first_page(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_pagination_next_previous_and_filters_restart_at_first_page(viewer, sessions) -> None:
     await _many_events(sessions, 120)
     first = parse((await viewer.get("/dashboard/audit?component=collector")).text)
     first_ids = [tr.attrs["data-event-id"] for tr in first.find_all("tr", data_event_id=True)]
     assert len(first_ids) == 50 and first.find("p", class_="page-info").attrs["data-first-page"] == "yes"
     next_href = first.by_id("audit-next").attrs["href"]
+    assert next_href is not None
     assert next_href.startswith("/dashboard/audit?") and "component=collector" in next_href and "after=" in next_href
     second = parse((await viewer.get(next_href)).text)
     second_ids = [tr.attrs["data-event-id"] for tr in second.find_all("tr", data_event_id=True)]
@@ -95,7 +98,7 @@ async def test_pagination_next_previous_and_filters_restart_at_first_page(viewer
     assert second.by_id("audit-reset").attrs["href"] == "/dashboard/audit"
 
 
-async def test_oldest_first_order(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_oldest_first_order(viewer, sessions) -> None:
     await _many_events(sessions, 5)
     newest = _event_ids((await viewer.get("/dashboard/audit?job=555")).text)
     oldest = _event_ids((await viewer.get("/dashboard/audit?job=555&order=oldest")).text)

@@ -1,4 +1,5 @@
-"""Live updates: the change feed filtered per page becomes small SSE "changed" events; streams per session are bounded."""
+"""Live updates: the change feed filtered per page becomes small SSE "changed" events; streams per session
+are bounded."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ def test_stream_limiter_bounds_streams_per_session() -> None:
 
 
 def test_feed_match_filters_by_page() -> None:
-    entry = lambda **kw: SimpleNamespace(
-        **({"topic": "attempt", "workflow_id": None, "cluster": "c", "slurm_job_id": None} | kw)
-    )  # noqa: E731
+    def entry(**kw: object) -> SimpleNamespace:
+        return SimpleNamespace(**({"topic": "attempt", "workflow_id": None, "cluster": "c", "slurm_job_id": None} | kw))
+
     job = FeedMatch(frozenset({"attempt", "advice"}), slurm_job_id=7)
     assert (
         job(entry(slurm_job_id=7))
@@ -54,7 +55,7 @@ async def _update_state(sessions: Any, attempt_id: int, state: str) -> None:
         await jobs.update_attempt(session, attempt=attempt, state=state)
 
 
-async def test_changes_yields_only_for_the_pages_job(sessions, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_changes_yields_only_for_the_pages_job(sessions, settings) -> None:
     seeded = await seed_history(sessions)
     other = await seed_history(sessions, slurm_job_id=9000)
     stream = changes(
@@ -99,7 +100,7 @@ async def _read_events(response: httpx.Response, wanted: str, timeout: float = 1
 
 async def test_sse_stream_over_real_http_sends_changed_and_bounds_streams(
     database, settings, stub_tokens, sessions
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     seeded = await seed_history(sessions)
     configured = dashboard_settings(settings)
     app = create_app(

@@ -15,7 +15,7 @@ from tests.views.html import parse
 pytestmark = [pytest.mark.oidc, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
 
 
-def _app(oidc_provider, database, settings):  # type: ignore[no-untyped-def]
+def _app(oidc_provider, database, settings):
     configured = oidc_provider.settings(
         database_url=database.url,
         data_dir=settings.data_dir,
@@ -30,7 +30,7 @@ def _app(oidc_provider, database, settings):  # type: ignore[no-untyped-def]
 
 async def _login(
     client: httpx.AsyncClient, oidc_provider, username: str, next_path: str = "/dashboard/advice"
-) -> httpx.Response:  # type: ignore[no-untyped-def]
+) -> httpx.Response:
     start = await client.get("/dashboard/auth/login", params={"next": next_path})
     assert start.status_code == 302
     authorize = start.headers["location"]
@@ -45,7 +45,7 @@ async def _login(
     return await client.get(callback.replace("http://127.0.0.1:8000", ""))
 
 
-async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider, database, settings) -> None:
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         anonymous = await client.get("/dashboard/advice")
@@ -69,7 +69,7 @@ async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider,
         assert (await client.get("/dashboard/advice")).status_code == 303
 
 
-async def test_viewer_login_has_no_operator_role(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_viewer_login_has_no_operator_role(oidc_provider, database, settings) -> None:
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         await _login(client, oidc_provider, "vera", "/dashboard/workflow")
@@ -77,7 +77,7 @@ async def test_viewer_login_has_no_operator_role(oidc_provider, database, settin
         assert page.find("span", class_="roles").text == "viewer"
 
 
-async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider, database, settings) -> None:
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         response = await client.get("/dashboard/auth/callback?code=abc&state=forged")
@@ -86,7 +86,7 @@ async def test_callback_with_a_forged_state_is_explained_not_a_500(oidc_provider
         assert denied.status_code == 400 and "access_denied" in denied.text
 
 
-async def test_bearer_token_from_the_provider_works_on_dashboard_routes(oidc_provider, database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_bearer_token_from_the_provider_works_on_dashboard_routes(oidc_provider, database, settings) -> None:
     app = _app(oidc_provider, database, settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as client:
         ok = await client.get(

@@ -10,7 +10,7 @@ from tests.views.html import parse
 from tests.views.seed import registration, seed_history
 
 
-async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     page = await viewer.get("/dashboard/workflow")
     assert page.status_code == 200
@@ -30,24 +30,24 @@ async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_adv
     assert "environment 'prod' is not 'test-env'" in refused.text and str(seeded.refused_job_id) in refused.text
 
 
-async def test_dashboard_root_redirects_to_overview(viewer) -> None:  # type: ignore[no-untyped-def]
+async def test_dashboard_root_redirects_to_overview(viewer) -> None:
     response = await viewer.get("/dashboard/", follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/dashboard/workflow"
 
 
-async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:  # type: ignore[no-untyped-def]
+async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:
     doc = parse((await viewer.get("/dashboard/workflow")).text)
     empty = doc.by_id("empty-state")
     assert "No enrolled jobs yet" in empty.text
     directives = empty.find("pre").text
     assert "#SBATCH --requeue" in directives
     assert (
-        '#SBATCH --comment=\'{"APS":{"workflow_id":"training-example","environment":"test-env","mode":"observe","auto_resume_mode":"requeue","max_requeue_times":1}}\''
-        in empty.find("pre").children[0]
+        '#SBATCH --comment=\'{"APS":{"workflow_id":"training-example","environment":"test-env","mode":"observe",'
+        '"auto_resume_mode":"requeue","max_requeue_times":1}}\'' in empty.find("pre").children[0]
     )
 
 
-async def test_overview_filters_and_failed_only(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_overview_filters_and_failed_only(viewer, sessions) -> None:
     await seed_history(sessions)
     async with sessions() as session, session.begin():
         job = await jobs.register_job(session, registration=registration(777, workflow_key="healthy-run", name="bert"))
@@ -65,7 +65,7 @@ async def test_overview_filters_and_failed_only(viewer, sessions) -> None:  # ty
     assert fragment.text.lstrip().startswith('<section id="workflow-live"') and "<html" not in fragment.text
 
 
-async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     doc = parse((await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")).text)
     rows = doc.find("table", class_="attempts").find_all("tr", data_attempt=True)
@@ -78,7 +78,7 @@ async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions)
     assert (await viewer.get("/dashboard/workflow/999999")).status_code == 404
 
 
-async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     response = await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")
     assert response.status_code == 200
@@ -115,7 +115,7 @@ async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewe
     assert as_json.headers["content-type"].startswith("application/json") and as_json.json() == payload
 
 
-async def test_attempt_deep_links_by_index_and_uuid(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_attempt_deep_links_by_index_and_uuid(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     by_uuid = parse((await viewer.get(f"/dashboard/attempts/{seeded.attempt_uuids[1]}")).text)
     assert "attempt 1" in by_uuid.find("h1").text
@@ -128,13 +128,13 @@ async def test_attempt_deep_links_by_index_and_uuid(viewer, sessions) -> None:  
     assert unknown_job.status_code == 404 and "No job 31337 is recorded" in parse(unknown_job.text).find("main").text
 
 
-async def test_refused_job_page_says_why(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_refused_job_page_says_why(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.refused_job_id}")).text)
     assert "Not enrolled: environment 'prod' is not 'test-env'" in doc.find("p", class_="reason").text
 
 
-async def test_timeline_page_has_svg_rows_for_every_attempt(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_timeline_page_has_svg_rows_for_every_attempt(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline")).text)
     svg = doc.find("svg", class_="timeline")
@@ -147,7 +147,7 @@ async def test_timeline_page_has_svg_rows_for_every_attempt(viewer, sessions) ->
     assert doc.find(None, sse_connect=f"/dashboard/live?view=attempt&job={seeded.slurm_job_id}")
 
 
-async def test_audit_views_disabled_say_so(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_audit_views_disabled_say_so(database, settings, stub_tokens, sessions) -> None:
     seeded = await seed_history(sessions)
     async with await open_client(database, dashboard_settings(settings, audit_views_enabled=False)) as client:
         for path in ("/dashboard/audit", f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline"):
@@ -162,12 +162,12 @@ async def test_audit_views_disabled_say_so(database, settings, stub_tokens, sess
         assert "Audit Events" not in details.find("header").text
 
 
-async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, sessions) -> None:
     seeded = await seed_history(sessions)
     async with await open_client(database, dashboard_settings(settings, url_prefix="/mc/recovery")) as client:
         doc = parse((await client.get("/mc/recovery/dashboard/workflow")).text)
         hrefs = [a.attrs["href"] for a in doc.find_all("a") if a.attrs.get("href")]
-        srcs = [s.attrs["src"] for s in doc.find_all("script")] + [l.attrs["href"] for l in doc.find_all("link")]
+        srcs = [s.attrs["src"] for s in doc.find_all("script")] + [link.attrs["href"] for link in doc.find_all("link")]
         assert hrefs and all(h.startswith("/mc/recovery/") for h in hrefs), hrefs
         assert all(s.startswith("/mc/recovery/static/") for s in srcs)
         assert f"/mc/recovery/dashboard/workflow/{seeded.workflow_id}" in hrefs

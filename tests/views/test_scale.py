@@ -22,7 +22,7 @@ WORKFLOWS = 10_000
 def count_statements(engine: Any) -> Iterator[list[str]]:
     statements: list[str] = []
 
-    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def before(conn, cursor, statement, parameters, context, executemany):
         statements.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", before)
@@ -134,7 +134,7 @@ async def _bulk_workflows(sessions: Any, count: int) -> None:
         )
 
 
-async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(viewer, sessions, database) -> None:  # type: ignore[no-untyped-def]
+async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(viewer, sessions, database) -> None:
     await _bulk_workflows(sessions, WORKFLOWS)
     await viewer.get("/dashboard/workflow")  # warm caches (template compile, first connection)
     with count_statements(database.engine) as statements:
@@ -152,14 +152,15 @@ async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(
     with count_statements(database.engine) as statements:
         deep = await viewer.get(href)
     assert len(statements) == first_count
-    # keyset: the deep page seeks past the cursor's (updated_at, id); SQLite renders an always-zero OFFSET, so look for the seek
+    # keyset: the deep page seeks past the cursor's (updated_at, id); SQLite renders an always-zero OFFSET, so look for
+    # the seek
     assert "(workflows.updated_at, workflows.id) <" in statements[0]
     failed_only = parse((await viewer.get("/dashboard/workflow?failed=1")).text)
     assert all(int(r.attrs["data-workflow"][3:]) % 7 == 0 for r in failed_only.find_all("tr", data_workflow=True))
     assert deep.status_code == 200
 
 
-async def test_workflow_and_details_pages_do_not_grow_statements_with_attempts(viewer, sessions, database) -> None:  # type: ignore[no-untyped-def]
+async def test_workflow_and_details_pages_do_not_grow_statements_with_attempts(viewer, sessions, database) -> None:
     small = await seed_history(sessions, slurm_job_id=1000)
     with count_statements(database.engine) as few:
         await viewer.get(f"/dashboard/workflow/{small.workflow_id}")

@@ -20,7 +20,7 @@ from tests.views.seed import seed_history
 PUBLIC = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/logout"}
 
 
-def _pages(seeded) -> list[str]:  # type: ignore[no-untyped-def]
+def _pages(seeded) -> list[str]:
     j = seeded.slurm_job_id
     return [
         "/dashboard/workflow",
@@ -36,7 +36,7 @@ def _pages(seeded) -> list[str]:  # type: ignore[no-untyped-def]
     ]
 
 
-async def test_pages_send_csp_and_contain_no_inline_script_or_style(operator, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_pages_send_csp_and_contain_no_inline_script_or_style(operator, sessions) -> None:
     seeded = await seed_history(sessions)
     for path in _pages(seeded):
         response = await operator.get(path)
@@ -51,7 +51,7 @@ async def test_pages_send_csp_and_contain_no_inline_script_or_style(operator, se
         assert not re.search(r"hx-on|javascript:", response.text), path
 
 
-def _dashboard_routes(app) -> list[tuple[str, set[str]]]:  # type: ignore[no-untyped-def]
+def _dashboard_routes(app) -> list[tuple[str, set[str]]]:
     found = []
     for route in app.routes:
         if isinstance(route, Mount) and route.path == "/dashboard":
@@ -61,7 +61,7 @@ def _dashboard_routes(app) -> list[tuple[str, set[str]]]:  # type: ignore[no-unt
     return found
 
 
-async def test_every_dashboard_route_refuses_anonymous_callers(anonymous, database, settings, stub_tokens) -> None:  # type: ignore[no-untyped-def]
+async def test_every_dashboard_route_refuses_anonymous_callers(anonymous, database, settings, stub_tokens) -> None:
     configured = dashboard_settings(settings)
     app = create_app(
         configured, ctx=AppContext(settings=configured, engine=database.engine, sessions=database.sessions)
@@ -103,7 +103,7 @@ async def test_every_dashboard_route_refuses_anonymous_callers(anonymous, databa
     assert forged.status_code == 401
 
 
-async def test_operator_actions_need_csrf_and_the_operator_role(database, settings, stub_tokens, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_operator_actions_need_csrf_and_the_operator_role(database, settings, stub_tokens, sessions) -> None:
     seeded = await seed_history(sessions)
     dev = dashboard_settings(settings, dev_no_auth=True)  # cookie-style session: CSRF applies
     app = create_app(dev, ctx=AppContext(settings=dev, engine=database.engine, sessions=database.sessions))
@@ -134,7 +134,7 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
     assert advice.review == "APPROVED" and advice.reviewed_by == "dev" and event.actor == "dev"
 
 
-async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, operator, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, operator, sessions) -> None:
     seeded = await seed_history(sessions)
     as_viewer = parse((await viewer.get("/dashboard/advice")).text)
     assert not as_viewer.find_all("form", method="post") or all(
@@ -156,7 +156,7 @@ async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, o
     assert unknown.status_code == 404
 
 
-async def test_dev_mode_shows_a_banner(database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_dev_mode_shows_a_banner(database, settings) -> None:
     async with await open_client(
         database, dashboard_settings(settings, dev_no_auth=True, oidc_issuer=""), token=None
     ) as client:
@@ -171,7 +171,7 @@ def test_login_next_is_local_only(target: str) -> None:
     assert safe_next(target) == (target if target.startswith("/dashboard") else None)
 
 
-async def test_session_cookie_is_scoped_httponly_lax_and_secure_on_https(database, settings) -> None:  # type: ignore[no-untyped-def]
+async def test_session_cookie_is_scoped_httponly_lax_and_secure_on_https(database, settings) -> None:
     dev = dashboard_settings(settings, dev_no_auth=True, oidc_issuer="")
     app = create_app(dev, ctx=AppContext(settings=dev, engine=database.engine, sessions=database.sessions))
     for base, secure in (("http://testserver", False), ("https://testserver", True)):

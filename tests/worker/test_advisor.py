@@ -30,7 +30,7 @@ def advisor(ctx: AppContext) -> Advisor:
 
 async def test_failed_attempt_gets_one_restart_advice_in_observe_without_the_ceiling(
     ctx, fake, observer, advisor
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     await advisor.tick()  # positions start before the failure
     await submit(observer, fake, 11)
     fake.finish(11, "FAILED", exit_code=1)
@@ -43,7 +43,7 @@ async def test_failed_attempt_gets_one_restart_advice_in_observe_without_the_cei
         1,
         0,
     )
-    assert advice.mode == "observe" and "ceiling" in advice.mode_reason
+    assert advice.mode == "observe" and "ceiling" in (advice.mode_reason or "")
     assert advice.active and advice.disposition == "PENDING" and advice.expires_at is not None
     [created] = await events(ctx, "advice.created")
     assert (
@@ -63,7 +63,7 @@ async def test_failed_attempt_gets_one_restart_advice_in_observe_without_the_cei
     assert advisor.decisions == decisions  # nothing new: no work, no scan
 
 
-async def test_ceiling_on_gives_act_mode(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_ceiling_on_gives_act_mode(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True)
     observer, advisor = Observer(ctx, fake), Advisor(ctx)
     await submit(observer, fake, 12)
@@ -74,7 +74,7 @@ async def test_ceiling_on_gives_act_mode(ctx, fake) -> None:  # type: ignore[no-
     assert advice.mode == "act" and advice.exclusions == ["node1"]  # the one node it ran on failed
 
 
-async def test_crash_line_then_failed_state_is_one_advice_one_generation(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_crash_line_then_failed_state_is_one_advice_one_generation(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 13)
     await advisor.tick()
     anomaly = await add_anomaly(ctx, 13, kind="CRASH")
@@ -90,7 +90,7 @@ async def test_crash_line_then_failed_state_is_one_advice_one_generation(ctx, fa
     assert len(await events(ctx, "advice.created")) == 1 and await events(ctx, "advice.updated") == []
 
 
-async def test_new_node_evidence_bumps_the_generation(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_new_node_evidence_bumps_the_generation(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 14)
     await advisor.tick()
     await add_anomaly(ctx, 14, kind="CRASH", node="node1", category="xid")
@@ -103,7 +103,7 @@ async def test_new_node_evidence_bumps_the_generation(ctx, fake, observer, advis
     assert updated.payload["previous"]["exclusions"] == ["node1"] and updated.payload["generation"] == 2
 
 
-async def test_retry_limit_terminates_with_the_rule_and_exclusions_accumulate(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_retry_limit_terminates_with_the_rule_and_exclusions_accumulate(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 15, max_requeue_times=1)
     await advisor.tick()
     await add_anomaly(ctx, 15, node="node3", category="xid")
@@ -123,7 +123,7 @@ async def test_retry_limit_terminates_with_the_rule_and_exclusions_accumulate(ct
     assert "retry limit 1 reached" in second.reason and second.exclusions == ["node3"]
 
 
-async def test_no_requeue_ended_attempt_is_not_needed_once(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_no_requeue_ended_attempt_is_not_needed_once(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 16, requeue=False)
     await advisor.tick()
     fake.finish(16, "FAILED", exit_code=1)
@@ -137,7 +137,7 @@ async def test_no_requeue_ended_attempt_is_not_needed_once(ctx, fake, observer, 
     assert len(await events(ctx, "advice.not_needed")) == 1
 
 
-async def test_crash_line_then_clean_completion_turns_restart_into_terminate(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_crash_line_then_clean_completion_turns_restart_into_terminate(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 17)
     await advisor.tick()
     await add_anomaly(ctx, 17, kind="CRASH", category="nan_loss")
@@ -149,7 +149,7 @@ async def test_crash_line_then_clean_completion_turns_restart_into_terminate(ctx
     assert (advice.operation, advice.rule, advice.generation) == ("TERMINATE", "job_completed", 2)
 
 
-async def test_hang_on_a_running_attempt_and_catch_up_after_a_restart(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_hang_on_a_running_attempt_and_catch_up_after_a_restart(ctx, fake, observer) -> None:
     await submit(observer, fake, 18)
     await add_anomaly(ctx, 18, kind="NO_PROGRESS", category="no_output")
     fake.finish(18, "FAILED", exit_code=1)  # failed while no advisor ran
@@ -165,7 +165,7 @@ async def test_hang_on_a_running_attempt_and_catch_up_after_a_restart(ctx, fake,
     assert timeout.operation == "RESTART" and "TIMEOUT" in timeout.reason
 
 
-async def test_slowdown_needs_both_switches(ctx, fake, observer, advisor) -> None:  # type: ignore[no-untyped-def]
+async def test_slowdown_needs_both_switches(ctx, fake, observer, advisor) -> None:
     await submit(observer, fake, 20)
     await advisor.tick()
     await add_anomaly(ctx, 20, kind="SLOWDOWN", category="throughput")
@@ -175,7 +175,7 @@ async def test_slowdown_needs_both_switches(ctx, fake, observer, advisor) -> Non
     assert event.payload["rule"] == "slowdown_not_allowed"
 
 
-async def _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, job_id: int):  # type: ignore[no-untyped-def]
+async def _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, job_id: int):
     """Attempt 0 fails with evidence on node1 and node2; attempt 1 runs on node3 and crashes there."""
     await submit(observer, fake, job_id)
     await advisor.tick()
@@ -196,7 +196,7 @@ async def _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advis
 
 async def test_partition_guard_keeps_the_newest_evidence_when_exclusions_would_cover_the_partition(
     ctx, fake, observer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     assert await fake.partition_nodes("debug") == ("node1", "node2", "node3")  # the job's partition, as on the lab
     fake.calls.clear()
     advisor = Advisor(ctx, fake)
@@ -209,7 +209,7 @@ async def test_partition_guard_keeps_the_newest_evidence_when_exclusions_would_c
     assert fake.count("partition_nodes") == 1  # cached across the decisions
 
 
-async def test_unknown_partition_means_no_guard_and_still_a_decision(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_partition_means_no_guard_and_still_a_decision(ctx, fake, observer) -> None:
     fake.partitions = {}  # Slurm lists no node in the job's partition
     advisor = Advisor(ctx, fake)
     first, second = await _excluded_twice_then_crash_on_the_last_node(ctx, fake, observer, advisor, 22)
@@ -218,7 +218,7 @@ async def test_unknown_partition_means_no_guard_and_still_a_decision(ctx, fake, 
     assert "partition" not in second.reason
 
 
-async def test_failed_partition_lookup_never_blocks_a_decision(ctx, fake, observer, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_failed_partition_lookup_never_blocks_a_decision(ctx, fake, observer, caplog) -> None:
     advisor = Advisor(ctx, fake)
     await submit(observer, fake, 23)
     await advisor.tick()

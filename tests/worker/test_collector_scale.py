@@ -51,7 +51,8 @@ async def statements(ctx: AppContext, action: Callable[[], Awaitable[Any]]) -> t
 async def tick_costs(
     ctx: AppContext, collector: Collector, clock: Clock, paths: list[Path], changed: list[Path]
 ) -> dict[str, tuple[int, int]]:
-    """(statements, rows loaded) of: an idle poll tick (stats every file), a tick reading 2 changed files, a tick after an attempt change."""
+    """(statements, rows loaded) of: an idle poll tick (stats every file), a tick reading 2 changed files,
+    a tick after an attempt change."""
     await collector.tick()  # settles whatever the previous phase left
     costs = {"idle": await statements(ctx, collector.tick)}
     for n, path in enumerate(changed):

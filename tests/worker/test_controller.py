@@ -26,7 +26,7 @@ def act_ctx(ctx: AppContext) -> AppContext:
 
 async def failed_job(
     ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy
-) -> Advice:  # type: ignore[no-untyped-def]
+) -> Advice:
     """A job whose attempt 0 crashed on `node` and failed, decided by the real advisor."""
     observer, advisor = Observer(ctx, fake), Advisor(ctx)
     await advisor.tick()
@@ -45,7 +45,7 @@ async def make_due(ctx: AppContext) -> None:
         await session.execute(update(Advice).values(next_reconcile_at=None))
 
 
-async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fake) -> None:
     advice = await failed_job(act_ctx, fake, 31)
     controller = Controller(act_ctx, fake)
     fake.calls.clear()
@@ -83,7 +83,7 @@ async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fa
     assert fake.calls == []  # converged Advice is not active: no Slurm call at all
 
 
-async def test_observe_mode_records_shadow_actions_once_and_touches_nothing(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_observe_mode_records_shadow_actions_once_and_touches_nothing(ctx, fake) -> None:
     advice = await failed_job(ctx, fake, 32)
     assert advice.mode == "observe"
     controller = Controller(ctx, fake)
@@ -100,20 +100,18 @@ async def test_observe_mode_records_shadow_actions_once_and_touches_nothing(ctx,
     ]
     [advice] = await advice_of(ctx, 32)
     assert (advice.disposition, advice.disposition_reason, advice.active) == ("PENDING", "NOT_AUTHORIZED", True)
-    assert "would run: scontrol requeuehold 32" in advice.disposition_message
+    assert "would run: scontrol requeuehold 32" in (advice.disposition_message or "")
     assert len(await events(ctx, "reconciliation.shadow")) == 1
     assert fake.jobs[32].restart_count == 0
 
 
-async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ctx, fake) -> None:
     advice = await failed_job(act_ctx, fake, 33, node=None)
     controller = Controller(act_ctx, fake)
     fake.fail_next("requeue_hold", TransientSchedulerError("socket timed out", command=("scontrol",), returncode=1))
     await controller.tick()
     [advice] = await advice_of(act_ctx, 33)
-    assert (
-        advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.UTC)
-    )
+    assert advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.UTC)
     [row] = await actions(act_ctx, advice.id)
     assert (row.step, row.status) == ("requeue_hold", "FAILED")
     await controller.tick()
@@ -127,7 +125,7 @@ async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ct
     assert fake.jobs[33].restart_count == 1
 
 
-async def test_could_not_observe_is_never_gone(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_could_not_observe_is_never_gone(act_ctx, fake) -> None:
     await failed_job(act_ctx, fake, 34)
     controller = Controller(act_ctx, fake)
     fake.fail_next("list_jobs", TransientSchedulerError("unable to contact slurm controller"))
@@ -144,11 +142,11 @@ async def test_could_not_observe_is_never_gone(act_ctx, fake) -> None:  # type: 
     await controller.tick()  # now the lookup answers: accounting has it, slurmctld does not
     [advice] = await advice_of(act_ctx, 34)
     assert (advice.disposition, advice.disposition_reason) == ("ABANDONED", "JOB_NOT_FOUND")
-    assert "accounting has" in advice.disposition_message
+    assert "accounting has" in (advice.disposition_message or "")
     assert fake.count("requeue_hold") == 0
 
 
-async def test_terminate_cancels_a_running_attempt_and_leaves_an_ended_one(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_terminate_cancels_a_running_attempt_and_leaves_an_ended_one(act_ctx, fake) -> None:
     observer, advisor = Observer(act_ctx, fake), Advisor(act_ctx)
     await advisor.tick()
     await submit(observer, fake, 35, requeue=False)
@@ -163,7 +161,7 @@ async def test_terminate_cancels_a_running_attempt_and_leaves_an_ended_one(act_c
     assert len(await events(act_ctx, "scheduler.cancel")) == 1
 
 
-async def test_vetoed_or_fenced_advice_is_never_acted_on(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_vetoed_or_fenced_advice_is_never_acted_on(act_ctx, fake) -> None:
     advice = await failed_job(act_ctx, fake, 36)
     controller = Controller(act_ctx, fake)
 
@@ -182,7 +180,7 @@ async def test_vetoed_or_fenced_advice_is_never_acted_on(act_ctx, fake) -> None:
     assert fake.count("requeue_hold") == 0
 
 
-async def test_an_interrupted_requeue_hold_is_confirmed_not_repeated(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_an_interrupted_requeue_hold_is_confirmed_not_repeated(act_ctx, fake) -> None:
     advice = await failed_job(act_ctx, fake, 37)
     # A controller wrote its intent, sent the command, and died before recording the result.
     async with act_ctx.sessions() as session, session.begin():
@@ -206,11 +204,11 @@ async def test_an_interrupted_requeue_hold_is_confirmed_not_repeated(act_ctx, fa
         ("update_exclusions", "SUCCEEDED"),
         ("release", "SUCCEEDED"),
     ]
-    assert "before recording the result" in rows[0].detail
+    assert "before recording the result" in (rows[0].detail or "")
     assert fake.jobs[37].restart_count == 1 and len(await events(act_ctx, "scheduler.confirmed")) == 1
 
 
-async def test_hold_the_controller_did_not_place_is_never_released(act_ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_hold_the_controller_did_not_place_is_never_released(act_ctx, fake) -> None:
     await failed_job(act_ctx, fake, 38)
     await fake.requeue_hold(38)  # a person's requeuehold: no intent of ours
     fake.calls.clear()
@@ -218,4 +216,4 @@ async def test_hold_the_controller_did_not_place_is_never_released(act_ctx, fake
     assert fake.count("release") == 0 and fake.jobs[38].held
     [advice] = await advice_of(act_ctx, 38)
     assert advice.exclusions == ["node1"] and fake.jobs[38].excluded_nodes == ("node1",)  # exclusions still set
-    assert advice.disposition == "PENDING" and "never release" in advice.disposition_message
+    assert advice.disposition == "PENDING" and "never release" in (advice.disposition_message or "")

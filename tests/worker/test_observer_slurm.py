@@ -21,7 +21,7 @@ from worker.observer import Observer
 pytestmark = pytest.mark.slurm
 
 
-def policy_comment(workflow: str, environment: str = "test-env", **extra) -> str:  # type: ignore[no-untyped-def]
+def policy_comment(workflow: str, environment: str = "test-env", **extra) -> str:
     body = {
         "workflow_id": workflow,
         "environment": environment,
@@ -88,6 +88,7 @@ async def test_enrolled_job_fails_and_is_requeued(ctx: AppContext, slurm_lab: Sl
     await observer.tick()
     [a0] = await attempts(ctx, job_id)
     assert a0.state == "RUNNING"
+    assert a0.stdout_path is not None
     assert a0.attempt_index == 0 and a0.nodes and a0.stdout_path.endswith(f"out-{job_id}.log")
     assert a0.requeue_eligible is True
 
@@ -106,9 +107,11 @@ async def test_enrolled_job_fails_and_is_requeued(ctx: AppContext, slurm_lab: Sl
     await tick_until(observer, second)
     a0, a1 = await attempts(ctx, job_id)
     assert (a0.state, a0.exit_code) == ("FAILED", 1)
+    assert a0.stdout_path is not None
     assert a0.stdout_path.endswith(f"out-{job_id}.log")
     assert a1.attempt_index == 1 and a1.stdout_path is None  # Slurm reports attempt 0's path again: stale
     record = await job_record(ctx, job_id)
+    assert record is not None
     assert record.workflow_id is not None and record.restart_count == 1
 
 
@@ -121,7 +124,7 @@ async def test_enrolled_job_fails_and_is_requeued(ctx: AppContext, slurm_lab: Sl
         (policy_comment("elsewhere", environment="other-env"), "ENVIRONMENT_MISMATCH"),
     ],
 )
-async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment, expected) -> None:  # type: ignore[no-untyped-def]
+async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment, expected) -> None:
     job_id = slurm_lab.submit(script(comment, "sleep 1"))
     slurm_lab.wait_state(job_id, {"RUNNING", "COMPLETED"})
     await observer.tick()

@@ -24,7 +24,7 @@ POLICY = {
 }
 
 
-def _comment(**changes) -> str:  # type: ignore[no-untyped-def]
+def _comment(**changes) -> str:
     return json.dumps({"APS": {**POLICY["APS"], **changes}})
 
 
@@ -54,7 +54,7 @@ async def _events(ctx: AppContext, event_type: str) -> list[AuditEvent]:
         return list((await session.scalars(select(AuditEvent).where(AuditEvent.event_type == event_type))).all())
 
 
-async def test_enrolled_job_gets_attempt_zero_and_state_changes(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_enrolled_job_gets_attempt_zero_and_state_changes(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(7, comment=_comment(), stdout="/logs/out-7.log", stderr="/logs/err-7.log"))
     scheduler.start(7, ["node1"])
     await observer.tick()
@@ -70,7 +70,7 @@ async def test_enrolled_job_gets_attempt_zero_and_state_changes(ctx, observer, s
     assert "acknowledgment ceiling" in job.mode_reason
 
 
-async def test_unchanged_snapshot_touches_nothing(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_unchanged_snapshot_touches_nothing(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(7, comment=_comment()))
     await observer.tick()
     async with ctx.sessions() as session:
@@ -80,7 +80,7 @@ async def test_unchanged_snapshot_touches_nothing(ctx, observer, scheduler) -> N
         assert await session.scalar(select(func.count()).select_from(AuditEvent)) == before
 
 
-async def test_requeue_creates_next_attempt_and_keeps_previous(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_requeue_creates_next_attempt_and_keeps_previous(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(8, comment=_comment(), stdout="/logs/out-8-0.log"))
     scheduler.start(8, ["node1"])
     await observer.tick()
@@ -94,7 +94,7 @@ async def test_requeue_creates_next_attempt_and_keeps_previous(ctx, observer, sc
     assert (a1.attempt_index, a1.state, a1.held, a1.stdout_path) == (1, "PENDING", True, "/logs/out-8-1.log")
 
 
-async def test_stale_path_of_previous_attempt_is_not_given_to_the_new_one(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_stale_path_of_previous_attempt_is_not_given_to_the_new_one(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(9, comment=_comment(), stdout="/logs/out-9.log"))
     scheduler.start(9)
     await observer.tick()
@@ -105,7 +105,7 @@ async def test_stale_path_of_previous_attempt_is_not_given_to_the_new_one(ctx, o
     assert a1.stdout_path is None
 
 
-async def test_shared_paths_are_kept_for_every_attempt(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_shared_paths_are_kept_for_every_attempt(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(10, comment=_comment(log_file_paths_shared_across_attempts=True), stdout="/logs/out-10.log"))
     scheduler.start(10)
     await observer.tick()
@@ -124,7 +124,7 @@ async def test_shared_paths_are_kept_for_every_attempt(ctx, observer, scheduler)
 )
 async def test_failed_enrolment_is_visible_with_reason(
     ctx, observer, scheduler, comment, enrolment, reason_part
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scheduler.add(make_job(11, comment=comment))
     await observer.tick()
     async with ctx.sessions() as session:
@@ -136,7 +136,7 @@ async def test_failed_enrolment_is_visible_with_reason(
     assert len(await _events(ctx, "policy.rejected")) == 1  # recorded once
 
 
-async def test_plain_jobs_are_ignored(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_plain_jobs_are_ignored(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(12, comment="nightly eval"))
     scheduler.add(make_job(13, comment=json.dumps(POLICY["APS"])))  # unwrapped policy
     await observer.tick()
@@ -164,7 +164,7 @@ async def test_act_needs_ceiling_and_managed_partition(ctx: AppContext, schedule
     assert modes == {15: "act", 16: "observe"}
 
 
-async def test_job_id_reuse_starts_a_new_job_record(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_job_id_reuse_starts_a_new_job_record(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(17, comment=_comment(), name="first"))
     await observer.tick()
     scheduler.jobs[17] = make_job(17, comment=_comment(workflow_id="wf2"), name="second")
@@ -201,7 +201,7 @@ async def test_disappeared_job_uses_accounting_else_unknown_never_failed(
     assert a19.state == "UNKNOWN"
 
 
-async def test_transient_slurm_error_marks_nothing_failed(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_transient_slurm_error_marks_nothing_failed(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(20, comment=_comment()))
     scheduler.start(20)
     await observer.tick()
@@ -221,7 +221,7 @@ async def test_transient_slurm_error_marks_nothing_failed(ctx, observer, schedul
     assert len(await _events(ctx, "scheduler.reachable")) == 1
 
 
-async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(21, comment=_comment()))
     scheduler.start(21)
     await observer.tick()

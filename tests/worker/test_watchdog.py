@@ -29,7 +29,7 @@ async def held_by_our_requeue(ctx: AppContext, fake: SlurmLikeFake, job_id: int)
     return advice
 
 
-async def test_releases_our_hold_once_its_advice_is_inactive(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_releases_our_hold_once_its_advice_is_inactive(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act")
     advice = await held_by_our_requeue(ctx, fake, 41)
     watchdog = Watchdog(ctx, fake)
@@ -50,7 +50,7 @@ async def test_releases_our_hold_once_its_advice_is_inactive(ctx, fake) -> None:
     assert fake.count("release") == 1  # our hold is released: nothing left to do
 
 
-async def test_releases_a_hold_past_the_bound(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_releases_a_hold_past_the_bound(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act", watchdog_hold_bound=0.0)
     await held_by_our_requeue(ctx, fake, 42)
     await Watchdog(ctx, fake).tick()
@@ -59,7 +59,7 @@ async def test_releases_a_hold_past_the_bound(ctx, fake) -> None:  # type: ignor
     assert event.payload["detail"].startswith("held_past_bound")
 
 
-async def test_never_touches_holds_it_did_not_cause(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_never_touches_holds_it_did_not_cause(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act", watchdog_hold_bound=0.0)
     observer = Observer(ctx, fake)
     await submit(observer, fake, 43)  # a job with no Advice, held by its user (sbatch --hold / uhold)
@@ -75,7 +75,7 @@ async def test_never_touches_holds_it_did_not_cause(ctx, fake) -> None:  # type:
     assert await events(ctx, "watchdog.release") == []
 
 
-async def test_observe_mode_only_says_what_it_would_do_once(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_observe_mode_only_says_what_it_would_do_once(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="observe", watchdog_hold_bound=0.0)
     advice = await held_by_our_requeue(ctx, fake, 45)
     watchdog = Watchdog(ctx, fake)
@@ -90,7 +90,7 @@ async def test_observe_mode_only_says_what_it_would_do_once(ctx, fake) -> None: 
     ]
 
 
-async def test_idle_watchdog_does_not_call_slurm(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_idle_watchdog_does_not_call_slurm(ctx, fake) -> None:
     await Watchdog(ctx, fake).tick()
     assert fake.calls == []
     assert await advice_of(ctx, 1) == []

@@ -48,14 +48,14 @@ async def armed_source(
     return row
 
 
-def watcher_for(ctx: AppContext, clock: Clock, **settings) -> Watcher:  # type: ignore[no-untyped-def]
+def watcher_for(ctx: AppContext, clock: Clock, **settings) -> Watcher:
     ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, hang_query_delay=DELAY, **settings))
     return Watcher(ctx, clock=clock)
 
 
 async def setup(
     ctx: AppContext, tmp_path: Path, *, phase: str | None = "trainingloop", state: str = "RUNNING", **detection
-):  # type: ignore[no-untyped-def]
+):
     job = await make_job(
         ctx, 50, log_based_timeout_threshold_pretraining=PRE, log_based_timeout_threshold_trainingloop=LOOP, **detection
     )
@@ -197,10 +197,13 @@ async def test_shared_file_armed_by_the_previous_attempt_does_not_arm_the_next(c
     assert [a.attempt_id for a in await anomalies(ctx)] == [a1.id]
 
 
-THROUGHPUT = " iteration {i:8d}/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 2.3E+00 |\n"
+THROUGHPUT = (
+    " iteration {i:8d}/  500000 | consumed samples: 12800 | elapsed time per iteration "
+    "(ms): {ms:.1f} | lm loss: 2.3E+00 |\n"
+)
 
 
-async def slowdown_run(ctx: AppContext, tmp_path: Path, *, operator: bool, job_opt_in: bool) -> list:  # type: ignore[type-arg]
+async def slowdown_run(ctx: AppContext, tmp_path: Path, *, operator: bool, job_opt_in: bool) -> list:
     job = await make_job(ctx, 60, straggler_detection_enabled=job_opt_in)
     out = tmp_path / "out-60.log"
     out.write_text("")

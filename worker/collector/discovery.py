@@ -14,12 +14,13 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.context import AppContext
 from app.db import Session
 from app.domain import association as assoc
 from app.domain import states
+from app.domain.policy import EffectivePolicy
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.feed import queries as feed_queries
@@ -105,7 +106,8 @@ class Discovery:
         self._full_refresh_at: dt.datetime | None = None
         self._feed_cursor: int | None = None  # the change-feed id the in-memory jobs are current with
         self._grace_ends: dict[int, dt.datetime] = {}  # job id -> when an ended attempt of it leaves its grace period
-        # Log directory -> (mtime_ns, job ids matched against, matching files): names are parsed again only after a change.
+        # Log directory -> (mtime_ns, job ids matched against, matching files): names are parsed again only after a
+        # change.
         self._listings: dict[str, tuple[int, frozenset[int], list[tuple[str, str, tuple[int, int | None]]]]] = {}
         self._tracked_dirs: frozenset[str] | None = None  # directories of tracked files (None: recompute)
 
@@ -121,7 +123,7 @@ class Discovery:
         return self.rescan or self._refresh_at is None or now >= self._refresh_at or bool(self._grace_due(now))
 
     def tracked_dirs(self) -> frozenset[str]:
-        """Directories holding tracked files, and the log directories (recomputed only after the tracked set changed)."""
+        """Directories holding tracked files, and the log directories (recomputed after the tracked set changed)."""
         if self._tracked_dirs is None:
             self._tracked_dirs = frozenset(
                 {os.path.dirname(path) or "." for path in self.by_path} | set(self.settings.log_dirs)
@@ -227,18 +229,19 @@ class Discovery:
             return live
         size = len(job_ids) if only is None else IN_CHUNK  # the full load keeps its one query per table
         policies = {
-            p.job_id: p.effective or {} for p in await job_queries.policies_of_jobs(session, job_ids=job_ids, size=size)
+            p.job_id: EffectivePolicy.from_dict(p.effective)
+            for p in await job_queries.policies_of_jobs(session, job_ids=job_ids, size=size)
         }
         # All attempts of these jobs (also ended ones): shared-path attribution needs every window.
         every = await job_queries.attempts_of_jobs(session, job_ids=job_ids, size=size)
         for _, job in rows:
             if job.id not in live:
-                config = policies.get(job.id, {}).get("anomaly_detection_config") or {}
+                config = policies.get(job.id, EffectivePolicy()).anomaly_detection_config
                 live[job.id] = JobInfo(
                     job.id,
                     job.slurm_job_id,
                     bool(job.shared_log_paths),
-                    bool(config.get("straggler_detection_enabled")),
+                    config.straggler_detection_enabled,
                 )
         for attempt in every:
             paths = tuple(dict.fromkeys(p for p in (attempt.stdout_path, attempt.stderr_path) if p))
@@ -298,7 +301,8 @@ class Discovery:
         except OSError:
             return []
         matches = [(name, path, match) for name, path in names if (match := assoc.job_file_name(name, ids)) is not None]
-        # A change within the filesystem's timestamp granularity of the listing could go unseen: cache only settled listings.
+        # A change within the filesystem's timestamp granularity of the listing could go unseen: cache only settled
+        # listings.
         if time.time_ns() - before > 2_000_000_000:
             self._listings[directory] = (before, ids, matches)
         else:
@@ -313,7 +317,7 @@ class Discovery:
         if not ids:
             return found
         for directory in self.settings.log_dirs:
-            for name, path, match in self._matching_files(directory, ids):
+            for _name, path, match in self._matching_files(directory, ids):
                 job = by_slurm_id[match[0]]
                 key = (path, job.id)
                 if match[1] is None:
@@ -377,12 +381,8 @@ class Discovery:
         if tracked is None:
             return
         self._tracked_dirs = None
-        for index, key in ((self.by_path, tracked.path), (self._by_job, tracked.job_id or -1)):
-            ids = index.get(key)  # type: ignore[attr-defined]
-            if ids is not None:
-                ids.discard(source_id)
-                if not ids:
-                    del index[key]  # type: ignore[attr-defined]
+        _discard(self.by_path, tracked.path, source_id)
+        _discard(self._by_job, tracked.job_id or -1, source_id)
         if tracked.path not in self.by_path:
             self.tailer.close(tracked.path)
 
@@ -398,3 +398,12 @@ def _position_of(row: LogSource) -> FilePosition:
         line_number=row.line_number or 0,
         skipping=bool(row.skipping),
     )
+
+
+def _discard(index: dict[Any, set[int]], key: Any, source_id: int) -> None:
+    """Remove a source from an index entry, and the entry once it is empty."""
+    ids = index.get(key)
+    if ids is not None:
+        ids.discard(source_id)
+        if not ids:
+            del index[key]

@@ -183,7 +183,7 @@ class Recorder:
     # ---- waiting events ---------------------------------------------------------------------
 
     async def retry_pending(self, now: dt.datetime, *, free: bool) -> int:
-        """Redeliver undecided events: due ones count a try; `free` (a poke from the observer) retries all without one."""
+        """Redeliver undecided events: due ones count a try; `free` (the observer's poke) retries all without one."""
         anomalies = 0
         async with self.ctx.sessions() as session, session.begin():
             due = await evidence_queries.due_pending(session, now=None if free else now)
@@ -252,7 +252,8 @@ def _observe_progress(row: LogSource, job: JobInfo | None, marker: LogEvent) -> 
         marker_at=row.progress_at,
     )
     at = marker.source_time or marker.read_at
-    new = state.observe(marker.signal, line_number=marker.line_number, offset=marker.offset, at=at)  # type: ignore[arg-type]
+    assert isinstance(marker.signal, ProgressMarker)  # callers pass a progress marker
+    new = state.observe(marker.signal, line_number=marker.line_number, offset=marker.offset, at=at)
     if new is state:
         return False
     row.progress_phase, row.progress_offset, row.progress_line_number = new.phase, new.marker_offset, new.marker_line
@@ -291,6 +292,7 @@ def _store_position(row: LogSource, position: FilePosition) -> bool:
 
 
 def _line_event(event: LogEvent) -> evidence.LineEvent:
+    assert isinstance(event.signal, (CrashSignature, CheckpointEvent))  # callers pass only these
     return evidence.LineEvent(
         event_key=event.event_id,
         log_path=event.path,
@@ -299,5 +301,5 @@ def _line_event(event: LogEvent) -> evidence.LineEvent:
         source_time=event.source_time,
         read_at=event.read_at,
         signal=event.signal,
-        attempt_label=event.attempt,  # type: ignore[arg-type]
+        attempt_label=event.attempt,
     )

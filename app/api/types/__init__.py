@@ -1,4 +1,5 @@
-"""GraphQL object types, one module per area: each type wraps one ORM row and resolves its relations through DataLoaders."""
+"""GraphQL object types, one module per area: each type wraps one ORM row and resolves its relations through
+DataLoaders."""
 
 from __future__ import annotations
 

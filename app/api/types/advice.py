@@ -75,7 +75,8 @@ class Reconciliation:
         return self.row.disposition
 
     @strawberry.field(
-        description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, NOT_AUTHORIZED, VETOED, …"
+        description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, "
+        "NOT_AUTHORIZED, VETOED, …"
     )
     def reason(self) -> str | None:
         return self.row.disposition_reason
@@ -143,7 +144,7 @@ class Advice(Node):
 
     @strawberry.field
     def evidence(self) -> JSON:
-        return self.row.evidence or {}
+        return JSON(self.row.evidence or {})
 
     @strawberry.field(description="Grows whenever the decision changes.")
     def generation(self) -> int:

@@ -38,7 +38,7 @@ class AuditEvent(Node):
 
     @strawberry.field
     def payload(self) -> JSON:
-        return self.row.payload or {}
+        return JSON(self.row.payload or {})
 
     @strawberry.field
     def cluster(self) -> str | None:

@@ -111,7 +111,7 @@ class Anomaly(Node):
 
     @strawberry.field
     def details(self) -> JSON:
-        return self.row.details or {}
+        return JSON(self.row.details or {})
 
     @strawberry.field
     def detected_at(self) -> dt.datetime:

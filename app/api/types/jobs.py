@@ -13,7 +13,7 @@ from app.api.connections import AUDIT, NESTED, Connection, nested_connection, pa
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent
 from app.api.types.evidence import Anomaly, Checkpoint
-from app.api.types.node import Info, Node, loaders_of, mode_now, workflow_of
+from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.audit import queries as audit_queries
 from app.domain.identity import format_attempt_ref
 from app.evidence import queries as evidence_queries
@@ -31,6 +31,7 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
     WorkflowRow = Any
 
 
+@register
 @strawberry.type(description="A group of jobs sharing a workflow_id on one cluster; grouping does not imply order.")
 class Workflow(Node):
     row: strawberry.Private[WorkflowRow]
@@ -107,15 +108,15 @@ class Policy:
 
     @strawberry.field(description="The whole effective policy (defaults filled in; unknown keys kept).")
     def effective(self) -> JSON | None:
-        return self.row.effective
+        return JSON(self.row.effective) if self.row.effective is not None else None
 
     @strawberry.field(description="Findings that do not stop enrolment (e.g. unknown keys), each {path, message}.")
     def warnings(self) -> JSON:
-        return self.row.warnings or []
+        return JSON(self.row.warnings or [])
 
     @strawberry.field(description="Validation errors, each {path, message} with the JSON path of the bad value.")
     def errors(self) -> JSON:
-        return self.row.errors or []
+        return JSON(self.row.errors or [])
 
     @strawberry.field
     def workflow_id(self) -> str | None:
@@ -283,6 +284,7 @@ class Job(Node):
         )
 
 
+@register
 @strawberry.type(description="One execution of a job: attempt 0 first, Slurm's requeue increments the index.")
 class Attempt(Node):
     row: strawberry.Private[AttemptRow]

@@ -1,22 +1,29 @@
-"""The Node interface and what every GraphQL object type shares: the request's DataLoaders, lazy references across modules."""
+"""The Node interface and what every GraphQL object type shares: the request's DataLoaders, lazy references
+across modules."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import strawberry
 
 from app.api.ids import to_global_id
 from app.domain.mode import ModeDecision, effective_mode
 
-if TYPE_CHECKING:
-    from app.api.types.jobs import Attempt, Workflow
-
 Info = strawberry.Info
 
-# The jobs module imports the evidence, advice and audit types, so those refer back to it lazily.
-AttemptRef = Annotated["Attempt", strawberry.lazy("app.api.types.jobs")]
-WorkflowRef = Annotated["Workflow", strawberry.lazy("app.api.types.jobs")]
+# The jobs module imports the evidence, advice and audit types, so those refer back to it lazily: by name in
+# annotations, and through REGISTRY (filled by app.api.types.jobs) when a resolver builds one. No import
+# goes from here to a type module, so the types form no import circle.
+AttemptRef = Annotated["Attempt", strawberry.lazy("app.api.types.jobs")]  # type: ignore[name-defined]  # noqa: F821
+WorkflowRef = Annotated["Workflow", strawberry.lazy("app.api.types.jobs")]  # type: ignore[name-defined]  # noqa: F821
+REGISTRY: dict[str, Any] = {}
+
+
+def register(cls: Any) -> Any:
+    """Class decorator: make a type buildable by name from resolvers of other type modules."""
+    REGISTRY[cls.__name__] = cls
+    return cls
 
 
 def loaders_of(info: Info) -> Any:
@@ -38,18 +45,14 @@ class Node:
         return strawberry.ID(to_global_id(type(self).__name__, self.row.id))
 
 
-async def workflow_of(info: Info, workflow_id: int | None) -> Workflow | None:
-    """The workflow a row belongs to, through the request's batched loader (None when it has none)."""
-    from app.api.types.jobs import Workflow  # deferred: app.api.types.jobs imports this module
-
+async def workflow_of(info: Info, workflow_id: int | None) -> Any:
+    """The Workflow a row belongs to, through the request's batched loader (None when it has none)."""
     if workflow_id is None:
         return None
     row = await loaders_of(info).workflow.load(workflow_id)
-    return Workflow(row=row) if row else None
+    return REGISTRY["Workflow"](row=row) if row else None
 
 
-async def attempt_of(info: Info, attempt_id: int) -> Attempt:
-    """The attempt a row belongs to, through the request's batched loader."""
-    from app.api.types.jobs import Attempt  # deferred: app.api.types.jobs imports this module
-
-    return Attempt(row=await loaders_of(info).attempt.load(attempt_id))
+async def attempt_of(info: Info, attempt_id: int) -> Any:
+    """The Attempt a row belongs to, through the request's batched loader."""
+    return REGISTRY["Attempt"](row=await loaders_of(info).attempt.load(attempt_id))
