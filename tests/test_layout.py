@@ -190,3 +190,15 @@ def test_area_services_and_queries_take_keyword_arguments_and_say_what_they_do()
                 if not doc:
                     problems.append(f"{where} has no docstring")
     assert problems == []
+
+
+def test_tests_import_no_conftest_and_no_other_test_module() -> None:
+    """Shared test code lives in helper modules (factories, helpers); conftest files only register fixtures."""
+    problems = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for name in _imports(path)
+        if name.startswith("tests.")
+        and (name.split(".")[-1] == "conftest" or name.split(".")[-1].startswith("test_") or ".conftest." in name)
+    ]
+    assert problems == []

@@ -15,6 +15,7 @@ from app.context import AppContext
 from app.evidence.models import Anomaly
 from app.jobs.models import Attempt
 from app.slurm.fake import FakeScheduler, make_job
+from worker.advisor import Advisor
 from worker.observer import Observer
 
 
@@ -125,3 +126,19 @@ async def events(ctx: AppContext, event_type: str) -> list[AuditEvent]:
                 )
             ).all()
         )
+
+
+async def failed_job(
+    ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy
+) -> Advice:
+    """A job whose attempt 0 crashed on `node` and failed, decided by the real advisor."""
+    observer, advisor = Observer(ctx, fake), Advisor(ctx)
+    await advisor.tick()
+    await submit(observer, fake, job_id, **policy)
+    if node:
+        await add_anomaly(ctx, job_id, node=node, category="xid")
+    fake.finish(job_id, "FAILED", exit_code=1)
+    await observer.tick()
+    await advisor.tick()
+    [advice] = await advice_of(ctx, job_id)
+    return advice

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.ids import to_global_id
 from app.audit.models import AuditEvent
-from tests.api.conftest import operation, run_graphql
+from tests.api.helpers import operation, run_graphql
 from tests.plugins.database import Database
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from gql import Client, GraphQLRequest
 from gql.transport.websockets import WebsocketsTransport
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.api.conftest import LiveServer, operation, seed_many, start_server, stop_server
+from tests.api.helpers import LiveServer, operation, seed_many, start_server, stop_server
 from tests.plugins.database import Database
 from tests.plugins.oidc_provider import (
     OidcProvider,

@@ -9,7 +9,7 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.api.conftest import operation, run_graphql, seed_many
+from tests.api.helpers import operation, run_graphql, seed_many
 from tests.plugins.database import Database
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from app.api.limits import MAX_ALIASES, MAX_COST, MAX_DEPTH
-from tests.api.conftest import run_graphql
+from tests.api.helpers import run_graphql
 
 
 async def test_depth_limit(client: httpx.AsyncClient) -> None:

@@ -11,7 +11,7 @@ from app.advice.models import Advice
 from app.api.ids import to_global_id
 from app.audit.models import AuditEvent
 from app.feed.models import ChangeFeedEntry
-from tests.api.conftest import operation, run_graphql, seed_many
+from tests.api.helpers import operation, run_graphql, seed_many
 
 
 async def _audit_count(sessions: async_sessionmaker[AsyncSession]) -> int:

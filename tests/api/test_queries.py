@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.api.ids import to_global_id
 from app.domain.identity import attempt_uuid
 from app.jobs import service as jobs
-from tests.api.conftest import CLUSTER, operation, run_graphql, seed_job, seed_many
+from tests.api.helpers import CLUSTER, operation, run_graphql, seed_job, seed_many
 
 
 async def test_job_with_attempts_policy_and_workflow(

@@ -13,7 +13,7 @@ from app.config import Settings
 from app.context import AppContext
 from app.domain.identity import attempt_uuid
 from app.main import create_app
-from tests.api.conftest import CLUSTER, seed_job, seed_many
+from tests.api.helpers import CLUSTER, seed_job, seed_many
 from tests.plugins.database import Database
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.feed import queries as feed_queries
-from tests.api.conftest import OPERATIONS, ROOT, LiveServer, operation, seed_job
+from tests.api.helpers import OPERATIONS, ROOT, LiveServer, operation, seed_job
 from tests.plugins.database import Database
 
 JS_DIR = ROOT / "tests" / "js"

@@ -15,7 +15,7 @@ from app.feed.listener import shared_waker
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app
-from tests.views.conftest import OPERATOR_TOKEN, VIEWER_TOKEN, dashboard_settings
+from tests.views.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, dashboard_settings
 from tests.views.seed import seed_history
 from tests.views.server import serve
 from views.live import MAX_STREAMS_PER_SESSION, FeedMatch, StreamLimiter, changes

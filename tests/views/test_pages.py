@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from app.jobs import service as jobs
-from tests.views.conftest import dashboard_settings, open_client
+from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
 from tests.views.seed import registration, seed_history
 

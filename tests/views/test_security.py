@@ -13,7 +13,7 @@ from app.advice.models import Advice
 from app.audit.models import AuditEvent
 from app.context import AppContext
 from app.main import create_app
-from tests.views.conftest import dashboard_settings, open_client
+from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
 from tests.views.seed import seed_history
 

@@ -27,35 +27,14 @@ from tests.evidence.helpers import (
     sources,
     update,
 )
+from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector, load_ruleset
 
-CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
 XID = (
     "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU "
     "has fallen off the bus.\n"
 )
 SAVED = "  successfully saved checkpoint from iteration     500 to /ckpt/gpt3 [ t 1/8, p 1/4 ]\n"
-ITERATION = (
-    " iteration      100/  500000 | consumed samples: 12800 | elapsed time per iteration "
-    "(ms): 1234.5 | lm loss: 2.3E+00 |\n"
-)
-
-
-class Clock:
-    def __init__(self, now: dt.datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += dt.timedelta(seconds=seconds)
-
-
-def collector_for(ctx: AppContext, clock: Clock | None = None, **settings) -> Collector:
-    if settings:
-        ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, **settings))
-    return Collector(ctx, clock=clock or Clock(dt.datetime.now(dt.UTC)), use_inotify=False)
 
 
 def stamp(seconds_ago: float = 0.0) -> str:

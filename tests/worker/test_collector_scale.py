@@ -12,7 +12,7 @@ from sqlalchemy import event
 from app.context import AppContext
 from app.db import Base
 from tests.evidence.helpers import add_attempt, anomalies, make_job, update
-from tests.worker.test_collector import CRASH, ITERATION, Clock, collector_for
+from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector
 
 

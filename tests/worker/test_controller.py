@@ -8,7 +8,7 @@ from sqlalchemy import update
 from app.advice.models import Advice, SchedulerAction
 from app.context import AppContext
 from app.slurm.errors import TransientSchedulerError
-from tests.advice.factories import SlurmLikeFake, acting, actions, add_anomaly, advice_of, events, submit
+from tests.advice.factories import SlurmLikeFake, acting, actions, add_anomaly, advice_of, events, failed_job, submit
 from worker.advisor import Advisor
 from worker.controller import Controller
 from worker.observer import Observer
@@ -22,22 +22,6 @@ def fake() -> SlurmLikeFake:
 @pytest.fixture
 def act_ctx(ctx: AppContext) -> AppContext:
     return acting(ctx, acknowledge_scheduler_actions=True)
-
-
-async def failed_job(
-    ctx: AppContext, fake: SlurmLikeFake, job_id: int, *, node: str | None = "node1", **policy
-) -> Advice:
-    """A job whose attempt 0 crashed on `node` and failed, decided by the real advisor."""
-    observer, advisor = Observer(ctx, fake), Advisor(ctx)
-    await advisor.tick()
-    await submit(observer, fake, job_id, **policy)
-    if node:
-        await add_anomaly(ctx, job_id, node=node, category="xid")
-    fake.finish(job_id, "FAILED", exit_code=1)
-    await observer.tick()
-    await advisor.tick()
-    [advice] = await advice_of(ctx, job_id)
-    return advice
 
 
 async def make_due(ctx: AppContext) -> None:

@@ -7,8 +7,7 @@ from sqlalchemy import update
 
 from app.advice.models import Advice
 from app.context import AppContext
-from tests.advice.factories import SlurmLikeFake, acting, actions, advice_of, events, submit
-from tests.worker.test_controller import failed_job
+from tests.advice.factories import SlurmLikeFake, acting, actions, advice_of, events, failed_job, submit
 from worker.controller import Controller
 from worker.observer import Observer
 from worker.watchdog import Watchdog

@@ -10,7 +10,7 @@ from pathlib import Path
 from app.context import AppContext
 from app.evidence.models import LogSource
 from tests.evidence.helpers import add_attempt, anomalies, audit_events, make_job, update
-from tests.worker.test_collector import Clock, collector_for
+from tests.worker.helpers import Clock, collector_for
 from worker.watcher import Watcher
 
 PRE, LOOP, DELAY = 50, 30, 10
