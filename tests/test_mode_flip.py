@@ -18,7 +18,8 @@ import pytest
 from app.context import AppContext
 from app.domain.mode import CEILING_SETTING
 from app.main import create_app
-from tests.advice.factories import SlurmLikeFake, acting, advice_of, submit
+from tests.advice.helpers import SlurmLikeFake, acting, submit
+from tests.factories import advice_of
 from worker.advisor import Advisor
 from worker.observer import Observer
 

@@ -12,7 +12,8 @@ from app.domain.mode import ModeDecision
 from app.domain.reconcile import Step, StepKind
 from app.jobs.models import Attempt
 from app.slurm.fake import FakeScheduler
-from tests.advice.factories import events, submit
+from tests.advice.helpers import submit
+from tests.factories import events
 from worker.observer import Observer
 
 MODE = ModeDecision("act", "test")
@@ -74,6 +75,7 @@ async def test_milestones_are_unique_per_key_and_a_succeeded_command_is_never_re
         advice = (
             await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")
         ).advice
+        assert advice is not None
         first = await service.begin_action(
             session, advice=advice, step=StepKind.RELEASE, key="k", command="scontrol release 51"
         )
@@ -100,6 +102,7 @@ async def test_shadow_rows_once_per_generation(ctx) -> None:
         advice = (
             await service.record_decision(session, attempt=attempt, decision=restart(), mode=MODE, signal="test")
         ).advice
+        assert advice is not None
         added.append(await service.record_shadow(session, advice=advice, steps=steps, now=utcnow()))
         added.append(await service.record_shadow(session, advice=advice, steps=steps, now=utcnow()))
     assert added == [2, 0]

@@ -11,13 +11,8 @@ import pytest
 from app.config import Settings
 from app.context import AppContext
 from app.main import create_app
-from tests.api.helpers import (
-    CLUSTER,
-    FakeAuthenticator,
-    LiveServer,
-    start_server,
-    stop_server,
-)
+from tests.api.helpers import FakeAuthenticator, LiveServer, start_server, stop_server
+from tests.factories import CLUSTER
 from tests.plugins.database import Database
 
 

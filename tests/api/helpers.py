@@ -1,4 +1,4 @@
-"""Helpers of the API tests: GraphQL operations, seeded data, a real uvicorn server."""
+"""Helpers of the API tests: GraphQL operations, fake tokens, a real uvicorn server (rows: tests.factories)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.advice.models import Advice, SchedulerAction
 from app.auth import OPERATOR, VIEWER, AuthError, Principal
-from app.db import utcnow
-from app.evidence.models import Anomaly, Checkpoint
-from app.jobs import service as jobs
-from app.jobs.models import Attempt, Job
+from tests.factories import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 OPERATIONS = ROOT / "graphql" / "operations"
-
-
-CLUSTER = "test"
 
 
 def operation(name: str) -> str:
@@ -67,153 +59,6 @@ async def run_graphql(
     if not expect_errors:
         assert response.status_code == 200 and not body.get("errors"), body
     return body
-
-
-@dataclass
-class Seeded:
-    """Rows a test seeded, by role."""
-
-    jobs: list[Job]
-    attempts: list[Attempt]
-    advice: list[Advice]
-
-
-async def seed_job(
-    session: AsyncSession,
-    *,
-    slurm_job_id: int,
-    workflow_key: str,
-    name: str = "train",
-    attempts: int = 1,
-    failed: bool = True,
-    checkpoints: int = 0,
-    anomalies: int = 0,
-    advice: bool = False,
-    cluster: str = CLUSTER,
-) -> tuple[Job, list[Attempt], list[Advice]]:
-    """A job registered through the jobs service with `attempts` attempts; evidence and Advice by ORM inserts."""
-    job = await jobs.register_job(
-        session,
-        registration=jobs.JobRegistration(
-            cluster=cluster,
-            slurm_job_id=slurm_job_id,
-            environment="test-env",
-            enrolment="ENROLLED",
-            enrolment_reason=None,
-            workflow_key=workflow_key,
-            name=name,
-            partition="gpu",
-            requested_mode="act",
-            effective_mode="observe",
-            mode_reason="acknowledgment ceiling is off",
-            requeue_eligible=True,
-            state="RUNNING",
-            policy_wrapper="APS",
-            policy_valid=True,
-            policy_effective={
-                "workflow_id": workflow_key,
-                "environment": "test-env",
-                "mode": "act",
-                "auto_resume_mode": "requeue",
-                "max_requeue_times": 2,
-                "log_file_paths_shared_across_attempts": False,
-                "anomaly_detection_config": {
-                    "log_based_timeout_enabled": True,
-                    "log_based_timeout_threshold_pretraining": 960,
-                    "log_based_timeout_threshold_trainingloop": 840,
-                    "straggler_detection_enabled": False,
-                },
-            },
-            policy_warnings=[{"path": "$.APS.extra", "message": "unknown key"}],
-        ),
-    )
-    made: list[Attempt] = []
-    advices: list[Advice] = []
-    for index in range(attempts):
-        attempt = await jobs.create_attempt(
-            session,
-            job=job,
-            attempt_index=index,
-            state="RUNNING",
-            nodes=[f"node{index}"],
-            stdout_path=f"/logs/{slurm_job_id}-{index}.out",
-            start_time=utcnow(),
-        )
-        if failed or index < attempts - 1:
-            await jobs.update_attempt(session, attempt=attempt, job=job, state="FAILED", exit_code=1, end_time=utcnow())
-        for n in range(checkpoints):
-            session.add(
-                Checkpoint(
-                    attempt_id=attempt.id,
-                    event_key=f"ck-{attempt.id}-{n}",
-                    kind="saved",
-                    framework="megatron",
-                    iteration=100 * (n + 1),
-                    path=f"/ckpt/iter_{n}",
-                )
-            )
-        for n in range(anomalies):
-            session.add(
-                Anomaly(
-                    attempt_id=attempt.id,
-                    event_key=f"an-{attempt.id}-{n}",
-                    kind="CRASH",
-                    category="CUDA_ERROR",
-                    detector="signatures",
-                    message="CUDA error",
-                    node=f"node{index}",
-                    details={"n": n},
-                )
-            )
-        if advice:
-            row = Advice(
-                attempt_id=attempt.id,
-                job_id=job.id,
-                cluster=cluster,
-                slurm_job_id=slurm_job_id,
-                attempt_index=index,
-                operation="RESTART",
-                exclusions=[f"node{index}"],
-                reason="crash",
-                rule="retry",
-                generation=1,
-                mode="observe",
-                disposition="PENDING",
-                active=True,
-            )
-            session.add(row)
-            await session.flush()
-            session.add(
-                SchedulerAction(
-                    advice_id=row.id,
-                    generation=1,
-                    step="requeue_hold",
-                    idempotency_key=f"idem-{row.id}-1",
-                    status="SHADOW",
-                    duration_ms=1.5,
-                    finished_at=utcnow(),
-                )
-            )
-            advices.append(row)
-        made.append(attempt)
-    await session.flush()
-    return job, made, advices
-
-
-async def seed_many(
-    sessions: async_sessionmaker[AsyncSession], *, count: int, first_job_id: int = 1000, **kwargs: Any
-) -> Seeded:
-    """`count` jobs (one workflow each) in one transaction."""
-    result = Seeded([], [], [])
-    async with sessions() as session, session.begin():
-        for n in range(count):
-            job, attempts, advice = await seed_job(
-                session, slurm_job_id=first_job_id + n, workflow_key=f"wf-{n}", **kwargs
-            )
-            result.jobs.append(job)
-            result.attempts.extend(attempts)
-            result.advice.extend(advice)
-    return result
 
 
 def free_port() -> int:

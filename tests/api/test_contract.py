@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from app.api.schema import printed_schema
-from graphql import build_schema, parse, validate
+from graphql import (
+    DocumentNode,
+    GraphQLObjectType,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    build_schema,
+    parse,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "graphql" / "schema.graphql"
@@ -31,8 +39,20 @@ def test_schema_printer_command_prints_the_committed_schema() -> None:
     assert done.stdout == SCHEMA_FILE.read_text()
 
 
+def _first_operation(document: DocumentNode) -> OperationDefinitionNode:
+    definition = document.definitions[0]
+    assert isinstance(definition, OperationDefinitionNode), definition
+    return definition
+
+
+def _object(schema: GraphQLSchema, name: str) -> GraphQLObjectType:
+    found = schema.get_type(name)
+    assert isinstance(found, GraphQLObjectType), name
+    return found
+
+
 def test_there_are_queries_mutations_and_subscriptions() -> None:
-    kinds = {parse(path.read_text()).definitions[0].operation.value for path in OPERATION_FILES}
+    kinds = {_first_operation(parse(path.read_text())).operation.value for path in OPERATION_FILES}
     assert kinds == {"query", "mutation", "subscription"}
 
 
@@ -43,17 +63,19 @@ def test_operation_validates_against_the_committed_schema(path: Path) -> None:
     errors = validate(schema, document)
     assert not errors, [e.message for e in errors]
     # One named operation per file, named like the file, so scripts can refer to it by name.
-    assert len(document.definitions) == 1 and document.definitions[0].name.value == path.stem
+    assert len(document.definitions) == 1
+    name = _first_operation(document).name
+    assert name is not None and name.value == path.stem
 
 
 def test_relay_shape() -> None:
     schema = build_schema(SCHEMA_FILE.read_text())
     node = schema.get_type("Node")
     for name in ("Workflow", "Job", "Attempt", "Checkpoint", "Anomaly", "Advice", "AuditEvent"):
-        assert node in schema.get_type(name).interfaces, name
+        assert node in _object(schema, name).interfaces, name
     assert schema.query_type is not None
     assert "node" in schema.query_type.fields
     for connection in ("WorkflowConnection", "AttemptConnection", "AdviceConnection", "AuditEventConnection"):
-        fields = schema.get_type(connection).fields
+        fields = _object(schema, connection).fields
         assert {"edges", "pageInfo", "totalCount"} <= set(fields)
-    assert {"hasNextPage", "hasPreviousPage", "startCursor", "endCursor"} == set(schema.get_type("PageInfo").fields)
+    assert {"hasNextPage", "hasPreviousPage", "startCursor", "endCursor"} == set(_object(schema, "PageInfo").fields)

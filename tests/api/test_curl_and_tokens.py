@@ -17,7 +17,8 @@ from gql import Client, GraphQLRequest
 from gql.transport.websockets import WebsocketsTransport
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.api.helpers import LiveServer, operation, seed_many, start_server, stop_server
+from tests.api.helpers import LiveServer, operation, start_server, stop_server
+from tests.factories import seed_many
 from tests.plugins.database import Database
 from tests.plugins.oidc_provider import (
     OidcProvider,
@@ -138,8 +139,9 @@ async def test_bad_tokens_are_refused_on_graphql_rest_and_websocket(
             assert graphql.status_code == 401, (name, graphql.text)
             assert rest.status_code == 401 and rest.json()["error"]["code"] == "UNAUTHENTICATED", (name, rest.text)
 
-    for name, token in [*_bad_tokens(oidc_provider).items(), ("none", None)]:
-        payload = {"Authorization": f"Bearer {token}"} if token else {}
+    cases: list[tuple[str, str | None]] = [*_bad_tokens(oidc_provider).items(), ("none", None)]
+    for name, maybe_token in cases:
+        payload = {"Authorization": f"Bearer {maybe_token}"} if maybe_token else {}
         transport = WebsocketsTransport(
             url=oidc_server.ws_url, subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL], init_payload=payload
         )

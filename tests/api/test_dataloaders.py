@@ -9,7 +9,8 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.api.helpers import operation, run_graphql, seed_many
+from tests.api.helpers import operation, run_graphql
+from tests.factories import seed_many
 from tests.plugins.database import Database
 
 

@@ -3,6 +3,8 @@ and a feed entry."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -11,14 +13,14 @@ from app.advice.models import Advice
 from app.api.ids import to_global_id
 from app.audit.models import AuditEvent
 from app.feed.models import ChangeFeedEntry
-from tests.api.helpers import operation, run_graphql, seed_many
+from tests.api.helpers import operation, run_graphql
+from tests.factories import seed_many
 
 
 async def _audit_count(sessions: async_sessionmaker[AsyncSession]) -> int:
     async with sessions() as session:
-        return int(
-            await session.scalar(select(func.count()).select_from(AuditEvent).where(AuditEvent.component == "api"))
-        )
+        query = select(func.count()).select_from(AuditEvent).where(AuditEvent.component == "api")
+        return (await session.execute(query)).scalar_one()
 
 
 async def test_viewer_cannot_review_and_nothing_is_recorded(
@@ -51,7 +53,7 @@ async def test_approve_veto_and_rerun(
 ) -> None:
     seeded = await seed_many(sessions, count=1, attempts=3, advice=True)
     approve_id, veto_id, rerun_id = (to_global_id("Advice", a.id) for a in seeded.advice)
-    operator = {"token": "operator-token"}
+    operator: dict[str, Any] = {"token": "operator-token"}
 
     approved = (await run_graphql(token_client, operation("ApproveAdvice"), {"id": approve_id}, **operator))["data"][
         "approveAdvice"

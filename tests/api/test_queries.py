@@ -8,7 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.api.ids import to_global_id
 from app.domain.identity import attempt_uuid
 from app.jobs import service as jobs
-from tests.api.helpers import CLUSTER, operation, run_graphql, seed_job, seed_many
+from tests.api.helpers import operation, run_graphql
+from tests.factories import CLUSTER, seed_job, seed_many
 
 
 async def test_job_with_attempts_policy_and_workflow(
@@ -180,7 +181,8 @@ async def test_audit_events_filters_order_and_paging_both_ways(
         if not c["pageInfo"]["hasNextPage"]:
             break
         after = c["pageInfo"]["endCursor"]
-    backward, before = [], None
+    backward: list[str] = []
+    before = None
     while True:
         c = (await run_graphql(client, query, {"l": 2, "b": before}))["data"]["auditEvents"]
         backward = [e["node"]["id"] for e in c["edges"]] + backward

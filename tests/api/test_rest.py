@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import httpx
 import pytest
@@ -13,11 +14,11 @@ from app.config import Settings
 from app.context import AppContext
 from app.domain.identity import attempt_uuid
 from app.main import create_app
-from tests.api.helpers import CLUSTER, seed_job, seed_many
+from tests.factories import CLUSTER, seed_job, seed_many
 from tests.plugins.database import Database
 
 
-async def _all_pages(client: httpx.AsyncClient, path: str, key: str, **params: object) -> list[dict]:
+async def _all_pages(client: httpx.AsyncClient, path: str, key: str, **params: Any) -> list[dict]:
     rows, token = [], None
     for _ in range(1000):
         response = await client.get(path, params={**params, **({"page": token} if token else {})})

@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.feed import queries as feed_queries
-from tests.api.helpers import OPERATIONS, ROOT, LiveServer, operation, seed_job
+from tests.api.helpers import OPERATIONS, ROOT, LiveServer, operation
+from tests.factories import seed_job
 from tests.plugins.database import Database
 
 JS_DIR = ROOT / "tests" / "js"
@@ -155,8 +156,10 @@ def _node_client(
 async def _read_lines(process: subprocess.Popen[str], until: str, timeout: float = 30) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
+    stdout = process.stdout
+    assert stdout is not None  # started with stdout=PIPE
     while True:
-        line = await asyncio.wait_for(loop.run_in_executor(None, process.stdout.readline), timeout=timeout)  # type: ignore[union-attr]
+        line = await asyncio.wait_for(loop.run_in_executor(None, stdout.readline), timeout=timeout)
         if not line:
             return lines
         try:
@@ -186,6 +189,7 @@ async def test_reference_graphql_ws_client(
         if client.poll() is None:
             client.kill()
             client.wait()
-        client.stdout.close()  # type: ignore[union-attr]
+        if client.stdout is not None:
+            client.stdout.close()
     states = [line["next"]["data"]["attemptUpdates"]["state"] for line in lines if "next" in line]
     assert states == ["FAILED", "REQUEUED"]

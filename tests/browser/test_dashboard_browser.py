@@ -20,7 +20,7 @@ from app.evidence.models import Anomaly
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app
-from tests.views.seed import T0, seed_history
+from tests.factories import T0, seed_history
 from tests.views.server import free_port, serve
 
 pytestmark = [

@@ -9,7 +9,6 @@ from sqlalchemy import func, select
 from app.advice.models import SchedulerAction
 from app.audit.models import AuditEvent
 from app.context import AppContext
-from tests.advice.factories import add_anomaly
 from tests.e2e.harness import (
     advice_done,
     advice_list,
@@ -23,6 +22,7 @@ from tests.e2e.harness import (
     running_worker,
     unique_environment,
 )
+from tests.factories import add_anomaly
 from tests.plugins.slurm_lab import SlurmLab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 from app.audit import service as audit
+from tests.factories import T0, seed_history
 from tests.views.html import parse
-from tests.views.seed import T0, seed_history
 
 
 async def _many_events(sessions, count: int) -> None:

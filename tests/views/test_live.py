@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,8 +16,8 @@ from app.feed.listener import shared_waker
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app
+from tests.factories import seed_history
 from tests.views.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, dashboard_settings
-from tests.views.seed import seed_history
 from tests.views.server import serve
 from views.live import MAX_STREAMS_PER_SESSION, FeedMatch, StreamLimiter, changes
 
@@ -27,7 +28,9 @@ def test_stream_limiter_bounds_streams_per_session() -> None:
     assert limiter.acquire("b")
     limiter.release("a")
     assert limiter.acquire("a")
-    limiter.release("a"), limiter.release("a"), limiter.release("b")
+    limiter.release("a")
+    limiter.release("a")
+    limiter.release("b")
     assert limiter.open == {}
 
 
@@ -64,6 +67,7 @@ async def test_changes_yields_only_for_the_pages_job(sessions, settings) -> None
         FeedMatch(frozenset({"attempt"}), slurm_job_id=seeded.slurm_job_id),
         after_id=None,
     )
+    assert isinstance(stream, AsyncGenerator)
     ready = await asyncio.wait_for(stream.__anext__(), 5)
     assert ready["event"] == "ready"
     await _update_state(sessions, other.attempt_ids[1], "COMPLETING")  # another job: no event

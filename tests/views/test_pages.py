@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from app.jobs import service as jobs
+from tests.factories import dashboard_registration, seed_history
 from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
-from tests.views.seed import registration, seed_history
 
 
 async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:
@@ -50,7 +50,9 @@ async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:
 async def test_overview_filters_and_failed_only(viewer, sessions) -> None:
     await seed_history(sessions)
     async with sessions() as session, session.begin():
-        job = await jobs.register_job(session, registration=registration(777, workflow_key="healthy-run", name="bert"))
+        job = await jobs.register_job(
+            session, registration=dashboard_registration(777, workflow_key="healthy-run", name="bert")
+        )
         await jobs.create_attempt(session, job=job, attempt_index=0, state="RUNNING")
     everything = parse((await viewer.get("/dashboard/workflow")).text).find_all("tr", data_workflow=True)
     assert [r.attrs["data-workflow"] for r in everything] == ["healthy-run", "llama-pretrain"]  # newest first

@@ -12,8 +12,8 @@ from sqlalchemy import event, insert, select
 from app.advice.models import Advice
 from app.evidence.models import Anomaly
 from app.jobs.models import Attempt, Job, Workflow
+from tests.factories import T0, seed_history
 from tests.views.html import parse
-from tests.views.seed import T0, seed_history
 
 WORKFLOWS = 10_000
 

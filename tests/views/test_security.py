@@ -13,9 +13,9 @@ from app.advice.models import Advice
 from app.audit.models import AuditEvent
 from app.context import AppContext
 from app.main import create_app
+from tests.factories import seed_history
 from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
-from tests.views.seed import seed_history
 
 PUBLIC = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/logout"}
 

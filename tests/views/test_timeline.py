@@ -78,7 +78,7 @@ def test_svg_draws_rows_spans_marks_with_utc_titles_and_an_open_end_at_now() -> 
 def test_open_span_grows_with_now() -> None:
     row = Row("attempt 0", 0, spans=state_spans(state="RUNNING", start=at(0), end=None, created=at(0), history=[])[0])
 
-    def width(now: dt.datetime) -> float:
+    def width(now: dt.datetime) -> tuple[float, float]:
         svg = parse(str(render_timeline([row], now=now)))
         return float(svg.find("g", class_="open").find("rect").attrs["x"] or 0), float(
             svg.find("g", class_="open").find("rect").attrs["width"] or 0

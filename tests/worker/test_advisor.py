@@ -8,7 +8,8 @@ from sqlalchemy import func, select
 from app.context import AppContext
 from app.feed.models import ChangeFeedEntry
 from app.slurm.errors import TransientSchedulerError
-from tests.advice.factories import SlurmLikeFake, acting, add_anomaly, advice_of, events, submit
+from tests.advice.helpers import SlurmLikeFake, acting, submit
+from tests.factories import add_anomaly, advice_of, events
 from worker.advisor import Advisor
 from worker.observer import Observer
 

@@ -17,16 +17,7 @@ from app.context import AppContext
 from app.domain.signature_config import SignatureConfigError
 from app.evidence.models import Anomaly, LogSource
 from app.logs.reader import LogTailer
-from tests.evidence.helpers import (
-    add_attempt,
-    anomalies,
-    audit_events,
-    checkpoints,
-    make_job,
-    pending,
-    sources,
-    update,
-)
+from tests.factories import add_attempt, anomalies, checkpoints, enrolled_job, events, pending, sources, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector, load_ruleset
 
@@ -44,7 +35,7 @@ def stamp(seconds_ago: float = 0.0) -> str:
 async def test_per_attempt_file_becomes_evidence_on_its_attempt(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-10.log"
     out.write_text("setup\n" + ITERATION + SAVED + XID)
-    job = await make_job(ctx, 10)
+    job = await enrolled_job(ctx, 10)
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out), stderr_path=str(out), start_time=dt.datetime.now(dt.UTC))
     collector = collector_for(ctx)
     await collector.tick()
@@ -78,17 +69,17 @@ async def test_per_attempt_file_becomes_evidence_on_its_attempt(ctx: AppContext,
         and source.last_read_at is not None
     )
     assert source.last_output_at is not None and source.head_length > 0
-    [detected] = await audit_events(ctx, "anomaly.detected")
+    [detected] = await events(ctx, "anomaly.detected")
     assert detected.component == "watcher" and detected.attempt_index == 0
     assert {"file", "lineNumber", "line", "sourceTime"} <= set(detected.payload) and detected.payload["lineNumber"] == 4
-    [saved] = await audit_events(ctx, "checkpoint.saved")
+    [saved] = await events(ctx, "checkpoint.saved")
     assert saved.component == "collector" and saved.payload["file"] == str(out)
 
 
 async def test_new_bytes_only_and_anomaly_wakes_listener(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-11.log"
     out.write_text(ITERATION)
-    job = await make_job(ctx, 11)
+    job = await enrolled_job(ctx, 11)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     collector = collector_for(ctx)
     woken: list[int] = []
@@ -105,7 +96,7 @@ async def test_new_bytes_only_and_anomaly_wakes_listener(ctx: AppContext, tmp_pa
 async def test_restart_records_nothing_twice(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-12.log"
     out.write_text(SAVED + CRASH)
-    job = await make_job(ctx, 12)
+    job = await enrolled_job(ctx, 12)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     first = collector_for(ctx)
     await first.tick()
@@ -122,15 +113,13 @@ async def test_restart_records_nothing_twice(ctx: AppContext, tmp_path: Path) ->
     third = collector_for(ctx)
     await third.tick()
     assert len(await checkpoints(ctx)) == 1 and len(await anomalies(ctx)) == 2
-    assert (
-        len(await audit_events(ctx, "anomaly.detected")) == 2 and len(await audit_events(ctx, "checkpoint.saved")) == 1
-    )
+    assert len(await events(ctx, "anomaly.detected")) == 2 and len(await events(ctx, "checkpoint.saved")) == 1
 
 
 async def test_repeated_crash_lines_of_one_category_and_node_are_one_anomaly(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-13.log"
     out.write_text(CRASH * 8 + XID + XID.replace("node12", "node13"))
-    job = await make_job(ctx, 13)
+    job = await enrolled_job(ctx, 13)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     await collector_for(ctx).tick()
     assert sorted((a.category, a.node) for a in await anomalies(ctx)) == [
@@ -142,7 +131,7 @@ async def test_repeated_crash_lines_of_one_category_and_node_are_one_anomaly(ctx
 
 async def test_truncation_rotation_and_late_files(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-14.log"
-    job = await make_job(ctx, 14)
+    job = await enrolled_job(ctx, 14)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     collector = collector_for(ctx, collector_poll_interval=0.0)
     await collector.tick()  # the file does not exist yet
@@ -155,13 +144,13 @@ async def test_truncation_rotation_and_late_files(ctx: AppContext, tmp_path: Pat
     await collector.tick()
     out.write_text(SAVED.replace("500", "700") + "x" * 10)  # truncated and rewritten
     await collector.tick()
-    assert sorted(c.iteration for c in await checkpoints(ctx)) == [500, 600, 700]
+    assert [c.iteration for c in sorted(await checkpoints(ctx), key=lambda c: c.iteration or 0)] == [500, 600, 700]
 
 
 async def test_stale_path_stays_with_the_old_attempt(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-15.log"
     out.write_text(ITERATION)
-    job = await make_job(ctx, 15)
+    job = await enrolled_job(ctx, 15)
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out), start_time=dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, collector_poll_interval=0.0)
     await collector.tick()
@@ -178,7 +167,7 @@ async def test_stale_path_stays_with_the_old_attempt(ctx: AppContext, tmp_path: 
     out.write_text(XID)
     await collector.tick()
     assert [a.attempt_id for a in await anomalies(ctx)] == [a0.id]
-    [dropped] = await audit_events(ctx, "collector.event_dropped")
+    [dropped] = await events(ctx, "collector.event_dropped")
     assert dropped.payload["reason"] == "after_attempt_end" and dropped.attempt_index == 0
     [source] = await sources(ctx)
     assert source.closed_at is not None and source.attempt_id == a0.id
@@ -188,7 +177,7 @@ async def test_stale_path_stays_with_the_old_attempt(ctx: AppContext, tmp_path: 
 async def test_lines_stamped_after_the_owner_ended_are_dropped(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-16.log"
     out.write_text(ITERATION)
-    job = await make_job(ctx, 16)
+    job = await enrolled_job(ctx, 16)
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out))
     collector = collector_for(ctx, collector_poll_interval=0.0)
     await collector.tick()
@@ -199,13 +188,13 @@ async def test_lines_stamped_after_the_owner_ended_are_dropped(ctx: AppContext, 
     collector.poke()
     await collector.tick()
     assert [a.category for a in await anomalies(ctx)] == ["CUDA_ERROR"]
-    assert len(await audit_events(ctx, "collector.event_dropped")) == 1
+    assert len(await events(ctx, "collector.event_dropped")) == 1
 
 
 async def test_ended_attempt_is_read_a_last_time_then_no_longer_tracked(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "out-17.log"
     out.write_text(ITERATION)
-    job = await make_job(ctx, 17)
+    job = await enrolled_job(ctx, 17)
     a0 = await add_attempt(ctx, job, 0, stdout_path=str(out))
     clock = Clock(dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, clock, collector_ended_grace=5.0)
@@ -224,7 +213,7 @@ async def test_ended_attempt_is_read_a_last_time_then_no_longer_tracked(ctx: App
 async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "shared-18.log"
     now = dt.datetime.now(dt.UTC)
-    job = await make_job(ctx, 18, shared=True)
+    job = await enrolled_job(ctx, 18, shared=True)
     a0 = await add_attempt(
         ctx,
         job,
@@ -249,7 +238,7 @@ async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_pa
     [crash] = await anomalies(ctx)
     assert (crash.attempt_id, crash.category) == (a1.id, "CUDA_ERROR")
     waiting = await pending(ctx)
-    assert sorted(p.reason for p in waiting) == ["no_timestamp", "outside_windows"]
+    assert [p.reason for p in sorted(waiting, key=lambda p: p.reason or "")] == ["no_timestamp", "outside_windows"]
     [source] = await sources(ctx)
     assert source.shared and source.attempt_id is None
     # Bounded redelivery: six tries with backoff, then dropped with an audit event; never the newest attempt.
@@ -257,7 +246,7 @@ async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_pa
         clock.advance(70)
         await collector.tick()
     assert await pending(ctx) == []
-    dropped = await audit_events(ctx, "collector.event_dropped")
+    dropped = await events(ctx, "collector.event_dropped")
     assert sorted(d.payload["reason"] for d in dropped) == ["no_timestamp", "outside_windows"]
     assert all(d.payload["tries"] == 6 for d in dropped)
     assert len(await anomalies(ctx)) == 1 and len(await checkpoints(ctx)) == 1
@@ -266,7 +255,7 @@ async def test_shared_path_label_time_window_and_waiting(ctx: AppContext, tmp_pa
 async def test_waiting_event_lands_once_its_attempt_is_registered(ctx: AppContext, tmp_path: Path) -> None:
     out = tmp_path / "shared-19.log"
     now = dt.datetime.now(dt.UTC)
-    job = await make_job(ctx, 19, shared=True)
+    job = await enrolled_job(ctx, 19, shared=True)
     await add_attempt(
         ctx,
         job,
@@ -290,7 +279,7 @@ async def test_waiting_event_lands_once_its_attempt_is_registered(ctx: AppContex
 async def test_log_directory_files_by_job_id_and_attempt_in_the_name(ctx: AppContext, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
-    job = await make_job(ctx, 4321)
+    job = await enrolled_job(ctx, 4321)
     a0 = await add_attempt(ctx, job, 0, state="FAILED", end_time=dt.datetime.now(dt.UTC))
     a1 = await add_attempt(ctx, job, 1)
     (logs / "train-4321-0.log").write_text(SAVED)
@@ -343,7 +332,7 @@ async def test_no_bytes_break_the_collector(
 
         job = await session.scalar(select(Job).where(Job.slurm_job_id == 777))
     if job is None:
-        job = await make_job(ctx, 777)
+        job = await enrolled_job(ctx, 777)
     attempt = await add_attempt(ctx, job, int(utcnow().timestamp() * 1000) % 1_000_000, stdout_path=str(out))
     collector = Collector(ctx, tailer=LogTailer(chunk_size=4096, line_cap=1024, max_bytes=8192), use_inotify=False)
     for chunk in chunks:
@@ -359,7 +348,7 @@ async def test_no_bytes_break_the_collector(
         source = await session.scalar(select(LogSource).where(LogSource.attempt_id == attempt.id))
         assert source is not None and 0 <= source.offset <= out.stat().st_size
         crash_rows = (await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id))).all()
-    assert all(row.line_number >= 1 for row in crash_rows)
+    assert all(row.line_number is not None and row.line_number >= 1 for row in crash_rows)
     await collector.on_stop()
 
 
@@ -369,7 +358,7 @@ async def test_file_changes_wake_the_running_service_before_the_next_poll(ctx: A
 
     out = tmp_path / "out-20.log"
     out.write_text(ITERATION)
-    job = await make_job(ctx, 20)
+    job = await enrolled_job(ctx, 20)
     await add_attempt(ctx, job, 0, stdout_path=str(out))
     slow_poll = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, collector_poll_interval=30.0))
     collector = Collector(slow_poll, use_inotify=True)

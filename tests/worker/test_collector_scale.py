@@ -11,7 +11,7 @@ from sqlalchemy import event
 
 from app.context import AppContext
 from app.db import Base
-from tests.evidence.helpers import add_attempt, anomalies, make_job, update
+from tests.factories import add_attempt, anomalies, enrolled_job, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector
 
@@ -22,7 +22,7 @@ async def track(ctx: AppContext, directory: Path, first: int, count: int) -> lis
     for slurm_job_id in range(first, first + count):
         path = directory / f"out-{slurm_job_id}.log"
         path.write_text(ITERATION)
-        job = await make_job(ctx, slurm_job_id)
+        job = await enrolled_job(ctx, slurm_job_id)
         await add_attempt(ctx, job, 0, stdout_path=str(path), start_time=dt.datetime.now(dt.UTC))
         paths.append(path)
     return paths
@@ -116,7 +116,7 @@ async def test_ended_attempt_stops_being_read_when_its_grace_runs_out_without_an
 async def test_a_new_file_in_a_log_directory_is_found_by_polling_alone(ctx: AppContext, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
-    job = await make_job(ctx, 9200)
+    job = await enrolled_job(ctx, 9200)
     await add_attempt(ctx, job, 0)
     clock = Clock(dt.datetime.now(dt.UTC))
     collector = collector_for(ctx, clock, log_dirs=(str(logs),))

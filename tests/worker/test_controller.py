@@ -8,7 +8,8 @@ from sqlalchemy import update
 from app.advice.models import Advice, SchedulerAction
 from app.context import AppContext
 from app.slurm.errors import TransientSchedulerError
-from tests.advice.factories import SlurmLikeFake, acting, actions, add_anomaly, advice_of, events, failed_job, submit
+from tests.advice.helpers import SlurmLikeFake, acting, failed_job, submit
+from tests.factories import actions, add_anomaly, advice_of, events
 from worker.advisor import Advisor
 from worker.controller import Controller
 from worker.observer import Observer
@@ -53,7 +54,13 @@ async def test_restart_requeues_held_excludes_releases_and_converges(act_ctx, fa
         ("update_exclusions", "SUCCEEDED", f"{advice.id}:1:update_exclusions"),
         ("release", "SUCCEEDED", f"{advice.id}:1:release"),
     ]
-    assert all(r.duration_ms is not None and r.finished_at >= r.started_at for r in rows)
+    assert all(
+        r.duration_ms is not None
+        and r.finished_at is not None
+        and r.started_at is not None
+        and r.finished_at >= r.started_at
+        for r in rows
+    )
     for event_type in (
         "scheduler.requeue_hold",
         "scheduler.update_exclusions",
@@ -95,7 +102,8 @@ async def test_transient_failure_backs_off_and_retries_the_same_milestone(act_ct
     fake.fail_next("requeue_hold", TransientSchedulerError("socket timed out", command=("scontrol",), returncode=1))
     await controller.tick()
     [advice] = await advice_of(act_ctx, 33)
-    assert advice.active and advice.reconcile_failures == 1 and advice.next_reconcile_at > dt.datetime.now(dt.UTC)
+    assert advice.active and advice.reconcile_failures == 1
+    assert advice.next_reconcile_at is not None and advice.next_reconcile_at > dt.datetime.now(dt.UTC)
     [row] = await actions(act_ctx, advice.id)
     assert (row.step, row.status) == ("requeue_hold", "FAILED")
     await controller.tick()

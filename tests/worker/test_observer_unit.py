@@ -150,7 +150,8 @@ async def test_unmanaged_partition(ctx: AppContext, scheduler: FakeScheduler) ->
     scheduler.add(make_job(14, comment=_comment(), partition="debug"))
     await observer.tick()
     async with ctx.sessions() as session:
-        assert (await session.scalar(select(Job))).enrolment == "UNMANAGED_PARTITION"
+        job = await session.scalar(select(Job))
+        assert job is not None and job.enrolment == "UNMANAGED_PARTITION"
 
 
 async def test_act_needs_ceiling_and_managed_partition(ctx: AppContext, scheduler: FakeScheduler) -> None:

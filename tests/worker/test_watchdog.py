@@ -7,7 +7,8 @@ from sqlalchemy import update
 
 from app.advice.models import Advice
 from app.context import AppContext
-from tests.advice.factories import SlurmLikeFake, acting, actions, advice_of, events, failed_job, submit
+from tests.advice.helpers import SlurmLikeFake, acting, failed_job, submit
+from tests.factories import actions, advice_of, events
 from worker.controller import Controller
 from worker.observer import Observer
 from worker.watchdog import Watchdog

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.context import AppContext
 from app.evidence.models import LogSource
-from tests.evidence.helpers import add_attempt, anomalies, audit_events, make_job, update
+from tests.factories import add_attempt, anomalies, enrolled_job, events, update
 from tests.worker.helpers import Clock, collector_for
 from worker.watcher import Watcher
 
@@ -56,7 +56,7 @@ def watcher_for(ctx: AppContext, clock: Clock, **settings) -> Watcher:
 async def setup(
     ctx: AppContext, tmp_path: Path, *, phase: str | None = "trainingloop", state: str = "RUNNING", **detection
 ):
-    job = await make_job(
+    job = await enrolled_job(
         ctx, 50, log_based_timeout_threshold_pretraining=PRE, log_based_timeout_threshold_trainingloop=LOOP, **detection
     )
     out = tmp_path / "out-50.log"
@@ -96,7 +96,7 @@ async def test_silence_past_threshold_and_query_delay_is_one_no_progress_anomaly
     assert anomaly.log_path == str(out) and anomaly.details["thresholdSeconds"] == LOOP and woken == [1]
     await run(watcher, clock, 100)
     assert len(await anomalies(ctx)) == 1  # once per silence episode
-    [event] = await audit_events(ctx, "anomaly.detected")
+    [event] = await events(ctx, "anomaly.detected")
     assert (
         event.component == "watcher"
         and event.payload["file"] == str(out)
@@ -122,7 +122,7 @@ async def test_unarmed_file_is_never_a_hang(ctx: AppContext, tmp_path: Path) -> 
 
 
 async def test_generic_training_started_line_does_not_arm(ctx: AppContext, tmp_path: Path) -> None:
-    job = await make_job(
+    job = await enrolled_job(
         ctx, 51, log_based_timeout_threshold_trainingloop=LOOP, log_based_timeout_threshold_pretraining=PRE
     )
     out = tmp_path / "out-51.log"
@@ -138,7 +138,7 @@ async def test_generic_training_started_line_does_not_arm(ctx: AppContext, tmp_p
 
 
 async def _sources(ctx: AppContext) -> list[LogSource]:
-    from tests.evidence.helpers import sources
+    from tests.factories import sources
 
     return await sources(ctx)
 
@@ -170,7 +170,7 @@ async def test_attempt_that_stopped_running_is_not_a_hang(ctx: AppContext, tmp_p
 
 
 async def test_shared_file_armed_by_the_previous_attempt_does_not_arm_the_next(ctx: AppContext, tmp_path: Path) -> None:
-    job = await make_job(ctx, 52, shared=True, log_based_timeout_threshold_trainingloop=LOOP)
+    job = await enrolled_job(ctx, 52, shared=True, log_based_timeout_threshold_trainingloop=LOOP)
     out = tmp_path / "shared-52.log"
     now = dt.datetime.now(dt.UTC)
     a0 = await add_attempt(
@@ -204,7 +204,7 @@ THROUGHPUT = (
 
 
 async def slowdown_run(ctx: AppContext, tmp_path: Path, *, operator: bool, job_opt_in: bool) -> list:
-    job = await make_job(ctx, 60, straggler_detection_enabled=job_opt_in)
+    job = await enrolled_job(ctx, 60, straggler_detection_enabled=job_opt_in)
     out = tmp_path / "out-60.log"
     out.write_text("")
     await add_attempt(ctx, job, 0, stdout_path=str(out))

@@ -1,5 +1,5 @@
 """Helpers shared by the Advice, advisor, controller and watchdog tests: jobs through the real observer, a
-Slurm-like fake."""
+Slurm-like fake. Rows and reads come from tests.factories."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import dataclasses
 import json
 from typing import Any
 
-from sqlalchemy import select
-
-from app.advice.models import Advice, SchedulerAction
-from app.audit.models import AuditEvent
+from app.advice.models import Advice
 from app.context import AppContext
-from app.evidence.models import Anomaly
-from app.jobs.models import Attempt
 from app.slurm.fake import FakeScheduler, make_job
+from tests.factories import add_anomaly, advice_of
 from worker.advisor import Advisor
 from worker.observer import Observer
 
@@ -59,73 +55,6 @@ async def submit(observer: Observer, fake: FakeScheduler, job_id: int, *, node: 
     fake.add(make_job(job_id, comment=comment(**policy), requeue=requeue))
     fake.start(job_id, [node])
     await observer.tick()
-
-
-async def attempt(ctx: AppContext, job_id: int, index: int = 0) -> Attempt:
-    async with ctx.sessions() as session:
-        found = await session.scalar(
-            select(Attempt).where(Attempt.slurm_job_id == job_id, Attempt.attempt_index == index)
-        )
-        assert found is not None
-        return found
-
-
-async def add_anomaly(
-    ctx: AppContext,
-    job_id: int,
-    *,
-    kind: str = "CRASH",
-    index: int = 0,
-    node: str | None = None,
-    category: str = "segfault",
-    key: str | None = None,
-) -> int:
-    """An anomaly row as the watcher writes it."""
-    target = await attempt(ctx, job_id, index)
-    async with ctx.sessions() as session, session.begin():
-        row = Anomaly(
-            attempt_id=target.id,
-            event_key=key or f"{job_id}-{index}-{kind}-{node}-{category}",
-            kind=kind,
-            category=category,
-            detector="test",
-            message=f"{kind} {category}",
-            node=node,
-            line="Rank0: segmentation fault",
-        )
-        session.add(row)
-        await session.flush()
-        return row.id
-
-
-async def advice_of(ctx: AppContext, job_id: int) -> list[Advice]:
-    async with ctx.sessions() as session:
-        return list(
-            (
-                await session.scalars(
-                    select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index)
-                )
-            ).all()
-        )
-
-
-async def actions(ctx: AppContext, advice_id: int | None = None) -> list[SchedulerAction]:
-    async with ctx.sessions() as session:
-        query = select(SchedulerAction).order_by(SchedulerAction.id)
-        if advice_id is not None:
-            query = query.where(SchedulerAction.advice_id == advice_id)
-        return list((await session.scalars(query)).all())
-
-
-async def events(ctx: AppContext, event_type: str) -> list[AuditEvent]:
-    async with ctx.sessions() as session:
-        return list(
-            (
-                await session.scalars(
-                    select(AuditEvent).where(AuditEvent.event_type == event_type).order_by(AuditEvent.id)
-                )
-            ).all()
-        )
 
 
 async def failed_job(
