@@ -40,7 +40,7 @@ class RecordingVerifier:
 
     requires_token = True
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: list[str] = []
 
     async def verify(self, token: str) -> Principal:

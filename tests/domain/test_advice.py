@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -32,14 +33,14 @@ HANG = FailureKind.NO_PROGRESS
 SLOW = FailureKind.SLOWDOWN
 
 
-def fail(index: int = 0, kind: FailureKind = CRASH, **kw: object) -> Failure:
+def fail(index: int = 0, kind: FailureKind = CRASH, **kw: Any) -> Failure:
     if kind is SCHED:
         kw.setdefault("state", "FAILED")
         kw.setdefault("exit_code", 1)
     if kind is CRASH:
         kw.setdefault("category", "segfault")
     kw.setdefault("checkpoints_saved", 1)
-    return Failure(attempt_index=index, kind=kind, **kw)  # type: ignore[arg-type]
+    return Failure(attempt_index=index, kind=kind, **kw)
 
 
 def past(

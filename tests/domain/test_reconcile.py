@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -42,9 +43,9 @@ def terminate(k: int = 0, gen: int = 1) -> AdviceState:
     return AdviceState(advice_id=7, generation=gen, operation="TERMINATE", attempt_index=k, expires_at=LATER)
 
 
-def obs(state: str = "FAILED", rc: int = 0, **kw: object) -> JobObservation:
+def obs(state: str = "FAILED", rc: int = 0, **kw: Any) -> JobObservation:
     kw.setdefault("requeue_eligible", True)
-    return JobObservation(state=state, restart_count=rc, **kw)  # type: ignore[arg-type]
+    return JobObservation(state=state, restart_count=rc, **kw)
 
 
 def our_held(rc: int = 1, excluded: tuple[str, ...] = ()) -> JobObservation:

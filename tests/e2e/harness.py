@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 
@@ -58,13 +58,13 @@ def batch_script(comment: str, body: str, *, name: str = "e2e") -> str:
     )
 
 
-def lab_context(ctx: AppContext, environment: str, **changes: object) -> AppContext:
+def lab_context(ctx: AppContext, environment: str, **changes: Any) -> AppContext:
     """The test's database with settings for a fast worker in this test's own environment."""
-    values: dict[str, object] = dict(
+    values: dict[str, Any] = dict(
         environment=environment, acknowledge_scheduler_actions=True, poll_interval=0.3, lease_seconds=3.0
     )
     values.update(changes)
-    settings = dataclasses.replace(ctx.settings, **values)  # type: ignore[arg-type]
+    settings = dataclasses.replace(ctx.settings, **values)
     return AppContext(settings=settings, engine=ctx.engine, sessions=ctx.sessions)
 
 

@@ -28,7 +28,8 @@ def _free_port() -> int:
 
 def _json_documents(text: str) -> list[Any]:
     decoder = json.JSONDecoder()
-    documents, index = [], 0
+    documents: list[Any] = []
+    index = 0
     while True:
         while index < len(text) and text[index].isspace():
             index += 1
@@ -88,8 +89,10 @@ def test_demo_recovers_a_crash_and_a_hang(slurm_lab: SlurmLab, tmp_path: Path) -
         assert "both examples were recovered automatically and completed from their checkpoints" in output, output[
             -4000:
         ]
-        crash_id = int(re.search(r"submitted examples/crash\.sbatch as job (\d+)", output).group(1))
-        hang_id = int(re.search(r"submitted examples/hang\.sbatch as job (\d+)", output).group(1))
+        crash_found = re.search(r"submitted examples/crash\.sbatch as job (\d+)", output)
+        hang_found = re.search(r"submitted examples/hang\.sbatch as job (\d+)", output)
+        assert crash_found is not None and hang_found is not None, output[-4000:]
+        crash_id, hang_id = int(crash_found.group(1)), int(hang_found.group(1))
 
         # The commands the demo printed, run exactly as printed.
         block = output.split("Inspect the attempts from a shell (the user guide's commands, as written):", 1)[1].split(

@@ -80,6 +80,7 @@ class Stack:
         settings = dataclasses.replace(
             ctx.settings, log_dirs=(str(log_dir),), hang_query_delay=2.0, collector_poll_interval=0.3
         )
+        self.log_dir = log_dir
         self.ctx = dataclasses.replace(ctx, settings=settings)
         self.observer = Observer(self.ctx, CliScheduler(settings, env=lab.env()))
         self.collector = Collector(self.ctx, use_inotify=False)
@@ -152,7 +153,6 @@ async def stack(ctx: AppContext, slurm_lab: SlurmLab):
     log_dir = slurm_lab.test_dir() / f"logs-{uuid.uuid4().hex[:6]}"
     log_dir.mkdir(parents=True)
     built = Stack(ctx, slurm_lab, log_dir)
-    built.log_dir = log_dir  # type: ignore[attr-defined]
     already = len(slurm_lab.submitted)
     built.start()
     yield built
@@ -184,7 +184,7 @@ async def _requeue_and_check(stack: Stack, slurm_lab: SlurmLab, job_id: int) -> 
 
 
 async def test_per_attempt_files_in_a_log_directory_across_a_requeue(stack: Stack, slurm_lab: SlurmLab) -> None:
-    log_dir: Path = stack.log_dir  # type: ignore[attr-defined]
+    log_dir = stack.log_dir
     body = "\n".join(
         [
             f"LOG={log_dir}/train-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}.log",

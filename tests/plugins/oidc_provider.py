@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -45,7 +45,7 @@ MIN_NODE_MAJOR = 20
 START_TIMEOUT = 30.0
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     """Fail in CI (it must install node), skip elsewhere; either way say exactly why."""
     require("the OIDC provider", reason)
 

@@ -87,7 +87,8 @@ async def test_failed_job_is_requeued_held_excluded_and_released(slurm_lab: Slur
     assert held.hold_reason == "JobHeldUser"
 
     await scheduler.set_excluded_nodes(job_id, [first_node])
-    assert (await scheduler.list_jobs()).get(job_id).excluded_nodes == (first_node,)
+    excluded = (await scheduler.list_jobs()).get(job_id)
+    assert excluded is not None and excluded.excluded_nodes == (first_node,)
     assert slurm_lab.scontrol_show(job_id)["ExcNodeList"] == first_node
 
     await scheduler.release(job_id)
@@ -116,9 +117,11 @@ async def test_failed_job_is_requeued_held_excluded_and_released(slurm_lab: Slur
 async def test_set_excluded_nodes_with_empty_list_clears(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(SLEEPER, sbatch_args=["--hold"])
     await scheduler.set_excluded_nodes(job_id, ["node1", "node3"])
-    assert (await scheduler.list_jobs()).get(job_id).excluded_nodes == ("node1", "node3")
+    excluded = (await scheduler.list_jobs()).get(job_id)
+    assert excluded is not None and excluded.excluded_nodes == ("node1", "node3")
     await scheduler.set_excluded_nodes(job_id, [])
-    assert (await scheduler.list_jobs()).get(job_id).excluded_nodes == ()
+    cleared = (await scheduler.list_jobs()).get(job_id)
+    assert cleared is not None and cleared.excluded_nodes == ()
     await scheduler.cancel(job_id)
 
 

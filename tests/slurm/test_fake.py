@@ -24,6 +24,7 @@ async def test_fake_requeue_hold_exclude_release_cycle() -> None:
     assert released is not None
     assert not released.held and released.excluded_nodes == ("node1",)
     history = await fake.job_history(7)
+    assert history is not None
     assert [(r.attempt, r.state, r.exit_code) for r in history] == [(0, "FAILED", 1)]
     assert [call[0] for call in fake.calls] == [
         "requeue_hold",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,7 +246,7 @@ def test_expand_hostlist(hostlist: str, expected: tuple[str, ...]) -> None:
 
 
 def test_expand_filename_patterns() -> None:
-    common = dict(job_id=10, name="pat", user="root")
+    common: dict[str, Any] = dict(job_id=10, name="pat", user="root")
     # the exact name 22.05 wrote for this pattern on the lab (a non-array job; %b stays literal)
     assert (
         expand_filename("/d/pat-%A-%a-%3j-%u-%x-%%-%n-%t-%s-%b.out", **common)
@@ -295,7 +296,8 @@ def test_bad_records_are_skipped_and_reported() -> None:
     assert "#1" in snapshot.problems[0] and "not-a-number" in snapshot.problems[0]
     odd = snapshot.get(43)
     assert odd is not None and odd.state == "UNKNOWN" and odd.nodes == () and odd.exit_code is None
-    assert snapshot.get(42).restart_count == 0
+    job42 = snapshot.get(42)
+    assert job42 is not None and job42.restart_count == 0
 
 
 def test_slurm_errors_are_problems() -> None:
@@ -320,7 +322,8 @@ def test_ten_thousand_jobs_parse_in_one_snapshot() -> None:
     raw = json.dumps(template).encode()
     snapshot = parse_snapshot(raw)
     assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()
-    assert snapshot.get(1_000_005).nodes[0] == "gpu05"
+    last = snapshot.get(1_000_005)
+    assert last is not None and last.nodes[0] == "gpu05"
 
 
 # ---------------------------------------------------------------- accounting
@@ -333,6 +336,7 @@ def test_sacct_pipe_from_slurmdbd_counts_attempts_and_keeps_pipes_in_comments() 
         (0, "REQUEUED", 1, ("node1",)),
         (1, "FAILED", 1, ("node2",)),
     ]
+    assert job8[0].comment is not None
     assert json.loads(job8[0].comment) == {"APS": {"workflow_id": "w 2", "note": "a|b"}}
     assert job8[1].reason == "BeginTime" and job8[0].reason is None
     assert job8[0].start is not None and job8[0].start.tzinfo is not None
