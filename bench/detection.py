@@ -1,0 +1,316 @@
+"""Detection quality on the real-world corpus (tests/fixtures/realworld/, labels in labels.toml).
+
+Runs the detectors exactly as `recovery check-log` does (app.authoring.log_check.build_report with the
+default rule set) on every excerpt and compares with the labels:
+
+    .venv/bin/python bench/detection.py            # whole corpus: table + figure lines
+    .venv/bin/python bench/detection.py --smoke    # the same (the corpus is small and fast), for CI
+    .venv/bin/python bench/detection.py --json     # per-file results, for debugging
+    .venv/bin/python bench/detection.py --only xid # files whose name contains "xid"
+
+What it reads from the report dict (`recovery check-log --json` prints the same dict):
+
+* ``crash_signatures``: list of {"category", "nodes", "rank", "xid", ...}; the crash verdict is
+  ``report["crashed"]`` when the report has it, else "at least one crash signature".
+* ``checkpoints``: list of {"kind", "iteration", ...}; the LAST one is compared with the label.
+* ``progress``: {phase: {...}}; non-empty means progress markers were seen.
+* ``primary_category`` (str): the root-cause category of the failure.
+* ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
+* ``blamed_nodes`` (list of {"node", "provenance"}): the nodes the failure implicates.
+* per crash signature ``xid`` (int); the root-cause Xid is ``report["xid"]`` when present, else the
+  first signature that carries one.
+
+The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
+``report["root_cause"]``. A key the detectors do not produce yet scores as a miss, so the figures
+light up as the detectors learn them. The "legacy" rows of the table score what today's report
+already has (first crash signature's category, union of per-signature nodes) for comparison.
+
+Ends with one `figure <name> <value> <unit> goal <op> <target>` line per goal. Makes no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.authoring.log_check import build_report  # noqa: E402
+from app.domain.signature_defaults import default_ruleset  # noqa: E402
+
+CORPUS = ROOT / "tests" / "fixtures" / "realworld"
+
+GOALS: tuple[tuple[str, str, str, float], ...] = (
+    # name, unit, op, target
+    ("crash_recall", "%", ">=", 97.0),
+    ("primary_category_accuracy", "%", ">=", 90.0),
+    ("false_crash_verdicts", "count", "<=", 0),
+    ("node_extraction", "%", ">=", 90.0),
+    ("xid_number", "%", ">=", 95.0),
+    ("checkpoint_iteration", "%", ">=", 95.0),
+)
+
+
+def load_labels(corpus: Path = CORPUS) -> list[dict[str, Any]]:
+    """The label rows of labels.toml, in file order."""
+    with open(corpus / "labels.toml", "rb") as handle:
+        return list(tomllib.load(handle).get("file", []))
+
+
+def _field(report: dict[str, Any], name: str) -> Any:
+    """A new-API field: top level first, then under "failure" / "root_cause"."""
+    if name in report:
+        return report[name]
+    for nested in ("failure", "root_cause"):
+        holder = report.get(nested)
+        if isinstance(holder, dict) and name in holder:
+            return holder[name]
+    return None
+
+
+def _node_names(value: Any) -> set[str] | None:
+    """blamed_nodes as a set of names (accepts dicts with "node"/"name", or plain strings)."""
+    if value is None:
+        return None
+    names: set[str] = set()
+    for entry in value:
+        if isinstance(entry, str):
+            names.add(entry)
+        elif isinstance(entry, dict):
+            name = entry.get("node") or entry.get("name")
+            if name:
+                names.add(str(name))
+        else:
+            name = getattr(entry, "node", None)
+            if name:
+                names.add(str(name))
+    return names
+
+
+@dataclass
+class FileResult:
+    name: str
+    label: dict[str, Any]
+    crashed: bool = False
+    categories: list[str] = field(default_factory=list)
+    primary: str | None = None
+    legacy_primary: str | None = None
+    outlook: str | None = None
+    blamed: list[str] | None = None
+    legacy_nodes: list[str] = field(default_factory=list)
+    xid: int | None = None
+    rank: int | None = None
+    checkpoint_kind: str | None = None
+    checkpoint_iteration: int | None = None
+    progress: bool = False
+    error: str | None = None
+
+
+def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
+    """Run check-log's analysis on one file and pull out what the labels can be compared with."""
+    result = FileResult(name=path.name, label=label)
+    try:
+        report = build_report(str(path), ruleset)
+    except Exception as exc:  # a detector crash on real input is a result too
+        result.error = f"{type(exc).__name__}: {exc}"
+        return result
+    crashes = report.get("crash_signatures") or []
+    verdict = report.get("crashed")
+    result.crashed = bool(verdict) if verdict is not None else bool(crashes)
+    result.categories = sorted({c["category"] for c in crashes})
+    result.legacy_primary = crashes[0]["category"] if crashes else None
+    result.legacy_nodes = sorted({n for c in crashes for n in (c.get("nodes") or [])})
+    primary = _field(report, "primary_category")
+    result.primary = primary if isinstance(primary, str) else None
+    outlook = _field(report, "outlook")
+    result.outlook = outlook if isinstance(outlook, str) else None
+    blamed = _node_names(_field(report, "blamed_nodes"))
+    result.blamed = sorted(blamed) if blamed is not None else None
+    xid = _field(report, "xid")
+    if not isinstance(xid, int):
+        xid = next((c["xid"] for c in crashes if c.get("xid") is not None), None)
+    result.xid = xid
+    result.rank = next((c["rank"] for c in crashes if c.get("rank") is not None), None)
+    checkpoints = report.get("checkpoints") or []
+    if checkpoints:
+        result.checkpoint_kind = checkpoints[-1].get("kind")
+        result.checkpoint_iteration = checkpoints[-1].get("iteration")
+    result.progress = bool(report.get("progress"))
+    return result
+
+
+def _pct(hits: int, total: int) -> float:
+    return 100.0 * hits / total if total else 100.0
+
+
+@dataclass
+class Score:
+    hits: int = 0
+    total: int = 0
+    misses: list[str] = field(default_factory=list)
+
+    def add(self, ok: bool, name: str) -> None:
+        self.total += 1
+        if ok:
+            self.hits += 1
+        else:
+            self.misses.append(name)
+
+    @property
+    def pct(self) -> float:
+        return _pct(self.hits, self.total)
+
+
+def score(results: list[FileResult]) -> dict[str, Any]:
+    """All figures of the table, by name."""
+    recall, precision, primary, legacy_primary = Score(), Score(), Score(), Score()
+    nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
+    outlook, rank, progress = Score(), Score(), Score()
+    false_crash: list[str] = []
+    false_blame: list[str] = []
+    per_cat: dict[str, Counter[str]] = {}
+    for r in results:
+        lab = r.label
+        wanted = set(lab.get("categories", []))
+        crashed = bool(wanted)
+        if crashed:
+            recall.add(r.crashed, r.name)
+            primary.add(r.primary == lab.get("primary"), r.name)
+            legacy_primary.add(r.legacy_primary == lab.get("primary"), r.name)
+            outlook.add(r.outlook == lab.get("outlook"), r.name)
+        elif r.crashed:
+            false_crash.append(r.name)
+        if r.crashed:
+            precision.add(crashed, r.name)
+        for cat in wanted | set(r.categories):
+            counts = per_cat.setdefault(cat, Counter())
+            if cat in wanted and cat in r.categories:
+                counts["tp"] += 1
+            elif cat in wanted:
+                counts["fn"] += 1
+            else:
+                counts["fp"] += 1
+        blame = set(lab.get("nodes", []))
+        if blame:
+            nodes.add(r.blamed is not None and set(r.blamed) == blame, r.name)
+            legacy_nodes.add(set(r.legacy_nodes) == blame, r.name)
+        elif r.blamed:
+            false_blame.append(r.name)
+        if "xid" in lab:
+            xid.add(r.xid == lab["xid"], r.name)
+        if "checkpoint_iteration" in lab:
+            ckpt.add(r.checkpoint_iteration == lab["checkpoint_iteration"], r.name)
+        if "checkpoint_kind" in lab:
+            ckpt_kind.add(r.checkpoint_kind == lab["checkpoint_kind"], r.name)
+        if "rank" in lab and crashed:
+            rank.add(r.rank == lab["rank"], r.name)
+        progress.add(r.progress == bool(lab.get("progress")), r.name)
+    return {
+        "files": len(results),
+        "crashed_files": recall.total,
+        "crash_free_files": len(results) - recall.total,
+        "errors": [r.name for r in results if r.error],
+        "crash_recall": recall,
+        "crash_precision": precision,
+        "primary_category_accuracy": primary,
+        "legacy_first_category_accuracy": legacy_primary,
+        "outlook_accuracy": outlook,
+        "node_extraction": nodes,
+        "legacy_signature_nodes": legacy_nodes,
+        "false_node_blames": false_blame,
+        "xid_number": xid,
+        "checkpoint_iteration": ckpt,
+        "checkpoint_kind": ckpt_kind,
+        "rank": rank,
+        "progress_markers": progress,
+        "false_crash_verdicts": false_crash,
+        "per_category": per_cat,
+    }
+
+
+def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = False) -> None:
+    w = out.write
+    w(
+        f"corpus: {figures['files']} files ({figures['crashed_files']} crashed, "
+        f"{figures['crash_free_files']} crash-free); detector errors: {len(figures['errors'])}\n\n"
+    )
+    w(f"{'measure':<34} {'hits':>5} {'of':>5} {'value':>8}\n")
+    rows = (
+        "crash_recall",
+        "crash_precision",
+        "primary_category_accuracy",
+        "legacy_first_category_accuracy",
+        "outlook_accuracy",
+        "node_extraction",
+        "legacy_signature_nodes",
+        "xid_number",
+        "checkpoint_iteration",
+        "checkpoint_kind",
+        "rank",
+        "progress_markers",
+    )
+    for name in rows:
+        s: Score = figures[name]
+        w(f"{name:<34} {s.hits:>5} {s.total:>5} {s.pct:>7.1f}%\n")
+        if verbose and s.misses:
+            w(f"    misses: {', '.join(s.misses)}\n")
+    w(f"{'false_crash_verdicts':<34} {len(figures['false_crash_verdicts']):>5}\n")
+    if figures["false_crash_verdicts"]:
+        w(f"    {', '.join(figures['false_crash_verdicts'])}\n")
+    w(f"{'false_node_blames':<34} {len(figures['false_node_blames']):>5}\n")
+    if verbose and figures["false_node_blames"]:
+        w(f"    {', '.join(figures['false_node_blames'])}\n")
+    w(f"\n{'category':<26} {'tp':>4} {'fn':>4} {'fp':>4} {'recall':>8} {'precision':>10}\n")
+    for cat, c in sorted(figures["per_category"].items()):
+        rec = _pct(c["tp"], c["tp"] + c["fn"])
+        prec = _pct(c["tp"], c["tp"] + c["fp"])
+        w(f"{cat:<26} {c['tp']:>4} {c['fn']:>4} {c['fp']:>4} {rec:>7.1f}% {prec:>9.1f}%\n")
+    w("\n")
+
+
+def print_figures(figures: dict[str, Any], out: Any = sys.stdout) -> None:
+    for name, unit, op, target in GOALS:
+        value = figures[name]
+        shown = f"{len(value)}" if isinstance(value, list) else f"{value.pct:.1f}"
+        target_shown = f"{target:g}"
+        out.write(f"figure {name} {shown} {unit} goal {op} {target_shown}\n")
+
+
+def run(corpus: Path, only: str | None = None) -> list[FileResult]:
+    ruleset = default_ruleset()
+    results = []
+    for label in load_labels(corpus):
+        if only and only not in label["name"]:
+            continue
+        results.append(analyse(corpus / label["name"], label, ruleset))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="CI mode: the whole corpus (it is fast)")
+    parser.add_argument("--json", action="store_true", help="dump per-file results as JSON (then the figures)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="list the files each measure misses")
+    parser.add_argument("--only", help="only files whose name contains this")
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    args = parser.parse_args(argv)
+    results = run(args.corpus, args.only)
+    figures = score(results)
+    if args.json:
+        json.dump([r.__dict__ for r in results], sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_table(figures, verbose=args.verbose)
+    print_figures(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
