@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("bench/ingest.py", "ratio reader/grep:"),
         ("bench/observer_tick.py", "ratio tick / json.loads:"),
         ("bench/collector_files.py", "ratio changed tick / baseline:"),
+        ("bench/detection.py", "figure crash_recall "),
     ],
 )
 def test_benchmark_smoke_mode_prints_its_ratio(script: str, expected: str) -> None:
