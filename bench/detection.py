@@ -18,7 +18,7 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
 * ``blamed_nodes`` (list of {"node", "provenance"}): the nodes the failure implicates.
 * per crash signature ``xid`` (int); the root-cause Xid is ``report["xid"]`` when present, else the
-  first signature that carries one.
+  first signature that carries one. Likewise the root-cause ``rank``.
 
 The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
 ``report["root_cause"]``. A key the detectors do not produce yet scores as a miss, so the figures
@@ -137,7 +137,8 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     if not isinstance(xid, int):
         xid = next((c["xid"] for c in crashes if c.get("xid") is not None), None)
     result.xid = xid
-    result.rank = next((c["rank"] for c in crashes if c.get("rank") is not None), None)
+    rank = _field(report, "rank")
+    result.rank = rank if isinstance(rank, int) else next((c["rank"] for c in crashes if c.get("rank") is not None), None)
     checkpoints = report.get("checkpoints") or []
     if checkpoints:
         result.checkpoint_kind = checkpoints[-1].get("kind")
