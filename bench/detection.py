@@ -138,7 +138,9 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
         xid = next((c["xid"] for c in crashes if c.get("xid") is not None), None)
     result.xid = xid
     rank = _field(report, "rank")
-    result.rank = rank if isinstance(rank, int) else next((c["rank"] for c in crashes if c.get("rank") is not None), None)
+    if not isinstance(rank, int):
+        rank = next((c["rank"] for c in crashes if c.get("rank") is not None), None)
+    result.rank = rank
     checkpoints = report.get("checkpoints") or []
     if checkpoints:
         result.checkpoint_kind = checkpoints[-1].get("kind")
