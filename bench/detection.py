@@ -12,7 +12,8 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 
 * ``crash_signatures``: list of {"category", "nodes", "rank", "xid", ...}; the crash verdict is
   ``report["crashed"]`` when the report has it, else "at least one crash signature".
-* ``checkpoints``: list of {"kind", "iteration", ...}; the LAST one is compared with the label.
+* ``checkpoints``: list of {"kind", "iteration", ...}; the LAST one is compared with the label
+  (``report["checkpoint_iteration"]``, when the report has it, overrides the iteration).
 * ``progress``: {phase: {...}}; non-empty means progress markers were seen.
 * ``primary_category`` (str): the root-cause category of the failure.
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
@@ -145,6 +146,9 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     if checkpoints:
         result.checkpoint_kind = checkpoints[-1].get("kind")
         result.checkpoint_iteration = checkpoints[-1].get("iteration")
+    iteration = _field(report, "checkpoint_iteration")
+    if isinstance(iteration, int):
+        result.checkpoint_iteration = iteration
     result.progress = bool(report.get("progress"))
     return result
 
