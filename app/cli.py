@@ -26,6 +26,16 @@ def _configure_logging(verbose: bool) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+def start_metrics(settings: Settings) -> None:
+    """Start the /metrics listener when RECOVERY_METRICS_BIND is set (a bad address is a settings error)."""
+    from app.metrics import start_listener
+
+    try:
+        start_listener(settings.metrics_bind)
+    except OSError as exc:
+        raise SettingsError(f"RECOVERY_METRICS_BIND={settings.metrics_bind}: cannot listen: {exc}") from None
+
+
 async def _upgrade(settings: Settings) -> str | None:
     from app.context import AppContext
     from app.migrate import current_revision, upgrade
@@ -59,6 +69,7 @@ async def _run_alone(settings: Settings, role: str) -> None:
     from worker.registry import build_services, build_watchdog
     from worker.runner import WorkerRunner
 
+    start_metrics(settings)
     ctx = AppContext.open(settings)
     services = build_watchdog(ctx) if role == "watchdog" else build_services(ctx)
     runner = WorkerRunner(ctx, services, role=role)
@@ -80,6 +91,7 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
     from worker.registry import build_services
     from worker.runner import WorkerRunner
 
+    start_metrics(settings)
     ctx = AppContext.open(settings)
     runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
 

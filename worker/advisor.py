@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.config import Settings
@@ -239,6 +240,11 @@ class Advisor(Service):
                 now=now,
             )
             self.decisions += 1
+            if outcome.changed:
+                signalled = anomaly.detected_at if anomaly is not None else attempt.end_time
+                latency = metrics.seconds_since(signalled, now)
+                if latency is not None:
+                    metrics.DECISION_LATENCY.labels(decision.operation.value).observe(latency)
             return 1 if outcome.changed else 0
 
     async def partition_nodes(self, partition: str | None) -> tuple[str, ...] | None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import ClassVar
 
+from app import metrics
 from app.domain.backoff import exponential, jittered
 
 log = logging.getLogger("recovery.worker")
@@ -75,6 +76,7 @@ class Service:
                 raise
             except Exception:
                 self.failures += 1
+                metrics.SERVICE_TICK_FAILURES.labels(self.name).inc()
                 log.exception("%s: tick failed (%d in a row); backing off", self.name, self.failures)
             self.ticks += 1
             self._wake.clear()

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.context import AppContext
@@ -134,6 +135,7 @@ class Watchdog(Service):
                 component="watchdog",
                 event_type="watchdog.release",
             )
+            metrics.WATCHDOG_RELEASES.labels("released" if sent.error is None else "failed").inc()
             if sent.error is None:
                 self.releases += 1
                 log.warning("watchdog released job %s (%s)", sent.job_id, message)

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.advice import queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
@@ -425,6 +426,7 @@ async def set_status(
     if changed:
         advice.updated_at = now
         if terminal:
+            metrics.RECONCILIATIONS.labels(disposition.value, reason or "none").inc()
             seconds = (now - advice.created_at).total_seconds() if advice.created_at else None
             await audit.record(
                 session,
