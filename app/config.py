@@ -71,8 +71,15 @@ def _bind_or_off(raw: str) -> str:
     return f"{host or '127.0.0.1'}:{int(port)}"
 
 
-def _entries(raw: str) -> tuple[str, ...]:
-    return tuple(raw.split())
+def _notify_targets(raw: str) -> tuple[str, ...]:
+    from app.domain.notify import TargetError, parse_targets
+
+    entries = tuple(raw.split())
+    try:
+        parse_targets(entries)
+    except TargetError as exc:
+        raise SettingsError(str(exc)) from None
+    return entries
 
 
 def default_data_dir() -> str:
@@ -292,9 +299,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "notify_urls",
         "",
-        _entries,
+        _notify_targets,
         "Whitespace-separated apprise URLs (slack://, msteams://, mailto://, json://, jsons:// ...), each optionally "
         "prefixed with the events it wants, e.g. `[terminate,abandoned]json://host/hook`; see docs/notifications.md.",
+    ),
+    Setting(
+        "notify_max_backoff",
+        "300",
+        _float,
+        "Longest wait in seconds between tries of a notification a target refused (the wait doubles from 1 s); "
+        "it is retried until delivered.",
     ),
     Setting(
         "public_url",
@@ -349,6 +363,7 @@ class Settings:
     metrics_bind: str = ""
     log_format: str = "text"
     notify_urls: tuple[str, ...] = ()
+    notify_max_backoff: float = 300.0
     public_url: str = ""
 
     @classmethod

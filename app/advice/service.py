@@ -20,6 +20,7 @@ from app.domain.mode import ModeDecision
 from app.domain.reconcile import Disposition, Milestone, Step, StepKind
 from app.feed import service as feed
 from app.jobs.models import Attempt
+from app.notify import service as notify
 
 VETOED = "VETOED"  # app.advice.review's review value: the controller must never act on it
 CREATED, UPDATED, UNCHANGED, NOT_NEEDED, KEPT_VETOED = "created", "updated", "unchanged", "not_needed", "kept_vetoed"
@@ -111,6 +112,7 @@ async def record_decision(
         session.add(advice)
         await session.flush()
         await _audit_change(session, advice, "advice.created", signal=signal)
+        await notify.advice_decided(session, advice=advice)
         await announce(session, advice=advice, payload={"change": CREATED})
         return AdviceOutcome(CREATED, advice)
 
@@ -142,6 +144,7 @@ async def record_decision(
     existing.reconcile_failures = 0
     existing.updated_at = now
     await _audit_change(session, existing, "advice.updated", signal=signal, previous=previous)
+    await notify.advice_decided(session, advice=existing)
     await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
 
@@ -287,6 +290,8 @@ async def finish_action(
         slurm_job_id=advice.slurm_job_id,
         attempt_index=advice.attempt_index,
     )
+    if succeeded and component == "watchdog" and action.step == StepKind.RELEASE.value:
+        await notify.watchdog_released(session, advice=advice, action_id=action.id, detail=detail)
 
 
 async def confirm_action(
@@ -448,6 +453,8 @@ async def set_status(
                 slurm_job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
             )
+            if disposition is Disposition.ABANDONED:
+                await notify.advice_abandoned(session, advice=advice, reason=reason, message=message)
         await announce(session, advice=advice, payload={"change": "reconciliation", "reason": reason})
     return changed
 

@@ -1,0 +1,136 @@
+"""Notifier: delivers the notification outbox after commit through apprise, with retry and backoff.
+
+The outbox rows are written in the same transaction as the change they report (app.notify.service),
+so a crash never loses one; this service fans each new row out to the configured targets that want
+its event, then sends the deliveries oldest first. Per target and job, a message is sent only after
+every earlier one was, so each job's messages arrive in order; a target that fails waits (1 s
+doubling to RECOVERY_NOTIFY_MAX_BACKOFF) without holding up other targets or the worker's loops:
+sends run in a thread with a timeout. Delivery is at least once: a crash between the target's
+answer and the commit of SENT repeats that one message, which carries its dedup key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+from collections.abc import Callable
+
+from app import metrics
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.notify import Target, backoff_seconds, parse_targets
+from app.notify import queries as notify_queries
+from app.notify import service as notify_service
+from app.notify.queries import PendingDelivery
+from worker.service import Service
+
+log = logging.getLogger("recovery.notifier")
+
+SEND_TIMEOUT = 30.0
+BACKOFF_BASE = 1.0
+
+Sender = Callable[[Target, str, str], bool]
+
+
+def apprise_send(target: Target, title: str, body: str) -> bool:
+    """Send one message to one apprise URL (blocking; run in a thread); True when the target accepted it."""
+    import apprise
+
+    sender = apprise.Apprise()
+    if not sender.add(target.url):
+        raise ValueError(f"apprise does not understand {target.masked}")
+    return bool(sender.notify(body=body, title=title))
+
+
+class Notifier(Service):
+    """Fans out and delivers notifications of this cluster; one per cluster (behind the worker's lease)."""
+
+    name = "notifier"
+    needs_lease = True
+
+    def __init__(self, ctx: AppContext, *, sender: Sender | None = None, interval: float = 1.0) -> None:
+        super().__init__(interval=interval)
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.targets = {t.key: t for t in parse_targets(ctx.settings.notify_urls)}
+        self.sender = sender or apprise_send
+        self.enabled = bool(self.targets)
+        self.sent = 0
+
+    def link(self, path: str | None) -> str | None:
+        """The dashboard URL of a message (RECOVERY_PUBLIC_URL + prefix + path), when a public URL is set."""
+        if not path or not self.settings.public_url:
+            return None
+        return self.settings.public_url.rstrip("/") + self.settings.url_prefix + path
+
+    async def tick(self) -> None:
+        cluster = self.settings.cluster
+        async with self.ctx.sessions() as session, session.begin():
+            await notify_service.fan_out(session, cluster=cluster, targets=list(self.targets.values()))
+        async with self.ctx.sessions() as session:
+            due = await notify_queries.pending(session, cluster=cluster)
+        blocked: set[tuple[str, int | None]] = set()
+        now = utcnow()
+        for delivery in due:
+            group = (delivery.target, delivery.slurm_job_id)
+            if group in blocked:
+                continue
+            blocked.add(group)  # later messages of this job wait for this one
+            if delivery.next_try_at is not None and delivery.next_try_at > now:
+                continue
+            await self.deliver(delivery)
+        async with self.ctx.sessions() as session:
+            metrics.NOTIFICATION_BACKLOG.set(await notify_queries.backlog(session, cluster=cluster))
+
+    async def deliver(self, delivery: PendingDelivery) -> bool:
+        """One try of one delivery; its outcome is committed before the next is tried."""
+        target = self.targets.get(delivery.target)
+        if target is None:
+            async with self.ctx.sessions() as session, session.begin():
+                await notify_service.drop(
+                    session, delivery_id=delivery.delivery_id, reason="target no longer configured"
+                )
+            metrics.NOTIFICATIONS.labels(delivery.event, "dropped").inc()
+            return False
+        body = delivery.body
+        link = self.link(delivery.link_path)
+        if link:
+            body += f"\nAttempt page: {link}"
+        body += f"\nKey: {delivery.dedup_key}"
+        error = ""
+        try:
+            ok = await asyncio.wait_for(asyncio.to_thread(self.sender, target, delivery.title, body), SEND_TIMEOUT)
+            if not ok:
+                error = "the target refused the message or did not answer"
+        except Exception as exc:  # noqa: BLE001 - any failure of one target is a retry, never a crash
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        now = utcnow()
+        async with self.ctx.sessions() as session, session.begin():
+            if ok:
+                await notify_service.mark_sent(session, delivery_id=delivery.delivery_id, now=now)
+            else:
+                tries = delivery.tries + 1
+                delay = backoff_seconds(tries, base=BACKOFF_BASE, ceiling=self.settings.notify_max_backoff)
+                delay *= 0.8 + random.random() * 0.4
+                await notify_service.mark_failed(
+                    session,
+                    delivery_id=delivery.delivery_id,
+                    tries=tries,
+                    error=error,
+                    retry_at=now + dt.timedelta(seconds=delay),
+                )
+        metrics.NOTIFICATIONS.labels(delivery.event, "sent" if ok else "failed").inc()
+        if ok:
+            self.sent += 1
+            log.info("notification %s sent to %s", delivery.dedup_key, target.masked)
+        else:
+            log.warning(
+                "notification %s to %s failed (try %d): %s; retrying with backoff",
+                delivery.dedup_key,
+                target.masked,
+                delivery.tries + 1,
+                error,
+            )
+        return ok
