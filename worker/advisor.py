@@ -38,6 +38,7 @@ from app.domain.retry import AttemptRecord, FailureKind
 from app.evidence import queries as evidence_queries
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
+from app.logformat import bind, log_context
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from worker.service import Service
@@ -132,7 +133,8 @@ class Advisor(Service):
         signals += await self._new_signals()
         changed = 0
         for signal in _dedupe(signals):
-            changed += await self.process(signal)
+            with log_context():
+                changed += await self.process(signal)
         if changed and self.on_change:
             self.on_change()
 
@@ -194,6 +196,7 @@ class Advisor(Service):
             attempt = await job_queries.get_attempt(session, attempt_id=signal.attempt_id)
             if attempt is None:
                 return 0
+            bind(job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index)
             job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (
                 job is None

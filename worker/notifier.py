@@ -21,6 +21,7 @@ from app import metrics
 from app.context import AppContext
 from app.db import utcnow
 from app.domain.notify import Target, backoff_seconds, parse_targets
+from app.logformat import log_context
 from app.notify import queries as notify_queries
 from app.notify import service as notify_service
 from app.notify.queries import PendingDelivery
@@ -80,7 +81,8 @@ class Notifier(Service):
             blocked.add(group)  # later messages of this job wait for this one
             if delivery.next_try_at is not None and delivery.next_try_at > now:
                 continue
-            await self.deliver(delivery)
+            with log_context(job_id=delivery.slurm_job_id):
+                await self.deliver(delivery)
         async with self.ctx.sessions() as session:
             metrics.NOTIFICATION_BACKLOG.set(await notify_queries.backlog(session, cluster=cluster))
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from app import metrics
 from app.domain.backoff import exponential, jittered
+from app.logformat import log_context
 
 log = logging.getLogger("recovery.worker")
 
@@ -70,7 +71,8 @@ class Service:
     async def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                await self.tick()
+                with log_context(component=self.name):
+                    await self.tick()
                 self.failures = 0
             except asyncio.CancelledError:
                 raise

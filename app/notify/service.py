@@ -55,16 +55,18 @@ async def record(
         "fanned_out": False,
         "created_at": utcnow(),
     }
-    if session.bind.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
+    statement: Any
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        statement = (
+            postgresql.insert(Notification).values(**values).on_conflict_do_nothing(index_elements=["dedup_key"])
+        )
     else:
-        from sqlalchemy.dialects.sqlite import insert
-    statement = (
-        insert(Notification)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["dedup_key"])
-        .returning(Notification.id)
-    )
+        from sqlalchemy.dialects import sqlite
+
+        statement = sqlite.insert(Notification).values(**values).on_conflict_do_nothing(index_elements=["dedup_key"])
+    statement = statement.returning(Notification.id)
     return (await session.scalar(statement)) is not None
 
 
