@@ -69,9 +69,13 @@ class Service:
         return jittered(exponential(self.failures, base=self.interval, cap=self.max_backoff))
 
     async def _loop(self) -> None:
+        with log_context(component=self.name):  # every line of this loop's task names the service
+            await self._run_loop()
+
+    async def _run_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                with log_context(component=self.name):
+                with log_context():  # job/Advice fields bound during a tick end with it
                     await self.tick()
                 self.failures = 0
             except asyncio.CancelledError:

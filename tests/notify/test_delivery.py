@@ -181,6 +181,7 @@ async def test_worker_delivers_each_message_once_in_order_across_kill_9(
         RECOVERY_PUBLIC_URL="https://recovery.example.org",
         RECOVERY_LEASE_SECONDS="2",
         RECOVERY_SLURM_BIN_DIR=str(tmp_path / "no-slurm"),  # no Slurm: the notifier must not care
+        RECOVERY_LOG_FORMAT="json",
     )
 
     def worker(name: str) -> subprocess.Popen[bytes]:
@@ -224,6 +225,12 @@ async def test_worker_delivers_each_message_once_in_order_across_kill_9(
     for job_id in JOBS:  # in order per job
         mine = [k for k, m in zip(got, messages, strict=True) if f"job {job_id} " in m["title"]]
         assert mine == [k for k in keys if k in mine], (job_id, mine)
+    # Structured logs: the notifier's lines name their component, cluster and job; no target URL leaks a secret.
+    import json
+
+    lines = [json.loads(line) for line in (tmp_path / "worker2.log").read_text().splitlines() if line.startswith("{")]
+    notifier = [entry for entry in lines if entry["component"] == "notifier"]
+    assert notifier and all(e["cluster"] == ctx.settings.cluster and e["job_id"] in JOBS for e in notifier)
     first_message = messages[got.index(keys[0])]
     assert f"job {JOBS[0]} attempt 0" in first_message["title"]
     assert "What happened:" in first_message["message"] and "Decided: RESTART" in first_message["message"]
