@@ -90,7 +90,7 @@ def test_grafana_dashboard_parses_and_uses_only_exported_metrics() -> None:
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[dict[str, int]]:
-    """`recovery serve`, `recovery worker` and `recovery watchdog`, each with its own metrics listener."""
+    """`recovery serve`, `worker`, `watchdog` and `up` (another cluster), each with its own metrics listener."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
     env.update(
         RECOVERY_DATA_DIR=str(tmp_path / "data"),
@@ -103,17 +103,20 @@ def processes(tmp_path: Path) -> Iterator[dict[str, int]]:
     )
     cli = [sys.executable, "-m", "app.cli"]
     subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=tmp_path)
-    ports = {"serve": _free_port(), "worker": _free_port(), "watchdog": _free_port()}
-    api_port = _free_port()
+    ports = {"serve": _free_port(), "worker": _free_port(), "watchdog": _free_port(), "up": _free_port()}
+    api_port, up_api_port = _free_port(), _free_port()
     started: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
         for kind, port in ports.items():
             log = tmp_path / f"{kind}.log"
             logs.append(log.open("w"))
+            own = {"RECOVERY_METRICS_BIND": f"127.0.0.1:{port}", "RECOVERY_BIND": f"127.0.0.1:{api_port}"}
+            if kind == "up":  # API and worker in one process, on a cluster of its own (its own lease)
+                own.update(RECOVERY_BIND=f"127.0.0.1:{up_api_port}", RECOVERY_CLUSTER="metrics-up")
             proc = subprocess.Popen(
                 [*cli, kind],
-                env={**env, "RECOVERY_METRICS_BIND": f"127.0.0.1:{port}", "RECOVERY_BIND": f"127.0.0.1:{api_port}"},
+                env={**env, **own},
                 cwd=tmp_path,
                 stdout=logs[-1],
                 stderr=subprocess.STDOUT,
@@ -121,6 +124,7 @@ def processes(tmp_path: Path) -> Iterator[dict[str, int]]:
             started.append(proc)
             _wait_http(f"http://127.0.0.1:{port}/metrics", proc, log)
         _wait_http(f"http://127.0.0.1:{api_port}/healthz", started[0], tmp_path / "serve.log")
+        _wait_http(f"http://127.0.0.1:{up_api_port}/healthz", started[3], tmp_path / "up.log")
         httpx.post(f"http://127.0.0.1:{api_port}/graphql", json={"query": "{ __typename }"}, timeout=10)
         yield {**ports, "api": api_port}
     finally:
@@ -139,7 +143,7 @@ def prometheus(tmp_path: Path, processes: dict[str, int]) -> Iterator[str]:
     if binary is None:
         require("prometheus", "Debian's prometheus package is not installed (.ci/bootstrap installs it)")
     port = _free_port()
-    targets = [f"127.0.0.1:{processes[kind]}" for kind in ("serve", "worker", "watchdog")]
+    targets = [f"127.0.0.1:{processes[kind]}" for kind in ("serve", "worker", "watchdog", "up")]
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -182,19 +186,27 @@ def _query(base: str, promql: str, *, until: int) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_real_prometheus_scrapes_every_process_kind(prometheus: str, processes: dict[str, int]) -> None:
-    up = _query(prometheus, 'up{job="recovery"} == 1', until=3)
+    up = _query(prometheus, 'up{job="recovery"} == 1', until=4)
     assert {r["metric"]["instance"] for r in up} == {
-        f"127.0.0.1:{processes[k]}" for k in ("serve", "worker", "watchdog")
+        f"127.0.0.1:{processes[k]}" for k in ("serve", "worker", "watchdog", "up")
     }
     requests = _query(prometheus, 'recovery_api_request_seconds_count{family="health"}', until=1)
     assert float(requests[0]["value"][1]) >= 1
     graphql = _query(prometheus, 'recovery_api_request_seconds_count{family="graphql",method="POST"}', until=1)
     assert graphql[0]["metric"]["instance"] == f"127.0.0.1:{processes['serve']}"
-    leases = _query(prometheus, "recovery_lease_held == 1", until=2)
-    assert {r["metric"]["lease"] for r in leases} == {"worker:metrics-test", "watchdog:metrics-test"}
-    epochs = _query(prometheus, "recovery_lease_epoch", until=2)
+    leases = _query(prometheus, "recovery_lease_held == 1", until=3)
+    assert {r["metric"]["lease"] for r in leases} == {
+        "worker:metrics-test",
+        "watchdog:metrics-test",
+        "worker:metrics-up",
+    }
+    epochs = _query(prometheus, "recovery_lease_epoch", until=3)
     assert all(float(r["value"][1]) >= 1 for r in epochs)
     failures = _query(prometheus, 'recovery_scheduler_command_failures_total{command="squeue"}', until=1)
     assert failures[0]["metric"]["error_class"] and float(failures[0]["value"][1]) >= 1
     active = _query(prometheus, 'recovery_active_advice{cluster="metrics-test"}', until=2)
     assert {r["metric"]["operation"] for r in active} >= {"RESTART", "TERMINATE"}
+    # `up` serves the API and runs the worker in one process: both kinds of series come from it
+    up_instance = f"127.0.0.1:{processes['up']}"
+    _query(prometheus, f'recovery_api_request_seconds_count{{instance="{up_instance}"}}', until=1)
+    _query(prometheus, f'recovery_scheduler_command_failures_total{{instance="{up_instance}"}}', until=1)

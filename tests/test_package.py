@@ -69,14 +69,26 @@ def _free_port() -> int:
 
 
 def test_installed_package_is_imported_from_the_venv_not_the_checkout(installed: Path, tmp_path: Path) -> None:
-    code = "import app, app.resources as r; print(app.__file__); print(r.resource_dir('migrations'))"
+    code = (
+        "import app, app.resources as r, app.lab.cli as lab; print(app.__file__); "
+        "print(r.resource_dir('migrations')); print(r.resource_dir('graphql')); print(r.resource_dir('examples')); "
+        "print(lab.script_path())"
+    )
     proc = subprocess.run(
         [str(installed / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=tmp_path, env=_clean_env()
     )
     assert proc.returncode == 0, proc.stderr
-    module, migrations = (Path(line) for line in proc.stdout.split())
-    assert module.is_relative_to(installed), module
-    assert migrations.is_relative_to(installed) and (migrations / "versions").is_dir(), migrations
+    module, migrations, graphql, examples, lab = (Path(line) for line in proc.stdout.split())
+    for path in (module, migrations, graphql, examples, lab):
+        assert path.is_relative_to(installed) and path.exists(), path
+    assert sorted(p.name for p in (migrations / "versions").glob("*.py")) == sorted(
+        p.name for p in (ROOT / "migrations" / "versions").glob("*.py")
+    )
+    assert (graphql / "schema.graphql").read_text() == (ROOT / "graphql" / "schema.graphql").read_text()
+    assert {p.name for p in (graphql / "operations").glob("*.graphql")} == {
+        p.name for p in (ROOT / "graphql" / "operations").glob("*.graphql")
+    }
+    assert (examples / "crash.sbatch").exists() and (examples / "hang.sbatch").exists()
 
 
 @pytest.fixture
