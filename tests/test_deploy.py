@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from app.config import SETTINGS
 from tests.plugins import require

@@ -46,7 +46,11 @@ def apprise_send(target: Target, title: str, body: str) -> bool:
 
 
 class Notifier(Service):
-    """Fans out and delivers notifications of this cluster; one per cluster (behind the worker's lease)."""
+    """Fans out and delivers notifications of this cluster; one per cluster (behind the worker's lease).
+
+    It runs without targets too: new outbox rows are then marked fanned out with no delivery, so
+    configuring a target later does not replay history.
+    """
 
     name = "notifier"
     needs_lease = True
@@ -57,8 +61,9 @@ class Notifier(Service):
         self.settings = ctx.settings
         self.targets = {t.key: t for t in parse_targets(ctx.settings.notify_urls)}
         self.sender = sender or apprise_send
-        self.enabled = bool(self.targets)
         self.sent = 0
+        # A target that just failed is not tried again (for any job) before this time: one probe per backoff.
+        self._target_retry_at: dict[str, dt.datetime] = {}
 
     def link(self, path: str | None) -> str | None:
         """The dashboard URL of a message (RECOVERY_PUBLIC_URL + prefix + path), when a public URL is set."""
@@ -70,32 +75,35 @@ class Notifier(Service):
         cluster = self.settings.cluster
         async with self.ctx.sessions() as session, session.begin():
             await notify_service.fan_out(session, cluster=cluster, targets=list(self.targets.values()))
-        async with self.ctx.sessions() as session:
-            due = await notify_queries.pending(session, cluster=cluster)
-        blocked: set[tuple[str, int | None]] = set()
-        now = utcnow()
-        for delivery in due:
-            group = (delivery.target, delivery.slurm_job_id)
-            if group in blocked:
-                continue
-            blocked.add(group)  # later messages of this job wait for this one
-            if delivery.next_try_at is not None and delivery.next_try_at > now:
-                continue
-            with log_context(job_id=delivery.slurm_job_id):
-                await self.deliver(delivery)
+            dropped = await notify_service.drop_unconfigured(session, cluster=cluster, keep=list(self.targets))
+        if dropped:
+            log.warning("dropped %d notification(s) for targets no longer in RECOVERY_NOTIFY_URLS", dropped)
+        for key in self.targets:
+            await self.deliver_target(key)
         async with self.ctx.sessions() as session:
             metrics.NOTIFICATION_BACKLOG.set(await notify_queries.backlog(session, cluster=cluster))
 
+    async def deliver_target(self, key: str) -> None:
+        """Try the due deliveries of one target: per job only the oldest; none while the target backs off."""
+        async with self.ctx.sessions() as session:
+            due = await notify_queries.pending(session, cluster=self.settings.cluster, target=key)
+        blocked: set[int | None] = set()  # jobs whose oldest message is not delivered: the later ones wait
+        for delivery in due:
+            if delivery.slurm_job_id in blocked:
+                continue
+            now = utcnow()
+            if self._target_retry_at.get(key, now) > now:
+                return
+            if delivery.next_try_at is not None and delivery.next_try_at > now:
+                blocked.add(delivery.slurm_job_id)
+                continue
+            with log_context(job_id=delivery.slurm_job_id):
+                if not await self.deliver(delivery):
+                    blocked.add(delivery.slurm_job_id)
+
     async def deliver(self, delivery: PendingDelivery) -> bool:
         """One try of one delivery; its outcome is committed before the next is tried."""
-        target = self.targets.get(delivery.target)
-        if target is None:
-            async with self.ctx.sessions() as session, session.begin():
-                await notify_service.drop(
-                    session, delivery_id=delivery.delivery_id, reason="target no longer configured"
-                )
-            metrics.NOTIFICATIONS.labels(delivery.event, "dropped").inc()
-            return False
+        target = self.targets[delivery.target]
         body = delivery.body
         link = self.link(delivery.link_path)
         if link:
@@ -116,16 +124,15 @@ class Notifier(Service):
                 tries = delivery.tries + 1
                 delay = backoff_seconds(tries, base=BACKOFF_BASE, ceiling=self.settings.notify_max_backoff)
                 delay *= 0.8 + random.random() * 0.4
+                retry_at = now + dt.timedelta(seconds=delay)
                 await notify_service.mark_failed(
-                    session,
-                    delivery_id=delivery.delivery_id,
-                    tries=tries,
-                    error=error,
-                    retry_at=now + dt.timedelta(seconds=delay),
+                    session, delivery_id=delivery.delivery_id, tries=tries, error=error, retry_at=retry_at
                 )
+                self._target_retry_at[delivery.target] = retry_at
         metrics.NOTIFICATIONS.labels(delivery.event, "sent" if ok else "failed").inc()
         if ok:
             self.sent += 1
+            self._target_retry_at.pop(delivery.target, None)
             log.info("notification %s sent to %s", delivery.dedup_key, target.masked)
         else:
             log.warning(

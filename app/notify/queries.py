@@ -29,13 +29,17 @@ class PendingDelivery:
     link_path: str | None
 
 
-async def pending(session: AsyncSession, *, cluster: str, limit: int = 500) -> list[PendingDelivery]:
-    """Undelivered messages of the cluster in the order they were written (the deliverer keeps it per job)."""
+async def pending(session: AsyncSession, *, cluster: str, target: str, limit: int = 500) -> list[PendingDelivery]:
+    """One target's undelivered messages of the cluster in the order they were written (kept per job)."""
     rows = (
         await session.execute(
             select(NotificationDelivery, Notification)
             .join(Notification, Notification.id == NotificationDelivery.notification_id)
-            .where(NotificationDelivery.status == PENDING, NotificationDelivery.cluster == cluster)
+            .where(
+                NotificationDelivery.status == PENDING,
+                NotificationDelivery.cluster == cluster,
+                NotificationDelivery.target == target,
+            )
             .order_by(NotificationDelivery.id)
             .limit(limit)
         )

@@ -212,10 +212,15 @@ async def mark_failed(
     )
 
 
-async def drop(session: AsyncSession, *, delivery_id: int, reason: str) -> None:
-    """The target is no longer configured: the delivery will never be tried again."""
-    await session.execute(
+async def drop_unconfigured(session: AsyncSession, *, cluster: str, keep: Sequence[str]) -> int:
+    """Deliveries to targets no longer configured will never be tried again: mark them DROPPED; returns how many."""
+    result = await session.execute(
         update(NotificationDelivery)
-        .where(NotificationDelivery.id == delivery_id)
-        .values(status=DROPPED, last_error=reason[:2000])
+        .where(
+            NotificationDelivery.status == PENDING,
+            NotificationDelivery.cluster == cluster,
+            NotificationDelivery.target.not_in(list(keep)),
+        )
+        .values(status=DROPPED, last_error="target no longer configured")
     )
+    return int(getattr(result, "rowcount", 0) or 0)

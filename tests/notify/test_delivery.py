@@ -235,3 +235,44 @@ async def test_worker_delivers_each_message_once_in_order_across_kill_9(
     assert f"job {JOBS[0]} attempt 0" in first_message["title"]
     assert "What happened:" in first_message["message"] and "Decided: RESTART" in first_message["message"]
     assert f"https://recovery.example.org/dashboard/jobs/{JOBS[0]}/attempts/0" in first_message["message"]
+
+
+async def test_targets_changed_later_neither_replay_history_nor_keep_retrying(ctx: AppContext) -> None:
+    import dataclasses
+
+    from worker.notifier import Notifier
+
+    await _seed(ctx)
+    sent: list[str] = []
+
+    def refuse(target: Any, title: str, body: str) -> bool:
+        sent.append(target.url)
+        return False
+
+    first = acting_with(ctx, notify_urls=("[*]json://first.invalid/hook",))
+    notifier = Notifier(first, sender=refuse)
+    await notifier.tick()
+    assert sent == ["json://first.invalid/hook"]  # one probe for the target, then it backs off
+    await notifier.tick()
+    assert len(sent) == 1
+    async with ctx.sessions() as session:
+        statuses = (await session.scalars(select(NotificationDelivery.status))).all()
+    assert len(statuses) == 2 * len(JOBS) + 1 and set(statuses) == {"PENDING"}
+
+    # The operator replaces the target: the old one's deliveries are dropped, the new one gets only new events.
+    second = Notifier(
+        dataclasses.replace(
+            first, settings=dataclasses.replace(first.settings, notify_urls=("json://second.invalid/x",))
+        )
+    )
+    await second.tick()
+    async with ctx.sessions() as session:
+        statuses = (await session.scalars(select(NotificationDelivery.status))).all()
+        unfanned = await session.scalar(select(func.count(Notification.id)).where(Notification.fanned_out.is_(False)))
+    assert set(statuses) == {"DROPPED"} and unfanned == 0
+
+
+def acting_with(ctx: AppContext, **changes: Any) -> AppContext:
+    import dataclasses
+
+    return dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, **changes))
