@@ -1,7 +1,7 @@
 """The built wheel is a complete package: installed into a fresh venv outside the checkout, it migrates and serves.
 
 The wheel is built from this checkout (`pip wheel --no-deps`), its run-time dependencies come from a
-wheelhouse cached by the hash of requirements/lock.txt (built once with `pip wheel -c lock.txt`), and
+wheelhouse cached by the hash of requirements/lock.txt and pyproject.toml (built once with `pip wheel -c lock.txt`), and
 the fresh venv has no system site-packages and no path back into the checkout.
 """
 
@@ -49,7 +49,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_dir = tmp_path_factory.mktemp("wheel")
     _pip("wheel", "--no-deps", "-q", "-w", str(build_dir), str(ROOT))
     (wheel,) = build_dir.glob("recovery-*.whl")
-    wheelhouse = CACHE / f"wheelhouse-{hashlib.sha256(LOCK.read_bytes()).hexdigest()[:16]}"
+    # Keyed by the lock and the declared dependencies: a new dependency (even before re-locking) builds a new one.
+    key = hashlib.sha256(LOCK.read_bytes() + (ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    wheelhouse = CACHE / f"wheelhouse-{key}"
     if not (wheelhouse / ".complete").exists():
         _pip("wheel", "-q", "-c", str(LOCK), "-w", str(wheelhouse), str(wheel))
         (wheelhouse / ".complete").touch()

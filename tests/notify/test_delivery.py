@@ -276,3 +276,31 @@ def acting_with(ctx: AppContext, **changes: Any) -> AppContext:
     import dataclasses
 
     return dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, **changes))
+
+
+async def test_watchdog_release_is_one_message_per_release(ctx: AppContext) -> None:
+    from app.domain.reconcile import StepKind
+
+    await _seed(ctx)
+    async with ctx.sessions() as session, session.begin():
+        attempt = await session.scalar(select(Attempt).where(Attempt.slurm_job_id == JOBS[1]))
+        assert attempt is not None
+        advice = await advice_service.advice_for_attempt(session, attempt_id=attempt.id)
+        assert advice is not None
+        for key, succeeded in (("wd:1", False), ("wd:2", True)):
+            action = await advice_service.begin_action(
+                session, advice=advice, step=StepKind.RELEASE, key=key, command="scontrol release 702", actor="watchdog"
+            )
+            await advice_service.finish_action(
+                session,
+                action=action,
+                advice=advice,
+                succeeded=succeeded,
+                duration_ms=3,
+                detail="stale hold: held 901 s by our requeue",
+                component="watchdog",
+                event_type="watchdog.release",
+            )
+        rows = (await session.scalars(select(Notification).where(Notification.event == "watchdog_release"))).all()
+    assert [r.dedup_key for r in rows] == [f"watchdog_release:{advice.id}:{action.id}"]  # the failed try sent nothing
+    assert "stale hold" in rows[0].body and f"job {JOBS[1]} attempt 0" in rows[0].title
