@@ -38,7 +38,7 @@ def test_dockerfile_passes_hadolint_and_runs_the_wheel_as_non_root() -> None:
     text = dockerfile.read_text()
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and not users[-1].startswith(("0", "root")), users
-    assert re.search(r"^HEALTHCHECK .*healthz", text, re.M | re.S)
+    assert re.search(r"^HEALTHCHECK .*CMD \[\"python\", \"/opt/recovery/healthcheck.py\"\]", text, re.M | re.S)
     assert "pip wheel" in text and "-c requirements/lock.txt" in text and "recovery-*.whl" in text
     for copied in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
         assert (ROOT / copied.rstrip("/")).exists(), copied

@@ -50,6 +50,7 @@ def test_metrics_bind_setting_is_validated() -> None:
     assert Settings.from_env({"RECOVERY_METRICS_BIND": ":9464"}).metrics_bind == "127.0.0.1:9464"
     with pytest.raises(SettingsError, match="RECOVERY_METRICS_BIND"):
         Settings.from_env({"RECOVERY_METRICS_BIND": "localhost"})
+    assert metrics.start_listener("") is None  # off by default: nothing listens
 
 
 def test_labels_are_bounded() -> None:

@@ -150,3 +150,9 @@ def test_wheel_migrates_and_serves_from_another_directory(served: str) -> None:
         body = answer.json()
         assert "errors" not in body, body
         assert body["data"]["workflows"]["edges"] == []
+
+    # The container image's health check (docs/deploy/healthcheck.py) passes against it, and fails without it.
+    check = [sys.executable, str(ROOT / "docs" / "deploy" / "healthcheck.py")]
+    port = served.rsplit(":", 1)[1]
+    assert subprocess.run(check, env=_clean_env(RECOVERY_BIND=f"0.0.0.0:{port}")).returncode == 0
+    assert subprocess.run(check, env=_clean_env(RECOVERY_BIND=f"0.0.0.0:{_free_port()}")).returncode == 1

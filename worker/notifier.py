@@ -64,6 +64,7 @@ class Notifier(Service):
         self.sent = 0
         # A target that just failed is not tried again (for any job) before this time: one probe per backoff.
         self._target_retry_at: dict[str, dt.datetime] = {}
+        self._dropped_unconfigured = False
 
     def link(self, path: str | None) -> str | None:
         """The dashboard URL of a message (RECOVERY_PUBLIC_URL + prefix + path), when a public URL is set."""
@@ -75,7 +76,13 @@ class Notifier(Service):
         cluster = self.settings.cluster
         async with self.ctx.sessions() as session, session.begin():
             await notify_service.fan_out(session, cluster=cluster, targets=list(self.targets.values()))
-            dropped = await notify_service.drop_unconfigured(session, cluster=cluster, keep=list(self.targets))
+            # Targets are read once at start: what older processes left for other targets goes once, here.
+            dropped = (
+                0
+                if self._dropped_unconfigured
+                else await notify_service.drop_unconfigured(session, cluster=cluster, keep=list(self.targets))
+            )
+        self._dropped_unconfigured = True
         if dropped:
             log.warning("dropped %d notification(s) for targets no longer in RECOVERY_NOTIFY_URLS", dropped)
         for key in self.targets:
