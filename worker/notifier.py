@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import random
+import warnings
 from collections.abc import Callable
+from typing import Any
 
 from app import metrics
 from app.context import AppContext
@@ -35,10 +38,21 @@ BACKOFF_BASE = 1.0
 Sender = Callable[[Target, str, str], bool]
 
 
+@functools.cache
+def load_apprise() -> Any:
+    """Import apprise and its plugins once, in the event loop's thread: one imports the deprecated `imghdr` (a
+    DeprecationWarning that is apprise's, not ours; filtering it from a sending thread would not be thread-safe)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*imghdr.*", category=DeprecationWarning)
+        import apprise
+
+        apprise.Apprise().details()  # loads every plugin now (they import lazily, the PGP helper among them)
+    return apprise
+
+
 def apprise_send(target: Target, title: str, body: str) -> bool:
     """Send one message to one apprise URL (blocking; run in a thread); True when the target accepted it."""
-    import apprise
-
+    apprise = load_apprise()
     sender = apprise.Apprise()
     if not sender.add(target.url):
         raise ValueError(f"apprise does not understand {target.masked}")
@@ -61,6 +75,8 @@ class Notifier(Service):
         self.settings = ctx.settings
         self.targets = {t.key: t for t in parse_targets(ctx.settings.notify_urls)}
         self.sender = sender or apprise_send
+        if sender is None and self.targets:
+            load_apprise()
         self.sent = 0
         # A target that just failed is not tried again (for any job) before this time: one probe per backoff.
         self._target_retry_at: dict[str, dt.datetime] = {}

@@ -27,10 +27,10 @@ from app.jobs.models import Attempt
 from app.notify.models import Notification, NotificationDelivery
 from app.slurm.fake import FakeScheduler
 from tests.advice.factories import submit
+from tests.notify.helpers import Receiver
 from worker.observer import Observer
 
 MODE = ModeDecision("act", "test")
-RECEIVER = Path(__file__).with_name("receiver.py")
 JOBS = (701, 702, 703)
 
 
@@ -119,37 +119,6 @@ async def test_outbox_row_per_generation_in_the_same_transaction(ctx: AppContext
             raise RuntimeError("roll back")
     async with ctx.sessions() as session:
         assert await session.scalar(select(func.count(Notification.id))) == len(keys)
-
-
-class Receiver:
-    """tests/notify/receiver.py as a process: fails with 500 while `flag` exists."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.flag, self.received, self.failures = tmp / "failing", tmp / "received.jsonl", tmp / "failures.log"
-        self.flag.touch()
-        self.proc = subprocess.Popen(
-            [sys.executable, str(RECEIVER), str(self.flag), str(self.received), str(self.failures)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.port = int(self.proc.stdout.readline().split()[1])
-
-    def messages(self) -> list[dict[str, Any]]:
-        import json
-
-        if not self.received.exists():
-            return []
-        return [json.loads(line) for line in self.received.read_text().splitlines()]
-
-    def failed(self) -> int:
-        return len(self.failures.read_text().splitlines()) if self.failures.exists() else 0
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
 
 
 def _wait(what: str, check: Any, timeout: float = 90) -> None:
