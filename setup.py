@@ -7,8 +7,8 @@ Everything else about the package is declared in pyproject.toml. The source tree
 import shutil
 from pathlib import Path
 
-from setuptools import setup
-from setuptools.command.build_py import build_py
+from setuptools import setup  # type: ignore[import-untyped]
+from setuptools.command.build_py import build_py  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parent
 BUNDLED = ("migrations", "static", "graphql", "examples")
