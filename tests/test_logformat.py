@@ -38,10 +38,12 @@ def test_json_lines_carry_component_context_and_no_secrets(captured) -> None:  #
         bind(job_id=4242, attempt_index=1, generation=2)
         logging.getLogger("recovery.controller").warning("connecting to %s", "postgresql://app:s3cret@db/recovery")
     logging.getLogger("recovery.api").info("outside")
-    first, second = (json.loads(line) for line in buffer.getvalue().splitlines())
+    first, second = (json.loads(line) for line in buffer.getvalue().splitlines()[:2])
     assert first["component"] == "controller" and first["cluster"] == "c1"
     assert (first["job_id"], first["attempt_index"], first["advice_id"], first["generation"]) == (4242, 1, 7, 2)
     assert "s3cret" not in buffer.getvalue() and "app:***@db" in first["message"]
+    logging.getLogger("recovery.collector").warning("reading /shared/logs/example-crash-2151234567.log failed")
+    assert "/shared/logs/example-crash-2151234567.log" in buffer.getvalue()  # only URLs are masked
     assert second["component"] == "api" and "job_id" not in second  # the context ended with its block
 
 

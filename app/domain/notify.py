@@ -14,6 +14,7 @@ EVENTS = (TERMINATE, RESTART, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_S
 DEFAULT_EVENTS = frozenset({TERMINATE, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_SUSPECT})
 
 _RULES = re.compile(r"^\[(?P<events>[^\]]*)\](?P<url>.+)$")
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.I)
 _SECRET = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@", re.I)
 
 
@@ -41,10 +42,17 @@ class Target:
 
 
 def mask_url(text: str) -> str:
-    """Hide passwords in URLs (`scheme://user:secret@host` -> `scheme://user:***@host`) and long path tokens."""
-    masked = _SECRET.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    """Hide secrets in the URLs of a text: passwords (`scheme://user:***@host`) and long tokens in their paths.
+
+    Only URLs (`scheme://...`) are touched, so file paths and other words in a log line stay readable.
+    """
+    return _URL.sub(_mask_one, text)
+
+
+def _mask_one(found: re.Match[str]) -> str:
+    url = _SECRET.sub(lambda m: f"{m['scheme']}{m['user']}:***@", found.group(0))
     # Webhook URLs carry their secret in the path (Slack, Teams tokens): keep only the first characters.
-    return re.sub(r"(?<=/)([A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]{10,}", r"\1***", masked)
+    return re.sub(r"(?<=/)([A-Za-z0-9_\-]{6})[A-Za-z0-9_\-]{10,}", r"\1***", url)
 
 
 def parse_target(entry: str) -> Target:
