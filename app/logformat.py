@@ -15,14 +15,14 @@ from typing import Any, TextIO
 from app.domain.notify import mask_url
 
 FIELDS = ("cluster", "job_id", "attempt_index", "advice_id", "generation")
-_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("recovery_log_context", default={})
+_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("recovery_log_context", default=None)
 _defaults: dict[str, Any] = {}
 
 
 @contextmanager
 def log_context(**fields: Any) -> Iterator[None]:
     """Add fields (component, job_id, attempt_index, advice_id, generation ...) to every line logged inside."""
-    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
+    token = _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if v is not None}})
     try:
         yield
     finally:
@@ -31,7 +31,7 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 def bind(**fields: Any) -> None:
     """Add fields for the rest of the enclosing `log_context` block (or task)."""
-    _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
+    _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if v is not None}})
 
 
 def component_of(record: logging.LogRecord) -> str:
@@ -46,7 +46,7 @@ class ContextFilter(logging.Filter):
     """Puts the component and the bound context on each record (record.context), masking secrets in the message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        bound = {**_defaults, **_context.get()}
+        bound = {**_defaults, **(_context.get() or {})}
         record.component = bound.pop("component", None) or component_of(record)
         record.context = {k: bound[k] for k in FIELDS if k in bound}
         message = record.getMessage()
@@ -88,7 +88,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler):
     """The handler configure() installs (so that a second call replaces it and leaves others alone)."""
 
 

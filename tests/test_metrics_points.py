@@ -7,11 +7,13 @@ import datetime as dt
 
 from prometheus_client import REGISTRY
 
+from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.context import AppContext
 from app.db import utcnow
 from app.domain.reconcile import Disposition
 from app.evidence import service as evidence
+from app.feed import queries as feed_queries
 from app.feed import service as feed
 from app.slurm.fake import FakeScheduler
 from tests.advice.factories import attempt, submit
@@ -63,7 +65,7 @@ async def test_detection_decision_and_reconciliation_are_measured(ctx: AppContex
 
     abandoned = value("recovery_reconciliation_outcomes_total", disposition="ABANDONED", reason="JOB_NOT_FOUND")
     async with ctx.sessions() as session, session.begin():
-        advice = await advice_service.advice_for_attempt(session, attempt_id=target.id)
+        advice = await advice_queries.advice_for_attempt(session, attempt_id=target.id)
         assert advice is not None
         await advice_service.set_status(
             session,
@@ -83,10 +85,10 @@ async def test_detection_decision_and_reconciliation_are_measured(ctx: AppContex
 
 async def test_feed_lag_is_the_age_of_the_oldest_entry_read(ctx: AppContext) -> None:
     async with ctx.sessions() as session, session.begin():
-        start = await feed.latest_id(session)
+        start = await feed_queries.latest_id(session)
         await feed.append(session, topic="attempt", entity_id=1, payload={})
     async with ctx.sessions() as session:
-        entries = await feed.read_since(session, after_id=start, topics=["attempt"])
+        entries = await feed_queries.read_since(session, after_id=start, topics=["attempt"])
     assert entries
     lag = REGISTRY.get_sample_value("recovery_feed_lag_seconds", {"reader": "attempt"})
     assert lag is not None and 0 <= lag < 3600

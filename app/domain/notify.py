@@ -85,4 +85,4 @@ def parse_targets(entries: tuple[str, ...]) -> tuple[Target, ...]:
 
 def backoff_seconds(tries: int, *, base: float, ceiling: float) -> float:
     """Delay before the next try after `tries` failures: base * 2^(tries-1), at most `ceiling`."""
-    return min(ceiling, base * 2 ** max(0, min(tries - 1, 20)))
+    return min(ceiling, base * float(2 ** max(0, min(tries - 1, 20))))

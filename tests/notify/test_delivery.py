@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.config import Settings, SettingsError
 from app.context import AppContext
@@ -82,7 +83,7 @@ async def _seed(ctx: AppContext) -> list[str]:
                     event = "terminate" if decision.operation is Operation.TERMINATE else "restart"
                     keys.append(f"{event}:{outcome.advice.id}:{outcome.advice.generation}")
     async with ctx.sessions() as session, session.begin():
-        advice = await advice_service.advice_for_attempt(session, attempt_id=attempts[JOBS[0]].id)
+        advice = await advice_queries.advice_for_attempt(session, attempt_id=attempts[JOBS[0]].id)
         assert advice is not None
         for _ in range(2):  # a second identical status is no change: no second message
             await advice_service.set_status(
@@ -254,7 +255,7 @@ async def test_watchdog_release_is_one_message_per_release(ctx: AppContext) -> N
     async with ctx.sessions() as session, session.begin():
         attempt = await session.scalar(select(Attempt).where(Attempt.slurm_job_id == JOBS[1]))
         assert attempt is not None
-        advice = await advice_service.advice_for_attempt(session, attempt_id=attempt.id)
+        advice = await advice_queries.advice_for_attempt(session, attempt_id=attempt.id)
         assert advice is not None
         for key, succeeded in (("wd:1", False), ("wd:2", True)):
             action = await advice_service.begin_action(
