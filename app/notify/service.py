@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import utcnow
+from app.db import dialect_of, utcnow
 from app.domain import notify as rules
 from app.domain.notify import Target
 from app.notify.models import Notification, NotificationDelivery
@@ -56,7 +56,7 @@ async def record(
         "created_at": utcnow(),
     }
     statement: Any
-    if session.get_bind().dialect.name == "postgresql":
+    if dialect_of(session) == "postgresql":
         from sqlalchemy.dialects import postgresql
 
         statement = (
