@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from app.logformat import bind, configure, log_context
 
 
 @pytest.fixture
-def captured() -> object:
+def captured() -> Iterator[Callable[[str], io.StringIO]]:
     def install(fmt: str) -> io.StringIO:
         buffer = io.StringIO()
         handlers.append(configure(fmt=fmt, cluster="c1", stream=buffer))
@@ -32,7 +33,7 @@ def captured() -> object:
     logging.getLogger().setLevel(level)
 
 
-def test_json_lines_carry_component_context_and_no_secrets(captured) -> None:  # type: ignore[no-untyped-def]
+def test_json_lines_carry_component_context_and_no_secrets(captured: Callable[[str], io.StringIO]) -> None:
     buffer = captured("json")
     with log_context(component="controller", advice_id=7):
         bind(job_id=4242, attempt_index=1, generation=2)
@@ -47,7 +48,7 @@ def test_json_lines_carry_component_context_and_no_secrets(captured) -> None:  #
     assert second["component"] == "api" and "job_id" not in second  # the context ended with its block
 
 
-def test_text_lines_name_component_and_context(captured) -> None:  # type: ignore[no-untyped-def]
+def test_text_lines_name_component_and_context(captured: Callable[[str], io.StringIO]) -> None:
     buffer = captured("text")
     with log_context(job_id=9):
         logging.getLogger("recovery.advisor").info("decided")

@@ -16,7 +16,8 @@ from app.evidence import service as evidence
 from app.feed import queries as feed_queries
 from app.feed import service as feed
 from app.slurm.fake import FakeScheduler
-from tests.advice.factories import attempt, submit
+from tests.advice.helpers import submit
+from tests.factories import attempt
 from worker.advisor import Advisor
 from worker.observer import Observer
 from worker.runner import WorkerRunner

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -41,9 +42,9 @@ async def test_restart_then_terminate_are_notified_once_with_links(
             job_id = slurm_lab.submit(batch_script(policy_comment(env, max_requeue_times=1), "sleep 1; exit 1"))
             await eventually(lambda: advice_done(wctx, job_id, 1), timeout=180, what="attempt 1's Advice settled")
 
-            async def two_messages():  # type: ignore[no-untyped-def]
+            async def two_messages() -> list[dict[str, Any]] | None:
                 mine = [m for m in receiver.messages() if f"job {job_id} " in m["title"]]
-                return len(mine) >= 2 and mine
+                return mine if len(mine) >= 2 else None
 
             messages = await eventually(two_messages, timeout=60, what="both notifications")
     finally:

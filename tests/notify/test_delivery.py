@@ -27,7 +27,7 @@ from app.domain.reconcile import Disposition
 from app.jobs.models import Attempt
 from app.notify.models import Notification, NotificationDelivery
 from app.slurm.fake import FakeScheduler
-from tests.advice.factories import submit
+from tests.advice.helpers import submit
 from tests.notify.helpers import Receiver
 from worker.observer import Observer
 
