@@ -16,14 +16,24 @@ from app.config import Settings, SettingsError
 log = logging.getLogger("recovery")
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
+def _configure_logging(verbose: bool, settings: Settings | None = None) -> None:
+    from app.logformat import configure
+
+    configure(
+        fmt=settings.log_format if settings else "text",
+        verbose=verbose,
+        cluster=settings.cluster if settings else None,
     )
-    logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def start_metrics(settings: Settings) -> None:
+    """Start the /metrics listener when RECOVERY_METRICS_BIND is set (a bad address is a settings error)."""
+    from app.metrics import start_listener
+
+    try:
+        start_listener(settings.metrics_bind)
+    except OSError as exc:
+        raise SettingsError(f"RECOVERY_METRICS_BIND={settings.metrics_bind}: cannot listen: {exc}") from None
 
 
 async def _upgrade(settings: Settings) -> str | None:
@@ -59,6 +69,7 @@ async def _run_alone(settings: Settings, role: str) -> None:
     from worker.registry import build_services, build_watchdog
     from worker.runner import WorkerRunner
 
+    start_metrics(settings)
     ctx = AppContext.open(settings)
     services = build_watchdog(ctx) if role == "watchdog" else build_services(ctx)
     runner = WorkerRunner(ctx, services, role=role)
@@ -80,6 +91,7 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
     from worker.registry import build_services
     from worker.runner import WorkerRunner
 
+    start_metrics(settings)
     ctx = AppContext.open(settings)
     runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
 
@@ -88,7 +100,10 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
             await runner.run()
 
     app = create_app(settings, ctx=ctx, background=background if runner else None)
-    config = uvicorn.Config(app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on")
+    # log_config=None: uvicorn's loggers go through the one handler app.logformat installs (text or json).
+    config = uvicorn.Config(
+        app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on", log_config=None
+    )
     server = uvicorn.Server(config)
     log.info(
         "serving on http://%s%s/ (dashboard: %s/dashboard/workflow)",
@@ -244,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.verbose)
     try:
         settings = Settings.from_env()
+        _configure_logging(args.verbose, settings)
         handler: Any = args.handler
         return int(handler(args, settings) or 0)
     except SettingsError as exc:

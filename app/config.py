@@ -61,6 +61,27 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _bind_or_off(raw: str) -> str:
+    value = raw.strip()
+    if not value:
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"expected host:port (or empty for off), got {raw!r}")
+    return f"{host or '127.0.0.1'}:{int(port)}"
+
+
+def _notify_targets(raw: str) -> tuple[str, ...]:
+    from app.domain.notify import TargetError, parse_targets
+
+    entries = tuple(raw.split())
+    try:
+        parse_targets(entries)
+    except TargetError as exc:
+        raise SettingsError(str(exc)) from None
+    return entries
+
+
 def default_data_dir() -> str:
     """Where the embedded database and state live unless RECOVERY_DATA_DIR says otherwise."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -261,6 +282,40 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "session_secret", "", _str, "Secret that signs dashboard session cookies (default: a random one per start)."
     ),
+    Setting(
+        "metrics_bind",
+        "",
+        _bind_or_off,
+        "host:port of a separate, unauthenticated Prometheus `/metrics` listener in every process kind "
+        "(e.g. 127.0.0.1:9464); empty: off.",
+    ),
+    Setting(
+        "log_format",
+        "text",
+        _choice("text", "json"),
+        "`text`: one readable line per record; `json`: one JSON object per line with component, cluster, job, "
+        "attempt and Advice fields.",
+    ),
+    Setting(
+        "notify_urls",
+        "",
+        _notify_targets,
+        "Whitespace-separated apprise URLs (slack://, msteams://, mailto://, json://, jsons:// ...), each optionally "
+        "prefixed with the events it wants, e.g. `[terminate,abandoned]json://host/hook`; see docs/notifications.md.",
+    ),
+    Setting(
+        "notify_max_backoff",
+        "300",
+        _float,
+        "Longest wait in seconds between tries of a notification a target refused (the wait doubles from 1 s); "
+        "it is retried until delivered.",
+    ),
+    Setting(
+        "public_url",
+        "",
+        _str,
+        "Public base URL of the dashboard (e.g. https://recovery.example.org), for links in notifications.",
+    ),
 )
 
 
@@ -305,6 +360,11 @@ class Settings:
     oidc_roles_claim: str = "roles"
     oidc_algorithms: tuple[str, ...] = ("RS256", "ES256", "PS256", "EdDSA")
     session_secret: str = ""
+    metrics_bind: str = ""
+    log_format: str = "text"
+    notify_urls: tuple[str, ...] = ()
+    notify_max_backoff: float = 300.0
+    public_url: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -23,10 +23,10 @@ from sqlalchemy import select
 from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
+from app.resources import resource_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-OPERATIONS = ROOT / "graphql" / "operations"
+EXAMPLES = resource_dir("examples")
+OPERATIONS = resource_dir("graphql") / "operations"
 SCENARIOS = ("crash", "hang")
 
 

@@ -19,6 +19,7 @@ from app import __version__
 from app.api.routes import api_routes
 from app.config import Settings
 from app.context import AppContext
+from app.metrics import RequestMetrics
 from app.migrate import current_revision, head_revision
 from views.routes import dashboard_routes
 
@@ -117,4 +118,5 @@ def create_app(settings: Settings, *, ctx: AppContext | None = None, background:
     app.state.ctx = ctx
     app.state.settings = settings
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestMetrics, prefix=settings.url_prefix)
     return app

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -12,13 +11,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.resources import resource_dir
 
 
 def alembic_config() -> Config:
-    """The project's Alembic configuration, independent of the working directory."""
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    """The project's Alembic configuration, built in code: works from any directory and from a wheel."""
+    config = Config()
+    config.set_main_option("script_location", str(resource_dir("migrations")))
+    config.set_main_option("path_separator", "os")
     return config
 
 

@@ -7,6 +7,7 @@ from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.feed.models import ChangeFeedEntry
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.leases.models import WorkerLease
+from app.notify.models import Notification, NotificationDelivery
 
 __all__ = [
     "Advice",
@@ -18,6 +19,8 @@ __all__ = [
     "Checkpoint",
     "Job",
     "LogSource",
+    "Notification",
+    "NotificationDelivery",
     "PendingLogEvent",
     "Policy",
     "SchedulerAction",

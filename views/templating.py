@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from app.domain.timefmt import iso_utc
+from app.resources import resource_dir
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = resource_dir("static")
 # Vendored from the npm registry (`npm pack htmx.org@2.0.11 htmx-ext-sse@2.2.4`); see static/VENDORED.md.
 HTMX_FILE = "htmx-2.0.11.min.js"
 HTMX_SSE_FILE = "htmx-ext-sse-2.2.4.min.js"

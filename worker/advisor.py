@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.config import Settings
@@ -37,6 +38,7 @@ from app.domain.retry import AttemptRecord, FailureKind
 from app.evidence import queries as evidence_queries
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
+from app.logformat import bind, log_context
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from worker.service import Service
@@ -131,7 +133,8 @@ class Advisor(Service):
         signals += await self._new_signals()
         changed = 0
         for signal in _dedupe(signals):
-            changed += await self.process(signal)
+            with log_context():
+                changed += await self.process(signal)
         if changed and self.on_change:
             self.on_change()
 
@@ -193,6 +196,7 @@ class Advisor(Service):
             attempt = await job_queries.get_attempt(session, attempt_id=signal.attempt_id)
             if attempt is None:
                 return 0
+            bind(job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index)
             job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (
                 job is None
@@ -239,6 +243,11 @@ class Advisor(Service):
                 now=now,
             )
             self.decisions += 1
+            if outcome.changed:
+                signalled = anomaly.detected_at if anomaly is not None else attempt.end_time
+                latency = metrics.seconds_since(signalled, now)
+                if latency is not None:
+                    metrics.DECISION_LATENCY.labels(decision.operation.value).observe(latency)
             return 1 if outcome.changed else 0
 
     async def partition_nodes(self, partition: str | None) -> tuple[str, ...] | None:

@@ -54,6 +54,7 @@ from app.domain.reconcile import (
     shadow_plan,
 )
 from app.jobs import queries as job_queries
+from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, Scheduler
 from app.slurm.errors import OperationDisabled, SchedulerError
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
@@ -183,7 +184,8 @@ class Controller(Service):
         complete = not any(problem.startswith("slurm reported") for problem in snapshot.problems)
         sent = 0
         for advice_id in due:
-            sent += await self.reconcile_one(advice_id, snapshot, complete=complete)
+            with log_context(advice_id=advice_id):
+                sent += await self.reconcile_one(advice_id, snapshot, complete=complete)
         return sent
 
     async def _observe(
@@ -224,6 +226,7 @@ class Controller(Service):
             job = await job_queries.get_job(session, job_id=advice.job_id)
             now_mode = effective_mode(job, self.settings) if job else None
             state = advice_state(advice)
+            bind(job_id=advice.slurm_job_id, attempt_index=advice.attempt_index, generation=advice.generation)
             review = advice.review
         observed, obs, note = await self._observe(advice, snapshot, complete)
         if not observed:

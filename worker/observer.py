@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app import metrics
 from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
@@ -95,6 +96,8 @@ class Observer(Service):
         started = time.perf_counter()
         changed = await self.apply(snapshot)
         self.last_tick_seconds = time.perf_counter() - started
+        metrics.OBSERVER_TICK_SECONDS.observe(self.last_tick_seconds)
+        metrics.OBSERVER_JOBS_SEEN.set(len(snapshot.jobs))
         if changed and self.on_change:
             self.on_change()
 

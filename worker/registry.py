@@ -8,6 +8,7 @@ from app.slurm.cli_scheduler import CliScheduler
 from worker.advisor import Advisor
 from worker.collector import Collector
 from worker.controller import Controller
+from worker.notifier import Notifier
 from worker.observer import Observer
 from worker.service import Service
 from worker.watchdog import Watchdog
@@ -32,7 +33,7 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
         collector.poke()
 
     observer = Observer(ctx, scheduler, on_change=on_observed_change)
-    services: list[Service] = [observer, collector, watcher, advisor, controller]
+    services: list[Service] = [observer, collector, watcher, advisor, controller, Notifier(ctx)]
     if ctx.settings.watchdog_process == "embedded":
         services.append(Watchdog(ctx, scheduler))
     return services

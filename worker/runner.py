@@ -9,6 +9,8 @@ import os
 import socket
 import uuid
 
+from app import metrics
+from app.advice import queries as advice_queries
 from app.context import AppContext
 from app.leases import queries as lease_queries
 from app.leases import service as leases
@@ -70,6 +72,21 @@ class WorkerRunner:
             log.warning("lease %s lost to %s; stopping lease-bound services", self.lease, state.holder)
             await asyncio.gather(*(s.stop() for s in self.services))
         self.has_lease, self.epoch = state.held, state.epoch
+        metrics.set_lease(self.lease, self.holder, held=state.held, epoch=state.epoch if state.held else None)
+        if state.held and self.role == "worker":
+            await self._count_active_advice()
+
+    async def _count_active_advice(self) -> None:
+        """Refresh the active-Advice gauge (every operation, so one that reached zero shows 0)."""
+        cluster = self.ctx.settings.cluster
+        try:
+            async with self.ctx.sessions() as session:
+                counts = await advice_queries.active_counts(session, cluster=cluster)
+        except Exception:
+            log.exception("could not count active Advice for the metrics")
+            return
+        for operation in ("RESTART", "TERMINATE", *counts):
+            metrics.ACTIVE_ADVICE.labels(cluster, operation).set(counts.get(operation, 0))
 
     async def run(self) -> None:
         """Run until stop() is called; release the lease on the way out."""

@@ -6,7 +6,9 @@ import asyncio
 import logging
 from typing import ClassVar
 
+from app import metrics
 from app.domain.backoff import exponential, jittered
+from app.logformat import log_context
 
 log = logging.getLogger("recovery.worker")
 
@@ -67,14 +69,20 @@ class Service:
         return jittered(exponential(self.failures, base=self.interval, cap=self.max_backoff))
 
     async def _loop(self) -> None:
+        with log_context(component=self.name):  # every line of this loop's task names the service
+            await self._run_loop()
+
+    async def _run_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                await self.tick()
+                with log_context():  # job/Advice fields bound during a tick end with it
+                    await self.tick()
                 self.failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
                 self.failures += 1
+                metrics.SERVICE_TICK_FAILURES.labels(self.name).inc()
                 log.exception("%s: tick failed (%d in a row); backing off", self.name, self.failures)
             self.ticks += 1
             self._wake.clear()

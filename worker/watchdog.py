@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.context import AppContext
@@ -24,6 +25,7 @@ from app.db import Session, utcnow
 from app.domain import states
 from app.domain.reconcile import StepKind
 from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
+from app.logformat import log_context
 from app.slurm.adapter import Scheduler
 from worker.controller import observation_of
 from worker.milestones import Sent, run_command
@@ -98,10 +100,16 @@ class Watchdog(Service):
             verdict = judge_hold(held, hold_state, now=now, hold_bound=self.settings.watchdog_hold_bound)
             if not verdict.release:
                 continue
-            if self.settings.watchdog_mode == "act":
-                await self._release(advice.id, hold_action.id, verdict.reason, verdict.message)
-            else:
-                await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message)
+            with log_context(
+                advice_id=advice.id,
+                generation=advice.generation,
+                job_id=advice.slurm_job_id,
+                attempt_index=advice.attempt_index,
+            ):
+                if self.settings.watchdog_mode == "act":
+                    await self._release(advice.id, hold_action.id, verdict.reason, verdict.message)
+                else:
+                    await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message)
 
     async def _would_release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
         """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
@@ -134,6 +142,7 @@ class Watchdog(Service):
                 component="watchdog",
                 event_type="watchdog.release",
             )
+            metrics.WATCHDOG_RELEASES.labels("released" if sent.error is None else "failed").inc()
             if sent.error is None:
                 self.releases += 1
                 log.warning("watchdog released job %s (%s)", sent.job_id, message)

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, exists, or_, select
+from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
@@ -226,3 +226,15 @@ async def undecided(session: AsyncSession, *, cluster: str) -> Undecided:
     )
     anomalies = [(anomaly_id, attempt_id) for anomaly_id, attempt_id in (await session.execute(query)).all()]
     return Undecided(attempt_ids=attempt_ids, anomalies=anomalies)
+
+
+async def active_counts(session: AsyncSession, *, cluster: str) -> dict[str, int]:
+    """How many Advice of the cluster are still active, by operation (for the active-Advice gauge)."""
+    rows = (
+        await session.execute(
+            select(Advice.operation, func.count(Advice.id))
+            .where(Advice.active.is_(True), Advice.cluster == cluster)
+            .group_by(Advice.operation)
+        )
+    ).all()
+    return {str(operation): int(count) for operation, count in rows}

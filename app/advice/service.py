@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.advice import queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
@@ -19,6 +20,7 @@ from app.domain.mode import ModeDecision
 from app.domain.reconcile import Disposition, Milestone, Step, StepKind
 from app.feed import service as feed
 from app.jobs.models import Attempt
+from app.notify import service as notify
 
 VETOED = "VETOED"  # app.advice.review's review value: the controller must never act on it
 CREATED, UPDATED, UNCHANGED, NOT_NEEDED, KEPT_VETOED = "created", "updated", "unchanged", "not_needed", "kept_vetoed"
@@ -110,6 +112,7 @@ async def record_decision(
         session.add(advice)
         await session.flush()
         await _audit_change(session, advice, "advice.created", signal=signal)
+        await notify.advice_decided(session, advice=advice)
         await announce(session, advice=advice, payload={"change": CREATED})
         return AdviceOutcome(CREATED, advice)
 
@@ -141,6 +144,7 @@ async def record_decision(
     existing.reconcile_failures = 0
     existing.updated_at = now
     await _audit_change(session, existing, "advice.updated", signal=signal, previous=previous)
+    await notify.advice_decided(session, advice=existing)
     await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
 
@@ -286,6 +290,8 @@ async def finish_action(
         slurm_job_id=advice.slurm_job_id,
         attempt_index=advice.attempt_index,
     )
+    if succeeded and component == "watchdog" and action.step == StepKind.RELEASE.value:
+        await notify.watchdog_released(session, advice=advice, action_id=action.id, detail=detail)
 
 
 async def confirm_action(
@@ -425,6 +431,7 @@ async def set_status(
     if changed:
         advice.updated_at = now
         if terminal:
+            metrics.RECONCILIATIONS.labels(disposition.value, reason or "none").inc()
             seconds = (now - advice.created_at).total_seconds() if advice.created_at else None
             await audit.record(
                 session,
@@ -446,6 +453,8 @@ async def set_status(
                 slurm_job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
             )
+            if disposition is Disposition.ABANDONED:
+                await notify.advice_abandoned(session, advice=advice, reason=reason, message=message)
         await announce(session, advice=advice, payload={"change": "reconciliation", "reason": reason})
     return changed
 

@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
 from app.domain import slowdown
@@ -131,6 +132,9 @@ async def record_anomaly(
     )
     if new_id is None:
         return None
+    latency = metrics.seconds_since(source_time, now)
+    if latency is not None:
+        metrics.DETECTION_LATENCY.labels(kind, detector).observe(latency)
     anomaly = await session.get(Anomaly, new_id)
     await audit.record(
         session,

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
+from app.db import utcnow
 from app.feed.models import ChangeFeedEntry
 
 
@@ -19,10 +21,16 @@ async def read_since(
 ) -> Sequence[ChangeFeedEntry]:
     """Entries with id greater than after_id, oldest first (optionally only some topics)."""
     query = select(ChangeFeedEntry).where(ChangeFeedEntry.id > after_id)
-    if topics is not None:
-        query = query.where(ChangeFeedEntry.topic.in_(list(topics)))
+    wanted = sorted(set(topics)) if topics is not None else None
+    if wanted is not None:
+        query = query.where(ChangeFeedEntry.topic.in_(wanted))
     query = query.order_by(ChangeFeedEntry.id).limit(limit)
-    return (await session.scalars(query)).all()
+    entries = (await session.scalars(query)).all()
+    if entries:  # how long the oldest entry waited for this reader
+        lag = metrics.seconds_since(entries[0].created_at, utcnow())
+        if lag is not None:
+            metrics.FEED_LAG.labels(",".join(wanted) if wanted else "all").set(lag)
+    return entries
 
 
 async def latest_id(session: AsyncSession) -> int:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from app import metrics
 from app.config import Settings
 from app.slurm.adapter import JobLookup
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
@@ -53,6 +54,10 @@ class CliScheduler:
 
     async def run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
         """Run one command with a timeout; on failure raise the classified SchedulerError."""
+        with metrics.scheduler_command(_command_label(tool, args)):
+            return await self._run(tool, *args, check=check)
+
+    async def _run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
         argv = (self.binary(tool), *args)
         started = time.monotonic()
         try:
@@ -172,6 +177,14 @@ class CliScheduler:
         # -a includes hidden partitions, which -p alone would not show.
         result = await self.run("sinfo", "-h", "-a", "-N", "-p", partition, "-o", "%N")
         return parse_sinfo_node_names(result.stdout)
+
+
+def _command_label(tool: str, args: Sequence[str]) -> str:
+    """A bounded label: the tool, and for scontrol its verb (`scontrol requeuehold`)."""
+    if tool == "scontrol":
+        verb = next((a for a in args if not a.startswith("-")), "")
+        return f"scontrol {verb}" if verb.isalpha() else tool
+    return tool
 
 
 def _mentions(result: CommandResult, needles: Sequence[str]) -> bool:

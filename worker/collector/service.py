@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from app import metrics
 from app.config import Settings
 from app.context import AppContext
 from app.db import utcnow
@@ -139,6 +140,12 @@ class Collector(Service):
         anomalies += await self.recorder.retry_pending(now, free=free)
         if self.use_inotify:
             self._ensure_watching()
+        wall = now.timestamp()
+        for read in reads:
+            metrics.COLLECTOR_BYTES_READ.inc(read.bytes_read)
+            if read.bytes_read and read.tracked.mtime:
+                metrics.COLLECTOR_READ_LAG.observe(max(0.0, wall - read.tracked.mtime))
+        metrics.COLLECTOR_FILES_TRACKED.set(len(self.tracked))
         self.last_tick = {
             "read": len(reads),
             "candidates": len(candidates),
