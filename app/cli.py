@@ -197,7 +197,15 @@ def _cmd_check_script(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
     from app.authoring.log_check import run
 
-    return run(args.file, as_json=args.json, settings=settings, policy=args.policy, script=args.script)
+    return run(
+        args.file,
+        as_json=args.json,
+        settings=settings,
+        policy=args.policy,
+        script=args.script,
+        nodes=args.nodes,
+        tasks_per_node=args.tasks_per_node,
+    )
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -246,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     job = cl.add_mutually_exclusive_group()
     job.add_argument("--policy", metavar="JSON", help="the job's policy (its --comment JSON): use its hang thresholds")
     job.add_argument("--script", metavar="FILE", help="the job's sbatch script: use the hang thresholds of its policy")
+    cl.add_argument("--nodes", help="the attempt's nodes, comma-separated (blames a single node, maps ranks to nodes)")
+    cl.add_argument("--tasks-per-node", help="SLURM_TASKS_PER_NODE of the attempt, e.g. 4(x2), to map ranks to nodes")
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")

@@ -147,6 +147,12 @@ SETTINGS: tuple[Setting, ...] = (
         "attempt (0 disables).",
     ),
     Setting(
+        "stop_repeated_application_failures",
+        "true",
+        _bool,
+        "TERMINATE instead of retrying an `application` failure (outlook of its root cause) when the previous attempt failed with the same exception at the same iteration (give or take 5); false retries it like any other failure.",
+    ),
+    Setting(
         "acknowledge_scheduler_actions",
         "false",
         _bool,
@@ -330,6 +336,7 @@ class Settings:
     managed_partitions: tuple[str, ...] = ("*",)
     site_max_requeue: int = 3
     early_stop_failures: int = 3
+    stop_repeated_application_failures: bool = True
     acknowledge_scheduler_actions: bool = False
     log_dirs: tuple[str, ...] = ()
     collector_poll_interval: float = 2.0

@@ -220,6 +220,8 @@ async def seed_history(
                 line="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
                 source_time=at(31),
                 detected_at=at(31) + dt.timedelta(seconds=2),
+                outlook="infrastructure",
+                blamed_nodes=[{"node": "gpu-a02", "provenance": "line"}],
             )
         )
         await audit.record(
@@ -409,6 +411,8 @@ async def seed_job(
                     message="CUDA error",
                     node=f"node{index}",
                     details={"n": n},
+                    outlook="infrastructure",
+                    blamed_nodes=[{"node": f"node{index}", "provenance": "line"}],
                 )
             )
         if advice:

@@ -30,12 +30,15 @@ from app.advice import service as advice_service
 from app.config import Settings
 from app.context import AppContext
 from app.db import Session, utcnow
-from app.domain import states
+from app.domain import rootcause, states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.mode import effective_mode
 from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
+from app.domain.signatures import Classifier
+from app.evidence import diagnosis
 from app.evidence import queries as evidence_queries
+from app.evidence import service as evidence_service
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
 from app.logformat import bind, log_context
@@ -54,6 +57,8 @@ BATCH = 500
 PARTITION_CACHE_SECONDS = 300.0
 # After a failed lookup, decide without the guard for a while rather than wait on a struggling slurmctld per decision.
 PARTITION_RETRY_SECONDS = 30.0
+# A host-less hardware line read before the observer saw where the attempt runs: wait this long for its node list.
+ALLOCATION_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ def site_policy(settings: Settings) -> SitePolicy:
         early_stop_failures=settings.early_stop_failures,
         straggler_enabled=settings.straggler_enabled,
         advice_ttl=settings.advice_ttl,
+        stop_repeated_application_failures=settings.stop_repeated_application_failures,
     )
 
 
@@ -123,6 +129,8 @@ class Advisor(Service):
         self.anomaly_position: int | None = None
         self.decisions = 0
         self._partitions: dict[str, tuple[float, tuple[str, ...] | None]] = {}  # name -> (valid until, nodes)
+        self.classifier = _classifier(ctx.settings)  # reads the iteration out of an attempt's last progress line
+        self._awaiting_nodes: dict[Signal, float] = {}  # signal -> when it first waited for the attempt's nodes
 
     # ------------------------------------------------------------ finding work
 
@@ -131,6 +139,7 @@ class Advisor(Service):
         if self.feed_position is None or self.anomaly_position is None:
             signals += await self._catch_up()
         signals += await self._new_signals()
+        signals = list(self._awaiting_nodes) + signals
         changed = 0
         for signal in _dedupe(signals):
             with log_context():
@@ -213,6 +222,8 @@ class Advisor(Service):
             failure = await self._failure(session, attempt, anomaly)
             if failure is None:
                 return 0
+            if self._await_allocation(signal, attempt, failure):
+                return 0  # decided once the observer has recorded where the attempt runs
             policy = await job_queries.policy_of_job(session, job_id=job.id)
             history = await self._history(session, job, attempt)
             partition_nodes = await self.partition_nodes(job.partition)
@@ -250,6 +261,27 @@ class Advisor(Service):
                     metrics.DECISION_LATENCY.labels(decision.operation.value).observe(latency)
             return 1 if outcome.changed else 0
 
+    def _await_allocation(self, signal: Signal, attempt: Attempt, failure: Failure) -> bool:
+        """True while an infrastructure crash blames nobody only because the attempt's nodes are not known yet."""
+        waiting = (
+            failure.kind is FailureKind.CRASH
+            and failure.outlook == rootcause.INFRASTRUCTURE
+            and not failure.implicated_nodes
+            and not attempt.nodes
+            and attempt.state in states.ACTIVE
+        )
+        if not waiting:
+            self._awaiting_nodes.pop(signal, None)
+            return False
+        since = self._awaiting_nodes.setdefault(signal, time.monotonic())
+        if time.monotonic() - since < ALLOCATION_WAIT_SECONDS:
+            return True
+        log.warning(
+            "advisor: attempt %s has no node list after %.0f s; deciding without", attempt.id, ALLOCATION_WAIT_SECONDS
+        )
+        self._awaiting_nodes.pop(signal, None)
+        return False
+
     async def partition_nodes(self, partition: str | None) -> tuple[str, ...] | None:
         """The partition's nodes for the exclusion guard, cached; None (no guard) when unknown or Slurm fails."""
         if not partition or self.scheduler is None:
@@ -275,11 +307,22 @@ class Advisor(Service):
         return nodes
 
     async def _failure(self, session: Session, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
-        """The domain's Failure for this signal, with the attempt's checkpoints and the nodes its evidence names."""
+        """The domain's Failure for this signal: the attempt's root cause, checkpoints and the nodes evidence blames."""
         anomalies = await evidence_queries.anomalies_of_attempts(session, attempt_ids=[attempt.id])
-        named: set[str] = set()
-        for row in anomalies:
-            if anomaly is None or row.id <= anomaly.id:
+        seen = [row for row in anomalies if anomaly is None or row.id <= anomaly.id]
+        progress = await evidence_queries.progress_lines(session, attempt_ids=[attempt.id])
+        cause = diagnosis.attempt_cause(
+            seen,
+            attempt_nodes=tuple(attempt.nodes or ()),
+            tasks_per_node=attempt.tasks_per_node,
+            progress_line=progress.get(attempt.id),
+            classifier=self.classifier,
+        )
+        named: set[str] = set(cause.blamed)
+        if cause.derived:
+            await evidence_service.store_blame(session, blamed=cause.derived)
+        for row in seen:
+            if row.kind != "CRASH":
                 named |= anomaly_nodes(row)
         summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
         saved, iteration = summary.get(attempt.id, (0, None))
@@ -296,22 +339,33 @@ class Advisor(Service):
                 kind=FailureKind.SCHEDULER_FAILURE,
                 state=state,
                 exit_code=attempt.exit_code,
+                category=cause.category,
                 implicated_nodes=tuple(sorted(named)),
                 evidence_refs=tuple(refs),
                 attempt_running=False,
                 checkpoints_saved=saved,
                 latest_checkpoint_iteration=iteration,
+                outlook=cause.outlook,
+                signature=cause.signature,
+                iteration=cause.iteration,
             )
-        assert anomaly is not None  # without one the attempt's state decided above
+        assert anomaly is not None  # use_state holds when there is no anomaly
+        crash = anomaly.kind == "CRASH"
+        refs = [f"anomaly:{anomaly.id}"]
+        if crash and cause.primary_anomaly_id not in (None, anomaly.id):
+            refs.append(f"root_cause:anomaly:{cause.primary_anomaly_id}")
         return Failure(
             attempt_index=attempt.attempt_index,
             kind=FailureKind(anomaly.kind),
-            category=anomaly.category,
+            category=(cause.category or anomaly.category) if crash else anomaly.category,
             implicated_nodes=tuple(sorted(named)),
-            evidence_refs=(f"anomaly:{anomaly.id}",),
+            evidence_refs=tuple(refs),
             attempt_running=state == "RUNNING",
             checkpoints_saved=saved,
             latest_checkpoint_iteration=iteration,
+            outlook=cause.outlook if crash else None,
+            signature=cause.signature if crash else None,
+            iteration=cause.iteration if crash else None,
         )
 
     async def _history(self, session: Session, job: Job, attempt: Attempt) -> list[AttemptRecord]:
@@ -323,12 +377,23 @@ class Advisor(Service):
         checkpoints = await evidence_queries.checkpoint_summary(session, attempt_ids=ids)
         nodes: dict[int, set[str]] = {}
         for row in await evidence_queries.anomalies_of_attempts(session, attempt_ids=ids):
-            nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
+            if row.kind != "CRASH":
+                nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
+        crashes = await evidence_queries.crash_anomalies(session, attempt_ids=ids)
+        progress = await evidence_queries.progress_lines(session, attempt_ids=ids)
         advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
         records = []
         for a in earlier:
             saved, iteration = checkpoints.get(a.id, (0, None))
             prior = advice.get(a.id)
+            cause = diagnosis.attempt_cause(
+                crashes.get(a.id, []),
+                attempt_nodes=tuple(a.nodes or ()),
+                tasks_per_node=a.tasks_per_node,
+                progress_line=progress.get(a.id),
+                classifier=self.classifier,
+            )
+            nodes.setdefault(a.id, set()).update(cause.blamed)
             records.append(
                 AttemptRecord(
                     attempt_index=a.attempt_index,
@@ -337,9 +402,24 @@ class Advisor(Service):
                     latest_checkpoint_iteration=iteration,
                     implicated_nodes=tuple(sorted(nodes.get(a.id, ()))),
                     advice_exclusions=tuple(prior.exclusions or ()) if prior else (),
+                    failure_category=cause.category,
+                    failure_outlook=cause.outlook,
+                    failure_signature=cause.signature,
+                    failure_iteration=cause.iteration,
                 )
             )
         return records
+
+
+def _classifier(settings: Settings) -> Classifier | None:
+    """The collector's rules (for progress-marker iterations); None when the signatures file cannot be read."""
+    from worker.collector import load_ruleset
+
+    try:
+        return Classifier(load_ruleset(settings))
+    except Exception:  # noqa: BLE001 - the collector reports a broken file; decisions go on without iterations
+        log.warning("advisor: signatures file unreadable; failures are compared without their iteration")
+        return None
 
 
 def _dedupe(signals: list[Signal]) -> list[Signal]:

@@ -49,6 +49,7 @@ def attempt_values(job: SlurmJob) -> dict[str, Any]:
         "requeue_eligible": job.requeue,
         "held": job.held,
         "excluded_nodes": list(job.excluded_nodes),
+        "tasks_per_node": job.tasks_per_node,
         "start_time": job.start_time,
         "end_time": job.end_time,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from app.authoring.policy_check import comment_from_input
+from app.authoring import diagnosis
 from app.config import Settings
 from app.domain.logline import decode_line, parse_timestamp
 from app.domain.policy import parse_comment
@@ -46,8 +48,10 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
     report = _Report()
     tailer = LogTailer(ruleset, all_progress=True, all_throughput=True, max_bytes=16 * 1024 * 1024, traceback_wait=0.0)
     position = FilePosition(path=path)
+    size = Path(path).stat().st_size
     try:
         while True:
+            before = position.offset
             result = tailer.read(position)
             position = result.position
             for event in result.events:
@@ -63,13 +67,23 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
                             "rank": s.rank,
                             "xid": s.xid,
                             "detail": s.detail,
+                            "source_time": event.source_time.isoformat() if event.source_time else None,
                         }
                     )
                 elif isinstance(event.signal, CheckpointEvent):
                     c = event.signal
-                    report.checkpoints.append(
-                        {**where, "kind": c.kind, "framework": c.framework, "iteration": c.iteration, "path": c.path}
-                    )
+                    entry = {
+                        **where,
+                        "kind": c.kind,
+                        "framework": c.framework,
+                        "iteration": c.iteration,
+                        "path": c.path,
+                    }
+                    previous = report.checkpoints[-1] if report.checkpoints else None
+                    if c.iteration is None and previous and _same_save(previous, entry):
+                        # "Finished saving the checkpoint" names no step: the "Saving ... step N" line before it did.
+                        entry["iteration"] = previous["iteration"]
+                    report.checkpoints.append(entry)
             for event in result.progress:
                 marker = event.signal
                 assert isinstance(marker, ProgressMarker)
@@ -92,11 +106,40 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
                 assert isinstance(event.signal, ThroughputSample)
                 for metric, value in event.signal.values.items():
                     report.throughput.setdefault(metric, []).append(value)
-            if not result.more:
+            # A traceback cut off at the end of the file holds the read back once; read on from it.
+            if not result.more and (position.offset >= size or position.offset == before):
                 break
     finally:
         tailer.close()
     return report
+
+
+_BLOCK_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*:")
+_BLOCK_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+
+
+def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> None:
+    """torchrun's failure block puts `rank : N` a few lines above its `exitcode :` / `traceback :` line."""
+    wanted = [c for c in crashes if c["rank"] is None and _BLOCK_FIELD.match(c["text"])]
+    if not wanted:
+        return
+    with open(path, "rb") as handle:
+        lines = [decode_line(raw[:LINE_CAP].rstrip(b"\n")) for raw in handle]
+    for crash in wanted:
+        for text in reversed(lines[max(0, crash["line"] - 6) : crash["line"] - 1]):
+            found = _BLOCK_RANK.match(text)
+            if found:
+                crash["rank"] = int(found.group(1))
+                break
+
+
+def _same_save(previous: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Two lines about one checkpoint: same kind and framework, a few lines apart, only the first with a step."""
+    return (
+        previous["iteration"] is not None
+        and (previous["kind"], previous["framework"]) == (entry["kind"], entry["framework"])
+        and 0 < entry["line"] - previous["line"] <= 10
+    )
 
 
 def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> SilenceScan:
@@ -121,17 +164,31 @@ def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> Silence
     return scan
 
 
-def build_report(path: str, ruleset: RuleSet, thresholds: HangThresholds | None = None) -> dict[str, Any]:
+def build_report(
+    path: str,
+    ruleset: RuleSet,
+    thresholds: HangThresholds | None = None,
+    *,
+    settings: Settings | None = None,
+    attempt_nodes: tuple[str, ...] = (),
+    tasks_per_node: str | None = None,
+) -> dict[str, Any]:
     """Everything check-log prints, as one JSON-ready dict."""
     report = _collect(path, ruleset)
+    _ranks_from_launcher_blocks(path, report.crashes)
     thresholds = thresholds or HangThresholds()
     silence = _silence(path, ruleset, thresholds)
     throughput = {
         metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
         for metric, values in sorted(report.throughput.items())
     }
+    cause = diagnosis.diagnose(report.crashes, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
+    checkpoint = report.checkpoints[-1] if report.checkpoints else None
     return {
         "file": path,
+        **cause,
+        "checkpoint_iteration": checkpoint["iteration"] if checkpoint else None,
+        "advisor": diagnosis.advisor_verdict(cause, report.checkpoints, settings),
         "crash_signatures": report.crashes,
         "checkpoints": report.checkpoints,
         "progress": report.progress,
@@ -153,6 +210,7 @@ def build_report(path: str, ruleset: RuleSet, thresholds: HangThresholds | None 
 def _print_human(data: dict[str, Any], out: TextIO) -> None:
     w = out.write
     w(f"{data['file']}\n\n")
+    diagnosis.print_verdict(data, out)
     crashes = data["crash_signatures"]
     w(f"Crash signatures: {len(crashes)}\n")
     for c in crashes[:_SHOWN]:
@@ -245,6 +303,8 @@ def run(
     out: TextIO = sys.stdout,
     policy: str | None = None,
     script: str | None = None,
+    nodes: str | None = None,
+    tasks_per_node: str | None = None,
 ) -> int:
     """Entry point for `recovery check-log`; 0 when the file was analysed, 2 on usage errors."""
     file = Path(path)
@@ -261,7 +321,10 @@ def run(
     except (OSError, SignatureConfigError) as exc:
         print(f"check-log: signatures file {settings.signatures_file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    data = build_report(str(file), ruleset, thresholds)
+    attempt_nodes = tuple(n.strip() for n in (nodes or "").split(",") if n.strip())
+    data = build_report(
+        str(file), ruleset, thresholds, settings=settings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node
+    )
     data["hang_detector"]["thresholds_from"] = source
     if as_json:
         json.dump(data, out, indent=2, default=str)

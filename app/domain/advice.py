@@ -17,6 +17,7 @@ from app.domain.retry import (
     failures_without_progress,
     retry_limit_reached,
 )
+from app.domain.rootcause import APPLICATION, same_place
 
 
 class Operation(StrEnum):
@@ -39,6 +40,7 @@ class Rule(StrEnum):
     JOB_CANCELLED = "job_cancelled"
     NOT_A_FAILURE = "not_a_failure"
     RESUME_MODE_UNSUPPORTED = "resume_mode_unsupported"
+    APPLICATION_FAILURE_REPEATED = "application_failure_repeated"
 
 
 SUPPORTED_RESUME_MODES = frozenset({"requeue"})
@@ -61,6 +63,10 @@ class Failure:
     attempt_running: bool = False  # the attempt was still RUNNING when the signal was seen
     checkpoints_saved: int = 0  # saves recorded during this attempt
     latest_checkpoint_iteration: int | None = None
+    # Root cause (app.domain.rootcause): retry outlook, "the same failure" key, the iteration it happened at.
+    outlook: str | None = None
+    signature: str | None = None
+    iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class SitePolicy:
     early_stop_failures: int = 3
     straggler_enabled: bool = False
     advice_ttl: float = 3600.0  # seconds; <= 0 means Advice never expires
+    stop_repeated_application_failures: bool = True
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,18 @@ def decide(
             f"{what}: {limit.describe_reached()}, so it is not restarted{_stop_tail(stop_operation)}.",
         )
 
+    repeated = repeated_application_failure(failure, earlier) if site.stop_repeated_application_failures else None
+    if repeated is not None:
+        where = f" at iteration {failure.iteration}" if failure.iteration is not None else " before any progress marker"
+        return verdict(
+            stop_operation,
+            Rule.APPLICATION_FAILURE_REPEATED,
+            f"{what}: the same application failure as attempt {repeated.attempt_index} "
+            f"({_quote(failure.signature)}{where}); outlook application, so a retry would fail the same way "
+            f"and it is not restarted (rule {Rule.APPLICATION_FAILURE_REPEATED.value}; "
+            "RECOVERY_STOP_REPEATED_APPLICATION_FAILURES=false turns it off).",
+        )
+
     streak = failures_without_progress(
         history=earlier,
         checkpoints_saved=failure.checkpoints_saved,
@@ -213,6 +232,23 @@ def decide(
     )
 
 
+def repeated_application_failure(failure: Failure, earlier: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    """The previous attempt, when it failed with the same application failure at the same place."""
+    if failure.outlook != APPLICATION or not failure.signature or not earlier:
+        return None
+    previous = max(earlier, key=lambda a: a.attempt_index)
+    if not previous.failed or previous.failure_outlook != APPLICATION:
+        return None
+    if same_place(failure.signature, failure.iteration, previous.failure_signature, previous.failure_iteration):
+        return previous
+    return None
+
+
+def _quote(signature: str | None) -> str:
+    text = (signature or "").strip()
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def _stop_tail(operation: Operation) -> str:
     return "; the slow attempt keeps running" if operation is Operation.NONE else ""
 
@@ -223,9 +259,11 @@ def describe_failure(failure: Failure) -> str:
     if failure.kind is FailureKind.SCHEDULER_FAILURE:
         state = (failure.state or "UNKNOWN").upper()
         exit_text = f", exit code {failure.exit_code}" if failure.exit_code is not None else ""
-        return f"{prefix} ended {state}{exit_text}"
+        cause = f", root cause {failure.category}" + (f" ({failure.outlook})" if failure.outlook else "")
+        return f"{prefix} ended {state}{exit_text}{cause if failure.category else ''}"
     if failure.kind is FailureKind.CRASH:
-        return f"{prefix} crashed ({failure.category or 'crash signature'})"
+        outlook = f", outlook {failure.outlook}" if failure.outlook else ""
+        return f"{prefix} crashed ({failure.category or 'crash signature'}{outlook})"
     if failure.kind is FailureKind.NO_PROGRESS:
         return f"{prefix} stopped making progress (no output within the hang threshold)"
     return f"{prefix} slowed down for good (throughput below its baseline)"

@@ -28,6 +28,11 @@ class AttemptRecord:
     latest_checkpoint_iteration: int | None = None
     implicated_nodes: tuple[str, ...] = ()
     advice_exclusions: tuple[str, ...] = ()
+    # The attempt's root cause, for "the same application failure again" (app.domain.rootcause).
+    failure_category: str | None = None
+    failure_outlook: str | None = None
+    failure_signature: str | None = None
+    failure_iteration: int | None = None
 
 
 @dataclass(frozen=True)

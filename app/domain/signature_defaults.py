@@ -7,8 +7,17 @@ that occurs on every line (like "loss") would make every line a candidate.
 
 from __future__ import annotations
 
+from app.domain.signature_realworld import (
+    CHECKPOINT_FAILURE_RULES,
+    EXCEPTION_LINE_RULES,
+    FILESYSTEM_RULES,
+    GPU_RULES,
+    LAUNCHER_RULES,
+    NAN_RULES,
+    REALWORLD_CHECKPOINT_RULES,
+    SLURM_RULES,
+)
 from app.domain.signatures import (
-    CHECKPOINT_WRITE_FAILURE,
     CUDA_ERROR,
     CUDA_OOM,
     HOST_OOM,
@@ -109,22 +118,23 @@ CRASH_RULES: tuple[Rule, ...] = (
         "Nov 30 02:34:15 node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=12345, name=python, GPU "
         "has fallen off the bus.",
     ),
+    *GPU_RULES,
     _crash(
         "slurm_node_failure",
         NODE_FAIL,
         ("DUE TO NODE FAILURE", "Node failure on"),
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|Node "
-        r"failure on (?P<node2>[\w.-]+)",
-        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE "
-        "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|Node failure on (?P<node2>[\w.-]+)|CANCELLED AT \S+ DUE TO NODE FAILURE on (?P<node3>[\w.-]+)",
+        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
     ),
     _crash(
         "slurm_time_limit",
         TIME_LIMIT,
         ("DUE TO TIME LIMIT",),
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ (?:ON \S+ )?CANCELLED AT \S+ DUE TO TIME LIMIT",
         "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO TIME LIMIT ***",
     ),
+    *SLURM_RULES,
+    *LAUNCHER_RULES,
     _crash(
         "nccl_error",
         NCCL_ERROR,
@@ -138,12 +148,9 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL WARN",
         ),
-        r"NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ncclInvalidUsage|NCCL "
-        r"communicator was aborted|NCCL WARN "
-        r".*(?:[Ee]rror|[Ff]ailure|[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
-        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-        "10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
-        exclude=r"NET/Plugin|Failed to find|Could not find|NCCL_[A-Z_]+ set by environment",
+        r"NCCL WARN NET/IB : Got completion from peer|NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
+        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
+        exclude=r"NET/Plugin|Failed to find|Could not find|Unable to open device|Call to ibv_open_device failed|Failed to open lib[\w.\[\]]*\.so|NCCL_[A-Z_]+ set by environment",
     ),
     _crash(
         "cuda_error",
@@ -178,12 +185,14 @@ CRASH_RULES: tuple[Rule, ...] = (
         r"[Ss]egmentation fault|SIGSEGV|[Ss]ignal 11\b|exitcode\s*:\s*-11\b",
         "/var/spool/slurmd/job00123/slurm_script: line 42: 12345 Segmentation fault      (core dumped) python train.py",
     ),
+    *NAN_RULES,
     _crash(
         "nan_loss",
         NAN_LOSS,
         (
-            "loss is NaN",
-            "loss is nan",
+            "oss is NaN",
+            "oss is nan",
+            "oss is inf",
             "Detected NaN",
             "NaN loss",
             "nan loss",
@@ -194,29 +203,12 @@ CRASH_RULES: tuple[Rule, ...] = (
             "'loss': nan",
             "NaN detected",
         ),
-        r"loss is (?:NaN|nan)|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: "
-        r"[Nn]a[Nn]\b|loss=[Nn]a[Nn]\b|'loss': nan\b",
+        r"[Ll]oss is (?:NaN|nan|inf)\b|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: [Nn]a[Nn]\b|loss=[Nn]a[Nn]\b|'loss': nan\b",
         "ValueError: loss is NaN at iteration 1200",
     ),
-    _crash(
-        "checkpoint_write_failure",
-        CHECKPOINT_WRITE_FAILURE,
-        (
-            "ailed to save checkpoint",
-            "ailed to write checkpoint",
-            "rror saving checkpoint",
-            "rror while saving checkpoint",
-            "heckpoint save failed",
-            "heckpoint saving failed",
-            "No space left on device",
-            "Disk quota exceeded",
-            "PytorchStreamWriter failed",
-        ),
-        r"[Ff]ailed to (?:save|write) (?:the )?checkpoint|[Ee]rror (?:while )?saving (?:the "
-        r")?checkpoint|[Cc]heckpoint sav(?:e|ing) failed|No space left on device|Disk quota "
-        r"exceeded|PytorchStreamWriter failed",
-        "OSError: [Errno 28] No space left on device: '/ckpt/iter_0000500/__0_0.distcp'",
-    ),
+    *FILESYSTEM_RULES,
+    *CHECKPOINT_FAILURE_RULES,
+    *EXCEPTION_LINE_RULES,
     # The traceback start itself: the reader looks ahead for the exception line and lets that decide.
     _crash(
         "python_traceback",
@@ -242,8 +234,8 @@ BENIGN_RULES: tuple[Rule, ...] = (
     ),
     _benign(
         "torch_warning_prefix",
-        ("[W",),
-        r"(?:^|\]:)\[W(?:\d{4}| )",
+        ("[W", "]:W"),
+        r"(?:^|\]:)\[W(?:\d{4}| )|(?:^|\]:)W\d{4} \d\d:\d\d:\d\d\.\d+ \d+ \S+:\d+\]",
         "[rank0]:[W1130 02:34:15.123456 ProcessGroupNCCL.cpp:4115] Warning: NCCL error handling is enabled",
     ),
     _benign(
@@ -265,8 +257,8 @@ CHECKPOINT_RULES: tuple[Rule, ...] = (
         "megatron_saved",
         "saved",
         "megatron",
-        ("successfully saved checkpoint from iteration",),
-        r"successfully saved checkpoint from iteration\s+(?P<iteration>\d+) to " + _PATH,
+        ("uccessfully saved checkpoint from iteration", "uccessfully saved checkpoint at iteration"),
+        r"[Ss]uccessfully saved checkpoint (?:from|at) iteration\s+(?P<iteration>\d+)(?: to " + _PATH + ")?",
         "  successfully saved checkpoint from iteration     500 to /ckpt/gpt3 [ t 1/8, p 1/4 ]",
     ),
     _ckpt(
@@ -529,7 +521,9 @@ THROUGHPUT_RULES: tuple[Rule, ...] = (
     ),
 )
 
-DEFAULT_RULES: tuple[Rule, ...] = CRASH_RULES + BENIGN_RULES + CHECKPOINT_RULES + PROGRESS_RULES + THROUGHPUT_RULES
+DEFAULT_RULES: tuple[Rule, ...] = (
+    CRASH_RULES + BENIGN_RULES + CHECKPOINT_RULES + REALWORLD_CHECKPOINT_RULES + PROGRESS_RULES + THROUGHPUT_RULES
+)
 
 
 def default_ruleset() -> RuleSet:

@@ -27,6 +27,7 @@ TIME_LIMIT = "TIME_LIMIT"
 NAN_LOSS = "NAN_LOSS"
 PYTHON_TRACEBACK = "PYTHON_TRACEBACK"
 CHECKPOINT_WRITE_FAILURE = "CHECKPOINT_WRITE_FAILURE"
+FILESYSTEM = "FILESYSTEM"
 CRASH_CATEGORIES: tuple[str, ...] = (
     SEGFAULT,
     CUDA_ERROR,
@@ -40,6 +41,7 @@ CRASH_CATEGORIES: tuple[str, ...] = (
     NAN_LOSS,
     PYTHON_TRACEBACK,
     CHECKPOINT_WRITE_FAILURE,
+    FILESYSTEM,
 )
 
 PRETRAINING = "pretraining"
@@ -161,7 +163,7 @@ class ThroughputSample:
 Signal = CrashSignature | CheckpointEvent | ProgressMarker | ThroughputSample
 
 _RANK = re.compile(r"(?:\[\s*[Rr]ank\s*[:=]?\s*(\d+)\s*\]|\b[Rr]ank\s*[:=]?\s*(\d+)\b)")
-_NCCL_HOST = re.compile(r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
+_NCCL_HOST = re.compile(r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*|\.\.\.[\w.-]+):\d+:\d+ \[\d+\]")
 _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
@@ -369,7 +371,7 @@ def exception_line_index(lines: Iterable[str], *, prefix: str, limit: int = 400)
         label, body = strip_rank_prefix(raw.rstrip("\r\n"))
         if label != prefix:
             continue
-        if not body.strip() or body[:1] in (" ", "\t", "^", "~") or body.startswith(TRACEBACK_START):
-            continue
+        if not body.strip() or body[:1] in (" ", "\t", "^", "~") or body.startswith((TRACEBACK_START, 'File "')):
+            continue  # frames (also when a paste lost their indentation), carets, a nested traceback's start
         return index  # the first non-indented line ends the traceback: "XxxError: ...", or e.g. "Killed"
     return None

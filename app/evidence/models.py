@@ -90,6 +90,10 @@ class Anomaly(Base):
     source_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     detected_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Crash anomalies: retry outlook (infrastructure | transient | application) and the nodes the
+    # evidence blames, [{"node", "provenance": line | rank | allocation, "detail"}]; null on older rows.
+    outlook: Mapped[str | None] = mapped_column(String(16))
+    blamed_nodes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class PendingLogEvent(Base):

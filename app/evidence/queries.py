@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -197,3 +197,41 @@ async def due_pending(
         query = query.where(PendingLogEvent.next_try_at <= now)
     rows = (await session.execute(query.order_by(PendingLogEvent.next_try_at, PendingLogEvent.id).limit(limit))).all()
     return [(row[0], row[1]) for row in rows]
+
+
+# ---- what decisions need: an attempt's crash anomalies and its latest progress line ------------------
+
+
+async def crash_anomalies(session: AsyncSession, *, attempt_ids: Iterable[int]) -> dict[int, list[Anomaly]]:
+    """Per attempt, its CRASH anomalies in the order they were recorded."""
+    ids = sorted(set(attempt_ids))
+    if not ids:
+        return {}
+    rows = await session.scalars(
+        select(Anomaly).where(Anomaly.attempt_id.in_(ids), Anomaly.kind == "CRASH").order_by(Anomaly.id)
+    )
+    found: dict[int, list[Anomaly]] = {}
+    for row in rows:
+        found.setdefault(row.attempt_id, []).append(row)
+    return found
+
+
+async def progress_lines(session: AsyncSession, *, attempt_ids: Iterable[int]) -> dict[int, str]:
+    """Per attempt, the latest progress-marker line a log source recorded for it (the newest source wins)."""
+    ids = sorted(set(attempt_ids))
+    if not ids:
+        return {}
+    rows = await session.execute(
+        select(LogSource.progress_attempt_id, LogSource.attempt_id, LogSource.progress_line)
+        .where(
+            LogSource.progress_line.is_not(None),
+            or_(LogSource.progress_attempt_id.in_(ids), LogSource.attempt_id.in_(ids)),
+        )
+        .order_by(LogSource.progress_at)
+    )
+    found: dict[int, str] = {}
+    for progress_attempt, owner, line in rows:
+        attempt_id = progress_attempt if progress_attempt is not None else owner
+        if attempt_id in ids and line:
+            found[attempt_id] = line
+    return found

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import metrics
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
-from app.domain import slowdown
+from app.domain import rootcause, slowdown
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.feed import service as feed
@@ -104,6 +104,8 @@ async def record_anomaly(
     line: str | None = None,
     source_time: dt.datetime | None = None,
     details: dict[str, Any] | None = None,
+    outlook: str | None = None,
+    blamed_nodes: list[dict[str, Any]] | None = None,
 ) -> Anomaly | None:
     """Record an anomaly once (by event key) with its `anomaly.detected` audit event and feed entry.
 
@@ -128,6 +130,8 @@ async def record_anomaly(
             "source_time": source_time,
             "details": details or {},
             "detected_at": now,
+            "outlook": outlook,
+            "blamed_nodes": blamed_nodes,
         },
     )
     if new_id is None:
@@ -149,6 +153,8 @@ async def record_anomaly(
             "detector": detector,
             "node": node,
             "xid": xid,
+            "outlook": outlook,
+            "blamedNodes": blamed_nodes or [],
             **_evidence_payload(log_path, line_number, line, source_time),
             "details": details or {},
         },
@@ -163,7 +169,7 @@ async def record_anomaly(
         topic="anomaly",
         entity_id=new_id,
         about=attempt,
-        payload={"kind": kind, "category": category, "node": node, "xid": xid},
+        payload={"kind": kind, "category": category, "node": node, "xid": xid, "outlook": outlook},
     )
     return anomaly
 
@@ -190,6 +196,19 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     )
     if repeat is not None:
         return None
+    finding = rootcause.Finding(
+        category=signal.category,
+        rule=signal.rule,
+        line=event.line,
+        detail=signal.detail,
+        nodes=signal.nodes,
+        rank=signal.rank,
+        xid=signal.xid,
+    )
+    attribution = rootcause.attribute(
+        finding, attempt_nodes=tuple(attempt.nodes or ()), tasks_per_node=attempt.tasks_per_node
+    )
+    blamed = [node.to_json() for node in attribution.blamed]
     where = f"{os.path.basename(event.log_path)}:{event.line_number}"
     return await record_anomaly(
         session,
@@ -213,7 +232,11 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
             "rank": signal.rank,
             "detail": signal.detail,
             "readTime": event.read_at.isoformat(),
+            "signature": rootcause.failure_signature(signal.category, signal.detail or event.line),
+            **({"attributionNote": attribution.note} if attribution.note else {}),
         },
+        outlook=rootcause.outlook_of_finding(finding),
+        blamed_nodes=blamed,
     )
 
 
@@ -324,6 +347,14 @@ async def observe_throughput(
             "duration": duration,
         },
     )
+
+
+async def store_blame(session: AsyncSession, *, blamed: dict[int, list[dict[str, Any]]]) -> None:
+    """Fill in blamed nodes derived after the fact (the attempt's node list arrived after its crash line)."""
+    for anomaly_id, nodes in blamed.items():
+        row = await session.get(Anomaly, anomaly_id)
+        if row is not None and not row.blamed_nodes:
+            row.blamed_nodes = nodes
 
 
 # ---- events that wait for their attempt -------------------------------------------------------

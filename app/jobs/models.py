@@ -112,6 +112,8 @@ class Attempt(Base):
     requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     excluded_nodes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Slurm's SLURM_TASKS_PER_NODE for the attempt ("4(x2)"), when squeue reports it: maps ranks to nodes.
+    tasks_per_node: Mapped[str | None] = mapped_column(String(256))
     start_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     ended_reason: Mapped[str | None] = mapped_column(Text)

@@ -27,6 +27,7 @@ ATTEMPT_FIELDS = (
     "requeue_eligible",
     "held",
     "excluded_nodes",
+    "tasks_per_node",
     "start_time",
     "end_time",
     "ended_reason",

@@ -242,7 +242,23 @@ def parse_job(record: dict) -> SlurmJob:
         array_task_id=array_task_id if array_job_id else None,
         array_task_string=_text(get("array_task_string")),
         cluster=_text(get("cluster")),
+        tasks_per_node=task_layout(_number(get("tasks_per_node")), _number(get("tasks")), len(nodes)),
     )
+
+
+def task_layout(per_node: int | None, total: int | None, node_count: int) -> str | None:
+    """SLURM_TASKS_PER_NODE for block distribution: --ntasks-per-node, else --ntasks spread over the nodes."""
+    if node_count <= 0:
+        return None
+    if per_node:
+        return f"{per_node}(x{node_count})" if node_count > 1 else str(per_node)
+    if not total or total < node_count:
+        return None
+    quotient, remainder = divmod(total, node_count)
+    parts = [f"{quotient + 1}(x{remainder})" if remainder > 1 else str(quotient + 1)] if remainder else []
+    rest = node_count - remainder
+    parts.append(f"{quotient}(x{rest})" if rest > 1 else str(quotient))
+    return ",".join(parts)
 
 
 def _meta(data: dict) -> tuple[str | None, str | None]:

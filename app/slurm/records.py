@@ -46,6 +46,8 @@ class SlurmJob:
     array_task_id: int | None
     array_task_string: str | None
     cluster: str | None
+    # SLURM_TASKS_PER_NODE form ("4(x2)" or "3,2"), from tasks_per_node or ntasks over the nodes; None if unknown.
+    tasks_per_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,9 @@ async def test_attempt_by_ref_uuid_and_index(
     assert by_ref == by_uuid
     assert by_ref["attemptIndex"] == 0 and by_ref["requeueEligible"] is True and by_ref["effectiveMode"] == "observe"
     assert [e["node"]["iteration"] for e in by_ref["checkpoints"]["edges"]] == [300, 200, 100]  # newest first
-    assert by_ref["anomalies"]["edges"][0]["node"]["category"] == "CUDA_ERROR"
+    anomaly = by_ref["anomalies"]["edges"][0]["node"]
+    assert (anomaly["category"], anomaly["outlook"]) == ("CUDA_ERROR", "infrastructure")
+    assert anomaly["blamedNodes"] == [{"node": "node0", "provenance": "line", "detail": None}]
     advice = by_ref["advice"]
     assert advice["operation"] == "RESTART" and advice["exclusions"] == ["node0"]
     milestone = advice["reconciliation"]["milestones"][0]

@@ -118,3 +118,62 @@ def test_a_bad_policy_or_script_is_a_usage_error(tmp_path, capsys):
     assert "no #SBATCH --comment" in capsys.readouterr().err
     assert run(log, as_json=True, settings=settings, script=str(tmp_path / "missing")) == EXIT_USAGE
     assert run(log, as_json=True, settings=settings, policy=_policy(), script=str(plain)) == EXIT_USAGE
+# A cascade as a user would paste it: lines quoted from https://github.com/NVIDIA/nccl/issues/1405 (the IB
+# failure naming its host), then the launcher's summary from https://github.com/lzhxmu/CPPO/issues/6.
+CASCADE = "\n".join(
+    [
+        "kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid fd00:1148:9000:5000:4:200:3:ff22 remoteGidsfd00:1148:9000:5000:4:200:3:ff1f",  # noqa: E501 - quoted as printed
+        "kp-ddp-worker-0:3468:3905 [4] NCCL INFO transport/net.cc:1302 -> 6",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2025-05-21_15:43:03",
+        "  host      : kp-ddp-worker-0",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -9 (pid: 14750)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 9 (SIGKILL) received by PID 14750",
+        "",
+    ]
+)
+
+
+def test_root_cause_outlook_blame_and_advisor_verdict_json(tmp_path):
+    log = tmp_path / "cascade.log"
+    log.write_text(CASCADE)
+    code, text = check(log, tmp_path)
+    data = json.loads(text)
+    assert code == EXIT_OK
+    assert (data["primary_category"], data["outlook"]) == ("NCCL_ERROR", "infrastructure")
+    assert data["blamed_nodes"] == [{"node": "kp-ddp-worker-0", "provenance": "line"}]
+    assert data["root_cause"]["line"] == 1 and data["root_cause"]["consequences"] == 2
+    assert [(c["category"], c["role"]) for c in data["crash_signatures"]] == [
+        ("NCCL_ERROR", "primary"),
+        ("HOST_OOM", "consequence"),
+        ("HOST_OOM", "consequence"),
+    ]
+    assert data["advisor"]["would_retry"] is True and data["advisor"]["exclusions"] == ["kp-ddp-worker-0"]
+
+
+def test_root_cause_human_output_and_allocation_from_nodes(tmp_path):
+    log = tmp_path / "xid.log"
+    log.write_text("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus\n")
+    out = io.StringIO()
+    settings = Settings.build(data_dir=str(tmp_path))
+    assert run(str(log), as_json=False, settings=settings, out=out, nodes="gpu17") == EXIT_OK
+    text = out.getvalue()
+    assert "Root cause: XID at line 1 (nvidia_xid)" in text
+    assert "Outlook: infrastructure" in text and "Blamed nodes: gpu17 (from allocation)" in text
+    assert "Advisor would retry: yes (RESTART, rule restart_allowed)" in text and "excluding gpu17" in text
+
+
+def test_crash_free_log_has_no_verdict(tmp_path):
+    log = tmp_path / "ok.log"
+    log.write_text("validation finished: 0 errors, errors=0\n")
+    data = json.loads(check(log, tmp_path)[1])
+    assert (data["crashed"], data["primary_category"], data["outlook"], data["blamed_nodes"]) == (
+        False,
+        None,
+        "none",
+        [],
+    )
+    assert data["advisor"]["would_retry"] is None

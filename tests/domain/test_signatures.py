@@ -109,8 +109,8 @@ CRASHES = [
         None,
         None,
     ),
-    ("OSError: [Errno 28] No space left on device: '/ckpt/iter_0000500'", "CHECKPOINT_WRITE_FAILURE", (), None, None),
-    ("OSError: [Errno 122] Disk quota exceeded", "CHECKPOINT_WRITE_FAILURE", (), None, None),
+    ("OSError: [Errno 28] No space left on device: '/ckpt/iter_0000500'", "FILESYSTEM", (), None, None),
+    ("OSError: [Errno 122] Disk quota exceeded", "FILESYSTEM", (), None, None),
 ]
 
 

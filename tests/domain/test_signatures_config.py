@@ -34,7 +34,7 @@ pattern = 'loss went NaN'
     assert rule.label == "NAN_LOSS" and rule.source == "config"
     classifier = Classifier(rules)
     assert classifier.crash("loss went NaN at step 3").category == "NAN_LOSS"
-    assert classifier.crash("ValueError: loss is NaN") is None
+    assert classifier.crash("step 3: loss is NaN") is None
 
 
 def test_disable_a_default():

@@ -123,7 +123,8 @@ async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, s
 
         async def second_placed():
             found = await attempts(wctx, job_id)
-            return len(found) == 2 and found[1].nodes and found[1]
+            # squeue may list a pending requeued job with its old nodes: wait until it really runs somewhere
+            return len(found) == 2 and found[1].state in ("RUNNING", "COMPLETED") and found[1].nodes and found[1]
 
         a1 = await eventually(second_placed, timeout=180, what="attempt 1 placed")
     assert advice.exclusions == [bad] and advice.disposition_reason == "DESIRED_STATE_OBSERVED"

@@ -96,6 +96,8 @@ async def test_job_details_shows_state_policy_evidence_advice_and_raw_json(viewe
         "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false",
         "requested act",
         "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "outlook infrastructure",
+        "gpu-a02 from line",
         "/logs/llama-4242-0.err :1312",
         "generation 1",
         "gpu-a02",

@@ -63,6 +63,16 @@ class Checkpoint(Node):
         return await attempt_of(info, self.row.attempt_id)
 
 
+@strawberry.type(description="A node the evidence blames, and how that was derived.")
+class BlamedNode:
+    node: str
+    provenance: str = strawberry.field(
+        description="line (the line names the host), rank (a rank mapped through the attempt's node list and task "
+        "layout) or allocation (the attempt ran on this node only)."
+    )
+    detail: str | None = None
+
+
 @strawberry.type(
     description="Something wrong with an attempt: a crash line, no progress, a slowdown, a scheduler failure."
 )
@@ -92,6 +102,23 @@ class Anomaly(Node):
     @strawberry.field
     def xid(self) -> int | None:
         return self.row.xid
+
+    @strawberry.field(
+        description="Retry outlook of a crash: infrastructure (retry excluding blamed nodes), transient (retry "
+        "without exclusion) or application (a deterministic error in the program); null for other kinds."
+    )
+    def outlook(self) -> str | None:
+        return self.row.outlook
+
+    @strawberry.field(
+        description="Nodes this crash blames, with provenance; only infrastructure evidence blames a node."
+    )
+    def blamed_nodes(self) -> list[BlamedNode]:
+        return [
+            BlamedNode(node=str(e.get("node")), provenance=str(e.get("provenance")), detail=e.get("detail"))
+            for e in (self.row.blamed_nodes or [])
+            if isinstance(e, dict) and e.get("node")
+        ]
 
     @strawberry.field
     def log_path(self) -> str | None:

@@ -1,0 +1,107 @@
+"""The advisor on both databases with crash lines recorded by the real evidence writer: outlook, blame, root cause."""
+
+import datetime as dt
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from app.context import AppContext
+from app.domain.signature_defaults import default_ruleset
+from app.domain.signatures import Classifier
+from app.evidence import service as evidence
+from app.evidence.models import Anomaly
+from tests.advice.factories import SlurmLikeFake, advice_of, attempt, submit
+from worker.advisor import Advisor
+from worker.observer import Observer
+
+C = Classifier(default_ruleset())
+
+
+@pytest.fixture
+def fake() -> SlurmLikeFake:
+    return SlurmLikeFake()
+
+
+@pytest.fixture
+def observer(ctx: AppContext, fake: SlurmLikeFake) -> Observer:
+    return Observer(ctx, fake)
+
+
+async def crash_line(ctx: AppContext, job_id: int, line: str, *, index: int = 0, number: int = 1) -> None:
+    """Record a line as the collector does (the classifier decides what it means)."""
+    signal = C.crash(line)
+    assert signal is not None, line
+    target = await attempt(ctx, job_id, index)
+    async with ctx.sessions() as session, session.begin():
+        row = await session.get(type(target), target.id)
+        await evidence.record_crash(
+            session,
+            attempt=row,
+            event=evidence.LineEvent(
+                event_key=uuid.uuid4().hex,
+                log_path="/logs/out.log",
+                line_number=number,
+                line=line,
+                source_time=None,
+                read_at=dt.datetime.now(dt.UTC),
+                signal=signal,
+            ),
+        )
+
+
+async def test_an_application_error_on_a_named_node_blames_nobody(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    await submit(observer, fake, 31, node="node7")
+    # https://github.com/chrisknewman/tusas/issues/149: srun names the node, but an OOM is the program's
+    await crash_line(ctx, 31, "srun: error: node7: tasks 1-3: Out Of Memory")
+    await Advisor(ctx).tick()
+    [advice] = await advice_of(ctx, 31)
+    assert advice.operation == "RESTART" and advice.exclusions == []
+    assert "HOST_OOM, outlook application" in advice.reason
+
+
+async def test_a_hostless_xid_blames_the_single_node_through_the_allocation(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    await submit(observer, fake, 32, node="node4")
+    await crash_line(ctx, 32, "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus")
+    await Advisor(ctx).tick()
+    [advice] = await advice_of(ctx, 32)
+    assert advice.exclusions == ["node4"] and "XID, outlook infrastructure" in advice.reason
+    async with ctx.sessions() as session:
+        row = await session.scalar(select(Anomaly).where(Anomaly.category == "XID"))
+    assert row is not None and row.outlook == "infrastructure"
+    assert row.blamed_nodes == [
+        {"node": "node4", "provenance": "allocation", "detail": "the attempt ran on this node only"}
+    ]
+
+
+async def test_the_reason_names_the_root_cause_not_the_last_line(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    await submit(observer, fake, 33, node="node5")
+    # https://github.com/vllm-project/vllm/issues/5222 then the launcher's summary
+    await crash_line(ctx, 33, "RuntimeError: CUDA error: uncorrectable ECC error encountered", number=1)
+    await crash_line(ctx, 33, "  exitcode  : 1 (pid: 429)", number=2)
+    advisor = Advisor(ctx)
+    await advisor.tick()
+    [advice] = await advice_of(ctx, 33)
+    assert advice.reason.startswith("attempt 0 crashed (XID, outlook infrastructure)")
+    assert advice.exclusions == ["node5"]
+
+
+async def test_a_hostless_xid_read_before_the_node_list_waits_for_it(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+    await submit(observer, fake, 34, node="node6")
+    target = await attempt(ctx, 34)
+    async with ctx.sessions() as session, session.begin():
+        (await session.get(type(target), target.id)).nodes = []  # as if the observer had not seen it run yet
+    await crash_line(ctx, 34, "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus")
+    advisor = Advisor(ctx)
+    await advisor.tick()
+    assert await advice_of(ctx, 34) == []  # no Advice that would restart it on the broken node
+    async with ctx.sessions() as session, session.begin():
+        (await session.get(type(target), target.id)).nodes = ["node6"]
+    await advisor.tick()
+    [advice] = await advice_of(ctx, 34)
+    assert advice.exclusions == ["node6"]
+    async with ctx.sessions() as session:
+        row = await session.scalar(select(Anomaly).where(Anomaly.attempt_id == target.id))
+    assert row is not None and row.blamed_nodes == [
+        {"node": "node6", "provenance": "allocation", "detail": "the attempt ran on this node only"}
+    ]
