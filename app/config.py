@@ -150,7 +150,9 @@ SETTINGS: tuple[Setting, ...] = (
         "stop_repeated_application_failures",
         "true",
         _bool,
-        "TERMINATE instead of retrying an `application` failure (outlook of its root cause) when the previous attempt failed with the same exception at the same iteration (give or take 5); false retries it like any other failure.",
+        "TERMINATE instead of retrying an `application` failure (outlook of its root cause) when the "
+        "previous attempt failed with the same exception at the same iteration (give or take 5); false "
+        "retries it like any other failure.",
     ),
     Setting(
         "acknowledge_scheduler_actions",

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.authoring.policy_check import comment_from_input
 from app.authoring import diagnosis
+from app.authoring.policy_check import comment_from_input
 from app.config import Settings
 from app.domain.logline import decode_line, parse_timestamp
 from app.domain.policy import parse_comment
@@ -72,7 +72,7 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
                     )
                 elif isinstance(event.signal, CheckpointEvent):
                     c = event.signal
-                    entry = {
+                    saved: dict[str, Any] = {
                         **where,
                         "kind": c.kind,
                         "framework": c.framework,
@@ -80,10 +80,10 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
                         "path": c.path,
                     }
                     previous = report.checkpoints[-1] if report.checkpoints else None
-                    if c.iteration is None and previous and _same_save(previous, entry):
+                    if c.iteration is None and previous and _same_save(previous, saved):
                         # "Finished saving the checkpoint" names no step: the "Saving ... step N" line before it did.
-                        entry["iteration"] = previous["iteration"]
-                    report.checkpoints.append(entry)
+                        saved["iteration"] = previous["iteration"]
+                    report.checkpoints.append(saved)
             for event in result.progress:
                 marker = event.signal
                 assert isinstance(marker, ProgressMarker)

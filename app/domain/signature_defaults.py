@@ -123,8 +123,10 @@ CRASH_RULES: tuple[Rule, ...] = (
         "slurm_node_failure",
         NODE_FAIL,
         ("DUE TO NODE FAILURE", "Node failure on"),
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|Node failure on (?P<node2>[\w.-]+)|CANCELLED AT \S+ DUE TO NODE FAILURE on (?P<node3>[\w.-]+)",
-        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
+        r"Node failure on (?P<node2>[\w.-]+)|CANCELLED AT \S+ DUE TO NODE FAILURE on (?P<node3>[\w.-]+)",
+        "slurmstepd: error: *** JOB 123 ON node3 CANCELLED AT 2026-11-30T02:34:15 DUE TO NODE FAILURE, SEE "
+        "SLURMCTLD LOG FOR DETAILS ***",
     ),
     _crash(
         "slurm_time_limit",
@@ -148,9 +150,13 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL WARN",
         ),
-        r"NCCL WARN NET/IB : Got completion from peer|NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
-        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
-        exclude=r"NET/Plugin|Failed to find|Could not find|Unable to open device|Call to ibv_open_device failed|Failed to open lib[\w.\[\]]*\.so|NCCL_[A-Z_]+ set by environment",
+        r"NCCL WARN NET/IB : Got completion from peer|NCCL error|nccl(?:Internal|System|UnhandledCuda|"
+        r"Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|"
+        r"[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
+        "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.8<52914> with error 12, opcode 129, len 0, vendor err 129 (Recv)",
+        exclude=r"NET/Plugin|Failed to find|Could not find|Unable to open device|Call to ibv_open_device failed|"
+        r"Failed to open lib[\w.\[\]]*\.so|NCCL_[A-Z_]+ set by environment",
     ),
     _crash(
         "cuda_error",
@@ -203,7 +209,8 @@ CRASH_RULES: tuple[Rule, ...] = (
             "'loss': nan",
             "NaN detected",
         ),
-        r"[Ll]oss is (?:NaN|nan|inf)\b|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: [Nn]a[Nn]\b|loss=[Nn]a[Nn]\b|'loss': nan\b",
+        r"[Ll]oss is (?:NaN|nan|inf)\b|Detected NaN|NaN detected|[Nn]a[Nn] loss|loss: [Nn]a[Nn]\b|"
+        r"loss=[Nn]a[Nn]\b|'loss': nan\b",
         "ValueError: loss is NaN at iteration 1200",
     ),
     *FILESYSTEM_RULES,

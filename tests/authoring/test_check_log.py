@@ -118,6 +118,8 @@ def test_a_bad_policy_or_script_is_a_usage_error(tmp_path, capsys):
     assert "no #SBATCH --comment" in capsys.readouterr().err
     assert run(log, as_json=True, settings=settings, script=str(tmp_path / "missing")) == EXIT_USAGE
     assert run(log, as_json=True, settings=settings, policy=_policy(), script=str(plain)) == EXIT_USAGE
+
+
 # A cascade as a user would paste it: lines quoted from https://github.com/NVIDIA/nccl/issues/1405 (the IB
 # failure naming its host), then the launcher's summary from https://github.com/lzhxmu/CPPO/issues/6.
 CASCADE = "\n".join(
