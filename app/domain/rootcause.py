@@ -70,6 +70,11 @@ _NCCL_HARDWARE = re.compile(
     r"NET/IB|net_ib|IBV_WC_\w+|mlx5|RoCE|NVLink|Got completion from peer|transport retry counter|link (?:down|flap)",  # noqa: E501
 )
 
+# NCCL refusing the program's request: the same call fails the same way on any node.
+_NCCL_USAGE = re.compile(
+    r"invalid argument|[Ii]nvalid usage|ncclInvalid(?:Usage|Argument)|no algorithm/protocol available"
+)
+
 # How specific a line is (lower wins): causes, then likely consequences, then launcher/Slurm summaries.
 TIER_CAUSE = 0
 TIER_CHECKPOINT = 1  # "checkpoint write failed" loses to the errno that says why
@@ -86,6 +91,8 @@ SUMMARY_RULES = frozenset(
         "srun_task_killed",
         "srun_task_signal",
         "fatal_abort",  # abort() after an exception: the exception says why
+        "shell_killed",
+        "shell_core_dumped",
     }
 )
 GENERIC_SUMMARY_RULES = frozenset(
@@ -164,6 +171,8 @@ def outlook_of(
     if name in RULE_OUTLOOK:
         return RULE_OUTLOOK[name]
     if category == XID and xid in APPLICATION_XIDS:
+        return APPLICATION
+    if category == NCCL_ERROR and _NCCL_USAGE.search(line):
         return APPLICATION
     if category == NCCL_ERROR and nodes and _NCCL_HARDWARE.search(line):
         return INFRASTRUCTURE

@@ -145,8 +145,22 @@ LAUNCHER_RULES: tuple[Rule, ...] = (
     ),
 )
 
-# Slurm's own lines in the job output (and slurmctld's log, when that is what was pasted).
+# Slurm's own lines in the job output (and slurmctld's log, when that is what was pasted), and the shell's.
 SLURM_RULES: tuple[Rule, ...] = (
+    _crash(
+        "shell_killed",
+        HOST_OOM,
+        ("Killed",),
+        r"^\s*Killed\s*$|: line \d+: +\d+ Killed\s",
+        "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --prop hform",
+    ),
+    _crash(
+        "shell_core_dumped",
+        SEGFAULT,
+        ("(core dumped)",),
+        r"(?:[Bb]us [Ee]rror|Aborted|Illegal instruction|Floating point exception) \(core dumped\)",
+        "Bus error (core dumped)",
+    ),
     _crash(
         "srun_task_launch_failed",
         NODE_FAIL,

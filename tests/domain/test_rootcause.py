@@ -37,6 +37,15 @@ def f(category: str, rule: str, order: int, **kw) -> Finding:  # type: ignore[no
             rc.TRANSIENT,
         ),
         ("FILESYSTEM", "filesystem_no_space", "", (), None, rc.APPLICATION),
+        # https://github.com/facebookresearch/ParlAI/issues/3084: NCCL refusing the call, not the fabric
+        (
+            "NCCL_ERROR",
+            "nccl_error",
+            "RuntimeError: NCCL error in: NCCLUtils.hpp:82, invalid argument",
+            (),
+            None,
+            rc.APPLICATION,
+        ),
         ("FILESYSTEM", "python_traceback:filesystem_stale_handle", "", (), None, rc.TRANSIENT),
         ("PYTHON_TRACEBACK", "python_traceback", "", (), None, rc.APPLICATION),
         ("CUDA_OOM", "python_traceback:cuda_oom", "", (), None, rc.APPLICATION),

@@ -294,6 +294,27 @@ def test_more_real_crash_lines(line, category, rule, nodes):  # type: ignore[no-
     assert (found.category, found.rule, found.nodes) == (category, rule, nodes)
 
 
+SHELL = [
+    # https://github.com/ArjunaCluster/ArjunaUsers/issues/52 (bash reports the OOM killer's SIGKILL)
+    (
+        "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --prop hform",
+        "HOST_OOM",
+        "shell_killed",
+    ),
+    # https://github.com/xk-huang/yet-another-vectornet/issues/37
+    ("Killed", "HOST_OOM", "shell_killed"),
+    # https://github.com/pytorch/pytorch/issues/585
+    ("Bus error (core dumped)", "SEGFAULT", "shell_core_dumped"),
+]
+
+
+@pytest.mark.parametrize("line,category,rule", SHELL)
+def test_the_shells_signal_lines(line, category, rule):  # type: ignore[no-untyped-def]
+    found = C.crash(line)
+    assert isinstance(found, CrashSignature), line
+    assert (found.category, found.rule) == (category, rule)
+
+
 MORE_BENIGN = [
     # https://github.com/zai-org/ImageReward/issues/65: NCCL skips a device and carries on
     "65826-86bd789679-2dxbs:80746:80746 [3] transport/net_ib.cc:149 NCCL WARN NET/IB : Unable to open device mlx5_59",
