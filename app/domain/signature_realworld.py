@@ -14,6 +14,7 @@ from app.domain.signatures import (
     HOST_OOM,
     NAN_LOSS,
     NCCL_ERROR,
+    NCCL_TIMEOUT,
     NODE_FAIL,
     PYTHON_TRACEBACK,
     SEGFAULT,
@@ -153,6 +154,21 @@ SLURM_RULES: tuple[Rule, ...] = (
         ("Killed",),
         r"^\s*Killed\s*$|: line \d+: +\d+ Killed\s",
         "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --prop hform",
+    ),
+    _crash(
+        "dataloader_worker_killed",
+        HOST_OOM,
+        ("is killed by signal: Killed",),
+        r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) is killed by signal: Killed",
+        "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+    ),
+    _crash(
+        "dist_store_timeout",
+        NCCL_TIMEOUT,
+        ("DistStoreError: ", "DistNetworkError: The client socket has timed out"),
+        r"DistStoreError: (?:Timed out after \d+ seconds waiting for|Socket Timeout|wait timeout)"
+        r"|DistNetworkError: The client socket has timed out",
+        "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",
     ),
     _crash(
         "shell_core_dumped",

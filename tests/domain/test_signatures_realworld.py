@@ -305,6 +305,18 @@ SHELL = [
     ("Killed", "HOST_OOM", "shell_killed"),
     # https://github.com/pytorch/pytorch/issues/585
     ("Bus error (core dumped)", "SEGFAULT", "shell_core_dumped"),
+    # https://github.com/hezhangsprinter/DCPDN/issues/12
+    (
+        "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+        "HOST_OOM",
+        "dataloader_worker_killed",
+    ),
+    # https://github.com/OpenRLHF/OpenRLHF/issues/1040
+    (
+        "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",
+        "NCCL_TIMEOUT",
+        "dist_store_timeout",
+    ),
 ]
 
 
