@@ -11,21 +11,21 @@ NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 SIG = "PYTHON_TRACEBACK: ValueError: batch 5 has shape (7, 3), expected (8, 3)"
 
 
-def failure(**kw) -> Failure:  # type: ignore[no-untyped-def]
+def failure(**kw) -> Failure:
     values = dict(attempt_index=1, kind=FailureKind.CRASH, category="PYTHON_TRACEBACK", outlook="application")
     values.update(signature=SIG, iteration=5)
     values.update(kw)
     return Failure(**values)  # type: ignore[arg-type]
 
 
-def earlier(**kw) -> AttemptRecord:  # type: ignore[no-untyped-def]
+def earlier(**kw) -> AttemptRecord:
     values = dict(attempt_index=0, failed=True, failure_outlook="application", failure_signature=SIG)
     values.update(failure_iteration=5)
     values.update(kw)
     return AttemptRecord(**values)  # type: ignore[arg-type]
 
 
-def run(f: Failure, history: list[AttemptRecord], site: SitePolicy | None = None):  # type: ignore[no-untyped-def]
+def run(f: Failure, history: list[AttemptRecord], site: SitePolicy | None = None):
     return decide(
         failure=f,
         policy=JobPolicy(max_requeue_times=5),

@@ -8,7 +8,7 @@ from app.domain import rootcause as rc
 from app.domain.rootcause import Finding
 
 
-def f(category: str, rule: str, order: int, **kw) -> Finding:  # type: ignore[no-untyped-def]
+def f(category: str, rule: str, order: int, **kw) -> Finding:
     return Finding(category=category, rule=rule, order=order, **kw)
 
 
@@ -52,7 +52,7 @@ def f(category: str, rule: str, order: int, **kw) -> Finding:  # type: ignore[no
         ("MY_SITE_CATEGORY", "app_fatal", "", (), None, rc.TRANSIENT),
     ],
 )
-def test_outlook(category, rule, line, nodes, xid, outlook):  # type: ignore[no-untyped-def]
+def test_outlook(category, rule, line, nodes, xid, outlook):
     assert rc.outlook_of(category=category, rule=rule, line=line, nodes=nodes, xid=xid) == outlook
 
 
@@ -82,7 +82,7 @@ def test_a_rank_is_mapped_through_the_task_layout_or_says_the_layout_is_unknown(
     "value,counts",
     [("4(x2)", (4, 4)), ("3,2(x2)", (3, 2, 2)), ("8", (8,)), ("", None), ("x", None), (None, None)],
 )
-def test_tasks_per_node(value, counts):  # type: ignore[no-untyped-def]
+def test_tasks_per_node(value, counts):
     assert rc.parse_tasks_per_node(value) == counts
 
 
@@ -132,7 +132,7 @@ def test_a_signal_summary_beats_a_generic_one():
         ),
         f("HOST_OOM", "torch_elastic_sigkill", 3, line="  exitcode  : -9 (pid: 14750)"),
     ]
-    assert rc.primary(summary).category == "HOST_OOM"  # type: ignore[union-attr]
+    assert rc.primary(summary).category == "HOST_OOM"
 
 
 def test_the_errno_beats_the_checkpoint_write_failure_it_explains():
@@ -140,7 +140,7 @@ def test_the_errno_beats_the_checkpoint_write_failure_it_explains():
         f("CHECKPOINT_WRITE_FAILURE", "checkpoint_write_failure", 1),
         f("FILESYSTEM", "python_traceback:filesystem_no_space", 2),
     ]
-    assert rc.primary(lines).category == "FILESYSTEM"  # type: ignore[union-attr]
+    assert rc.primary(lines).category == "FILESYSTEM"
 
 
 def test_failure_signature_ignores_rank_prefix_pids_and_addresses():
@@ -154,6 +154,6 @@ def test_failure_signature_ignores_rank_prefix_pids_and_addresses():
     "iteration,earlier,same",
     [(500, 500, True), (503, 500, True), (506, 500, False), (None, None, True), (None, 500, False)],
 )
-def test_same_place(iteration, earlier, same):  # type: ignore[no-untyped-def]
+def test_same_place(iteration, earlier, same):
     assert rc.same_place("X: e", iteration, "X: e", earlier) is same
     assert rc.same_place("X: e", iteration, "X: other", earlier) is False

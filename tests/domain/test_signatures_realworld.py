@@ -169,7 +169,7 @@ CRASHES = [
 
 
 @pytest.mark.parametrize("line,category,rule,nodes,xid", CRASHES)
-def test_real_crash_lines(line, category, rule, nodes, xid):  # type: ignore[no-untyped-def]
+def test_real_crash_lines(line, category, rule, nodes, xid):
     found = C.crash(line)
     assert isinstance(found, CrashSignature), line
     assert (found.category, found.rule, found.nodes, found.xid) == (category, rule, nodes, xid)
@@ -189,7 +189,7 @@ BENIGN = [
 
 
 @pytest.mark.parametrize("line", BENIGN)
-def test_look_alikes_are_not_crashes(line):  # type: ignore[no-untyped-def]
+def test_look_alikes_are_not_crashes(line):
     assert C.crash(line) is None
 
 
@@ -216,7 +216,7 @@ CHECKPOINTS = [
 
 
 @pytest.mark.parametrize("line,kind,iteration", CHECKPOINTS)
-def test_checkpoint_lines_carry_their_iteration(line, kind, iteration):  # type: ignore[no-untyped-def]
+def test_checkpoint_lines_carry_their_iteration(line, kind, iteration):
     found = C.checkpoint(line)
     assert isinstance(found, CheckpointEvent), line
     assert (found.kind, found.iteration) == (kind, iteration)
@@ -288,7 +288,7 @@ MORE_CRASHES = [
 
 
 @pytest.mark.parametrize("line,category,rule,nodes", MORE_CRASHES)
-def test_more_real_crash_lines(line, category, rule, nodes):  # type: ignore[no-untyped-def]
+def test_more_real_crash_lines(line, category, rule, nodes):
     found = C.crash(line)
     assert isinstance(found, CrashSignature), line
     assert (found.category, found.rule, found.nodes) == (category, rule, nodes)
@@ -321,7 +321,7 @@ SHELL = [
 
 
 @pytest.mark.parametrize("line,category,rule", SHELL)
-def test_the_shells_signal_lines(line, category, rule):  # type: ignore[no-untyped-def]
+def test_the_shells_signal_lines(line, category, rule):
     found = C.crash(line)
     assert isinstance(found, CrashSignature), line
     assert (found.category, found.rule) == (category, rule)
@@ -336,7 +336,7 @@ MORE_BENIGN = [
 
 
 @pytest.mark.parametrize("line", MORE_BENIGN)
-def test_more_look_alikes(line):  # type: ignore[no-untyped-def]
+def test_more_look_alikes(line):
     assert C.crash(line) is None
 
 
@@ -361,7 +361,7 @@ MORE_CHECKPOINTS = [
 
 
 @pytest.mark.parametrize("line,kind,iteration", MORE_CHECKPOINTS)
-def test_more_checkpoint_lines(line, kind, iteration):  # type: ignore[no-untyped-def]
+def test_more_checkpoint_lines(line, kind, iteration):
     found = C.checkpoint(line)
     assert isinstance(found, CheckpointEvent), line
     assert (found.kind, found.iteration) == (kind, iteration)

@@ -71,7 +71,7 @@ async def test_hostless_xid_on_a_single_node_attempt_excludes_that_node(ctx: App
         a0 = (await attempts(wctx, job_id))[0]
         node = a0.nodes[0]
 
-        async def second_placed():  # type: ignore[no-untyped-def]
+        async def second_placed():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].state in ("RUNNING", "COMPLETED") and found[1].nodes and found[1]
 
@@ -112,7 +112,7 @@ async def test_same_value_error_at_the_same_step_twice_terminates(ctx: AppContex
         first = await eventually(lambda: advice_done(wctx, job_id, 0), what="attempt 0's Advice converged")
         second = await eventually(lambda: advice_done(wctx, job_id, 1), timeout=180, what="attempt 1's Advice settled")
 
-        async def second_ended():  # type: ignore[no-untyped-def]
+        async def second_ended():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].state in ("CANCELLED", "FAILED") and found
 

@@ -18,7 +18,7 @@ from app.slurm.parse import parse_job, task_layout
         (4, None, 0, None),
     ],
 )
-def test_task_layout(per_node, total, nodes, layout):  # type: ignore[no-untyped-def]
+def test_task_layout(per_node, total, nodes, layout):
     assert task_layout(per_node, total, nodes) == layout
 
 

@@ -11,7 +11,8 @@ from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import Classifier
 from app.evidence import service as evidence
 from app.evidence.models import Anomaly
-from tests.advice.factories import SlurmLikeFake, advice_of, attempt, submit
+from tests.advice.helpers import SlurmLikeFake, submit
+from tests.factories import advice_of, attempt
 from worker.advisor import Advisor
 from worker.observer import Observer
 
@@ -35,6 +36,7 @@ async def crash_line(ctx: AppContext, job_id: int, line: str, *, index: int = 0,
     target = await attempt(ctx, job_id, index)
     async with ctx.sessions() as session, session.begin():
         row = await session.get(type(target), target.id)
+        assert row is not None
         await evidence.record_crash(
             session,
             attempt=row,
@@ -50,7 +52,7 @@ async def crash_line(ctx: AppContext, job_id: int, line: str, *, index: int = 0,
         )
 
 
-async def test_an_application_error_on_a_named_node_blames_nobody(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_an_application_error_on_a_named_node_blames_nobody(ctx, fake, observer) -> None:
     await submit(observer, fake, 31, node="node7")
     # https://github.com/chrisknewman/tusas/issues/149: srun names the node, but an OOM is the program's
     await crash_line(ctx, 31, "srun: error: node7: tasks 1-3: Out Of Memory")
@@ -60,7 +62,7 @@ async def test_an_application_error_on_a_named_node_blames_nobody(ctx, fake, obs
     assert "HOST_OOM, outlook application" in advice.reason
 
 
-async def test_a_hostless_xid_blames_the_single_node_through_the_allocation(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_a_hostless_xid_blames_the_single_node_through_the_allocation(ctx, fake, observer) -> None:
     await submit(observer, fake, 32, node="node4")
     await crash_line(ctx, 32, "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus")
     await Advisor(ctx).tick()
@@ -74,7 +76,7 @@ async def test_a_hostless_xid_blames_the_single_node_through_the_allocation(ctx,
     ]
 
 
-async def test_the_reason_names_the_root_cause_not_the_last_line(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_the_reason_names_the_root_cause_not_the_last_line(ctx, fake, observer) -> None:
     await submit(observer, fake, 33, node="node5")
     # https://github.com/vllm-project/vllm/issues/5222 then the launcher's summary
     await crash_line(ctx, 33, "RuntimeError: CUDA error: uncorrectable ECC error encountered", number=1)
@@ -86,7 +88,7 @@ async def test_the_reason_names_the_root_cause_not_the_last_line(ctx, fake, obse
     assert advice.exclusions == ["node5"]
 
 
-async def test_a_hostless_xid_read_before_the_node_list_waits_for_it(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_a_hostless_xid_read_before_the_node_list_waits_for_it(ctx, fake, observer) -> None:
     await submit(observer, fake, 34, node="node6")
     target = await attempt(ctx, 34)
     async with ctx.sessions() as session, session.begin():
