@@ -123,7 +123,7 @@ def test_every_graphql_root_field_needs_a_token(tmp_path: Path, name: str, docum
 
 
 def test_graphiql_is_served_to_authenticated_users(tmp_path: Path) -> None:
-    with TestClient(_app(tmp_path, dev_no_auth=True, oidc_issuer="")) as http:
+    with TestClient(_app(tmp_path, dev_no_auth=True, oidc_issuer=""), base_url="http://127.0.0.1") as http:
         page = http.get("/graphql", headers={"Accept": "text/html"})
         assert page.status_code == 200 and "graphiql" in page.text.lower()
         assert "https://unpkg.com" in page.headers["content-security-policy"]
