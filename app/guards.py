@@ -20,6 +20,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_JSON_BODY = 1024 * 1024
 MAX_JSON_DEPTH = 64
 MAX_QUERY_STRING = 8192
+MAX_DRAINED_BODY = 16 * 1024 * 1024  # read (and drop) this much of an oversized body so the 413 reaches the client
 
 
 class BadBody(Exception):
@@ -87,6 +88,8 @@ def parse_json_body(body: bytes) -> Any:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise BadBody(400, f"request body is not valid JSON: {str(exc)[:120]}") from None
+    if not isinstance(value, dict):
+        raise BadBody(400, 'JSON body must be an object, such as {"query": "{ viewer { name } }"}')
     _check_strings(value)
     return value
 
@@ -184,12 +187,13 @@ class EdgeGuard:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_JSON_BODY:
-                await _body_error(scope, BadBody(413, f"request body is larger than {MAX_JSON_BODY} bytes"), send)
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
+            if size <= MAX_JSON_BODY:
+                chunks.append(chunk)
+            if not message.get("more_body", False) or size > MAX_DRAINED_BODY:
                 break
+        if size > MAX_JSON_BODY:
+            await _body_error(scope, BadBody(413, f"request body is larger than {MAX_JSON_BODY} bytes"), send)
+            return None
         body = b"".join(chunks)
         try:
             parse_json_body(body)

@@ -28,6 +28,7 @@ from app.auth import (
 from app.config import Settings
 from app.domain import bounds
 from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.logfilter import SECRET_PARAMETERS
 from app.sessions import queries as session_queries
 
 log = logging.getLogger("recovery.dashboard")
@@ -183,7 +184,7 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
                 )
             if principal is None:
                 if wants_html_redirect(request):
-                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    target = request.url.path + (f"?{_public_query(request)}" if request.url.query else "")
                     login = request.url_for("dashboard:login").path
                     return RedirectResponse(f"{login}?next={_quote(target)}", status_code=303)
                 return PlainTextResponse(
@@ -230,6 +231,13 @@ def _path_problem(request: Request) -> str | None:
             except bounds.BoundsError as exc:
                 return f"{exc}: no such record can exist"
     return None
+
+
+def _public_query(request: Request) -> str:
+    """The query string without secret parameters (a token in a URL must not travel on in a redirect)."""
+    from urllib.parse import urlencode
+
+    return urlencode([(k, v) for k, v in request.query_params.multi_items() if k.lower() not in SECRET_PARAMETERS])
 
 
 def _quote(value: str) -> str:

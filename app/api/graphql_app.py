@@ -57,6 +57,18 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
             context.principal = principal
         await super().handle_connection_init(message)
 
+    async def handle(self) -> None:
+        try:
+            await super().handle()
+        except RecursionError:  # a message nested too deeply for the JSON parser
+            await self.handle_invalid_message("WebSocket message nests too deeply")
+
+    async def handle_message(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            await self.handle_invalid_message("WebSocket message must be a JSON object")
+            return
+        await super().handle_message(message)
+
     async def handle_subscribe(self, message: Any) -> None:
         if (
             self.connection_acknowledged

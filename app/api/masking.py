@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 from strawberry.extensions import MaskErrors, SchemaExtension
+from strawberry.types.graphql import OperationType
 
-from app.api.errors import is_expected
+from app.api.errors import bad_input, is_expected
 from graphql import GraphQLError, specified_rules, validate
 
 log = logging.getLogger("recovery.api")
@@ -71,4 +73,17 @@ class SpecValidationFirst(SchemaExtension):
             errors = validate(context.schema._schema, document, specified_rules)
             if errors:
                 context.pre_execution_errors = errors
+            elif _subscription_over_http(context):
+                context.pre_execution_errors = [
+                    bad_input("subscriptions are served over WebSocket (graphql-transport-ws) at /graphql")
+                ]
         yield
+
+
+def _subscription_over_http(context: Any) -> bool:
+    try:
+        operation_type = context.operation_type
+    except RuntimeError:
+        return False  # no single operation: validation has said why
+    api_context = context.context
+    return operation_type is OperationType.SUBSCRIPTION and not getattr(api_context, "websocket", False)

@@ -192,7 +192,10 @@ def _responses(ok: str, *, not_found: bool = False) -> dict[str, Any]:
         }
 
     responses: dict[str, Any] = {
-        "200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ok}"}}}},
+        "200": {
+            "description": "OK",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ok}"}}},
+        },
         "400": error("A parameter or page token cannot be used (code INVALID_ARGUMENT)."),
         "401": error("No valid bearer token (code UNAUTHENTICATED)."),
         "403": error("The token holds neither the viewer nor the operator role (code PERMISSION_DENIED)."),

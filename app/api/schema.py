@@ -6,9 +6,8 @@ from typing import Any
 
 import strawberry
 
-from app.api.errors import is_expected
 from app.api.limits import limit_extensions
-from app.api.masking import error_id
+from app.api.masking import error_id, should_mask
 from app.api.mutation import Mutation
 from app.api.query import Query
 from app.api.subscription import Subscription
@@ -16,11 +15,11 @@ from graphql import GraphQLError
 
 
 class RecoverySchema(strawberry.Schema):
-    """Logs only unexpected errors: bad input, auth and limit errors are answers, not failures."""
+    """Logs only unexpected errors raised while resolving: bad input, auth, limit and variable errors are answers."""
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         for error in errors:
-            if not is_expected(error):
+            if should_mask(error):
                 error_id(error)  # logged with its traceback under the id the client is shown
 
 

@@ -1,0 +1,107 @@
+"""A real `recovery serve` (OIDC mode, the real provider) with seeded data, tokens and a dashboard session."""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.audit import service as audit
+from tests.api.conftest import LiveServer, Seeded, seed_many, start_server, stop_server
+from tests.plugins.database import Database
+from tests.plugins.oidc_provider import OidcProvider
+
+INVALID_UTF8 = b"bad \xff\xfe text \xc3("
+
+
+@dataclass
+class Target:
+    """The server under attack and what the attacker may legitimately hold."""
+
+    server: LiveServer
+    provider: OidcProvider
+    tokens: dict[str, str]  # viewer, operator, norole
+    session_cookie: str  # the dashboard cookie of an operator who logged in through the provider
+    seeded: Seeded
+    backend: str
+
+    @property
+    def origin(self) -> str:
+        parts = urllib.parse.urlsplit(self.server.url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+
+async def seed_world(sessions: async_sessionmaker[AsyncSession]) -> Seeded:
+    """Three workflows, two attempts each, Advice, evidence and audit events (enough for two pages of each list)."""
+    seeded = await seed_many(sessions, count=3, attempts=2, advice=True, checkpoints=1, anomalies=1)
+    async with sessions() as session, session.begin():
+        for n in range(4):
+            await audit.record(
+                session,
+                component="api",
+                event_type="test.hostile",
+                message=f"event {n}",
+                cluster="test",
+                slurm_job_id=seeded.jobs[0].slurm_job_id,
+                attempt_index=0,
+            )
+    return seeded
+
+
+def write_invalid_utf8(database: Database, seeded: Seeded) -> None:
+    """What another tool may leave in a SQLite TEXT column: bytes that are not UTF-8 (sqlite3 writes them raw)."""
+    path = make_url(database.url).database
+    assert path
+    with sqlite3.connect(path) as conn:
+        blob = sqlite3.Binary(INVALID_UTF8)
+        conn.execute("UPDATE workflows SET latest_job_name = CAST(? AS TEXT)", (blob,))
+        conn.execute("UPDATE attempts SET state_reason = CAST(? AS TEXT)", (blob,))
+        conn.execute("UPDATE audit_events SET message = CAST(? AS TEXT)", (blob,))
+        conn.execute("UPDATE advice SET reason = CAST(? AS TEXT)", (blob,))
+
+
+def dashboard_login(server: LiveServer, provider: OidcProvider, username: str) -> str:
+    """Log in through the dashboard's real OIDC flow; returns the session cookie value."""
+    with httpx.Client(base_url=server.url, follow_redirects=False, timeout=20) as client:
+        start = client.get("/dashboard/auth/login", params={"next": "/dashboard/workflow"})
+        assert start.status_code in (302, 303), start.text
+        callback = provider.login(start.headers["location"], username)
+        done = client.get(callback)
+        assert done.status_code == 303, done.text
+        cookie = client.cookies.get("recovery_dashboard")
+        assert cookie
+        return cookie
+
+
+@pytest.fixture
+async def target(
+    oidc_provider: OidcProvider, database: Database, tmp_path: Path, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[Target]:
+    seeded = await seed_world(sessions)
+    if database.backend == "sqlite":
+        write_invalid_utf8(database, seeded)
+    server = start_server(
+        database.url,
+        tmp_path,
+        RECOVERY_OIDC_ISSUER=oidc_provider.issuer,
+        RECOVERY_OIDC_AUDIENCE=oidc_provider.audience,
+        RECOVERY_OIDC_CLIENT_ID=oidc_provider.dashboard_client_id,
+        RECOVERY_SESSION_SECRET="h" * 40,
+    )
+    try:
+        tokens = {
+            "viewer": oidc_provider.token("viewer-client"),
+            "operator": oidc_provider.token("operator-client"),
+            "norole": oidc_provider.token("norole-client"),
+        }
+        cookie = dashboard_login(server, oidc_provider, "operator-olga")
+        yield Target(server, oidc_provider, tokens, cookie, seeded, database.backend)
+    finally:
+        stop_server(server)
