@@ -119,7 +119,7 @@ class EdgeGuard:
         problem = self._problem(scope, headers)
         if problem is not None:
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008, "reason": problem.body.decode()[:120]})
+                await send({"type": "websocket.close", "code": 1008})
                 return
             await problem(scope, receive, send)
             return
@@ -133,31 +133,33 @@ class EdgeGuard:
         host = headers.get("host", "")
         if self.dev_mode and not self._host_allowed(host):
             # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example.
-            return PlainTextResponse(
+            return refusal(
+                scope,
+                400,
                 "Host not allowed: in dev mode (RECOVERY_DEV_NO_AUTH) only loopback names such as "
                 "127.0.0.1 or localhost may be used",
-                status_code=400,
             )
         query = scope.get("query_string", b"")
         if len(query) > MAX_QUERY_STRING:
-            return PlainTextResponse(f"query string longer than {MAX_QUERY_STRING} bytes", status_code=414)
+            return refusal(scope, 414, f"query string longer than {MAX_QUERY_STRING} bytes")
         raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
         for what, raw in (("path", raw_path), ("query string", query.replace(b"+", b" "))):
             decoded = unquote_to_bytes(raw)
             try:
                 decoded.decode("utf-8")
             except UnicodeDecodeError:
-                return PlainTextResponse(f"the {what} is not valid UTF-8 once percent-decoded", status_code=400)
+                return refusal(scope, 400, f"the {what} is not valid UTF-8 once percent-decoded")
             if b"\x00" in decoded:
-                return PlainTextResponse(f"the {what} must not contain NUL (%00)", status_code=400)
+                return refusal(scope, 400, f"the {what} must not contain NUL (%00)")
         method = scope.get("method", "GET")
         if scope["type"] == "websocket" or method not in SAFE_METHODS:
             origin = headers.get("origin")
             referer = headers.get("referer")
             if origin is not None and origin != "null" and not _own_origin_ok(origin, host):
                 return _forbidden_origin(scope, f"Origin {origin[:80]!r} is not this site")
-            if origin == "null" and "cookie" in headers:
-                return _forbidden_origin(scope, "Origin null may not act with this site's cookies")
+            if origin == "null" and ("cookie" in headers or self.dev_mode):
+                # A sandboxed page or a redirect chain: it may not act with cookies, nor as the dev user.
+                return _forbidden_origin(scope, "Origin null may not act with this site's cookies or in dev mode")
             if origin is None and referer is not None and not _own_origin_ok(referer, host):
                 return _forbidden_origin(scope, "Referer is not this site")
             if (
@@ -217,10 +219,25 @@ def _is_json(headers: Headers) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
 
 
+def refusal(scope: Scope, status: int, message: str) -> Response:
+    """A refusal in the shape of the route family: GraphQL errors, the REST error object, or plain text."""
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    local = path[len(root) :] if root and path.startswith(root) else path
+    if local.endswith("/graphql"):
+        code = "FORBIDDEN" if status == 403 else "BAD_USER_INPUT"
+        return JSONResponse({"errors": [{"message": message, "extensions": {"code": code}}]}, status_code=status)
+    if "/v1/" in local or local.endswith("/v1"):
+        code = "PERMISSION_DENIED" if status == 403 else "INVALID_ARGUMENT"
+        return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    return PlainTextResponse(message, status_code=status)
+
+
 def _forbidden_origin(scope: Scope, reason: str) -> Response:
-    return PlainTextResponse(
+    return refusal(
+        scope,
+        403,
         f"cross-site request refused: {reason}; state-changing requests must come from this site's own pages",
-        status_code=403,
     )
 
 
@@ -228,9 +245,4 @@ async def _body_error(scope: Scope, exc: BadBody, send: Send) -> None:
     async def no_body() -> Message:
         return {"type": "http.disconnect"}
 
-    path = scope.get("path", "")
-    if path.endswith("/graphql"):
-        body: dict[str, Any] = {"errors": [{"message": exc.message, "extensions": {"code": "BAD_USER_INPUT"}}]}
-    else:
-        body = {"error": {"code": "INVALID_ARGUMENT", "message": exc.message}}
-    await JSONResponse(body, status_code=exc.status)(scope, no_body, send)
+    await refusal(scope, exc.status, exc.message)(scope, no_body, send)

@@ -69,7 +69,7 @@ def _page(request: Request, limits: tuple[int, int]) -> PageRequest:
 
 def _bool(request: Request, name: str) -> bool:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return False
     value = raw.strip().lower()
     if value in {"true", "1", "yes"}:
@@ -80,8 +80,11 @@ def _bool(request: Request, name: str) -> bool:
 
 
 def _int(request: Request, name: str, *, minimum: int = 0, maximum: int = 2**31 - 1) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
     try:
-        return bounds.parse_optional_int(request.query_params.get(name), name, minimum=minimum, maximum=maximum)
+        return bounds.parse_int(raw, name, minimum=minimum, maximum=maximum)
     except bounds.BoundsError as exc:
         raise BadRequest(str(exc)) from None
 

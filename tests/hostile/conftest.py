@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.audit import service as audit
 from tests.api.conftest import LiveServer, Seeded, seed_many, start_server, stop_server
+from tests.hostile.cases import World, forged_tokens
 from tests.plugins.database import Database
 from tests.plugins.oidc_provider import OidcProvider
 
@@ -78,6 +79,37 @@ def dashboard_login(server: LiveServer, provider: OidcProvider, username: str) -
         cookie = client.cookies.get("recovery_dashboard")
         assert cookie
         return cookie
+
+
+def make_world(target: Target) -> World:
+    """Seeded ids, a real cursor of every listing (read through the API) and forged tokens."""
+    seeded = target.seeded
+    attempt = seeded.attempts[0]
+    headers = {"Authorization": f"Bearer {target.tokens['viewer']}"}
+    cursors: dict[str, str] = {}
+    with httpx.Client(base_url=target.server.url, headers=headers, timeout=20) as client:
+        for path, key in (
+            (f"/v1/jobs/by-scheduler-id/{attempt.slurm_job_id}", "attempts"),
+            ("/v1/advice", "advice"),
+            ("/v1/workflows", "workflows"),
+            ("/v1/audit/events", "events"),
+        ):
+            page = client.get(path, params={"limit": 1}).json()
+            assert page[key] and page["nextPageToken"], (path, page)
+            cursors[path] = page["nextPageToken"]
+        body = client.post("/graphql", json={"query": "{ workflows(first: 1) { pageInfo { endCursor } } }"}).json()
+        graphql_cursor = body["data"]["workflows"]["pageInfo"]["endCursor"]
+    kid = target.provider.signing_key.kid
+    return World(
+        job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=seeded.jobs[0].workflow_id or 0,
+        advice_id=seeded.advice[0].id,
+        attempt_uuid=attempt.uuid,
+        rest_cursors=cursors,
+        graphql_cursor=graphql_cursor,
+        forged=forged_tokens(kid),
+    )
 
 
 @pytest.fixture

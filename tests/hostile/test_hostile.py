@@ -21,8 +21,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.hostile.cases import NUMBERS, Case, World, forged_tokens, http_cases
-from tests.hostile.conftest import INVALID_UTF8, Target
+from tests.hostile.cases import NUMBERS, Case, World, http_cases
+from tests.hostile.conftest import INVALID_UTF8, Target, make_world
 
 pytestmark = [pytest.mark.oidc, pytest.mark.slow]
 
@@ -40,36 +40,6 @@ class Outcome:
     case: str
     status: int
     problem: str | None
-
-
-def _world(target: Target) -> World:
-    seeded = target.seeded
-    attempt = seeded.attempts[0]
-    headers = {"Authorization": f"Bearer {target.tokens['viewer']}"}
-    cursors: dict[str, str] = {}
-    with httpx.Client(base_url=target.server.url, headers=headers, timeout=20) as client:
-        for path, key in (
-            (f"/v1/jobs/by-scheduler-id/{attempt.slurm_job_id}", "attempts"),
-            ("/v1/advice", "advice"),
-            ("/v1/workflows", "workflows"),
-            ("/v1/audit/events", "events"),
-        ):
-            page = client.get(path, params={"limit": 1}).json()
-            assert page[key] and page["nextPageToken"], (path, page)
-            cursors[path] = page["nextPageToken"]
-        body = client.post("/graphql", json={"query": "{ workflows(first: 1) { pageInfo { endCursor } } }"}).json()
-        graphql_cursor = body["data"]["workflows"]["pageInfo"]["endCursor"]
-    kid = target.provider.signing_key.kid
-    return World(
-        job_id=attempt.slurm_job_id,
-        attempt_index=attempt.attempt_index,
-        workflow_id=seeded.jobs[0].workflow_id or 0,
-        advice_id=seeded.advice[0].id,
-        attempt_uuid=attempt.uuid,
-        rest_cursors=cursors,
-        graphql_cursor=graphql_cursor,
-        forged=forged_tokens(kid),
-    )
 
 
 def _secrets(target: Target, world: World) -> list[str]:
@@ -228,7 +198,7 @@ def _run_ws(target: Target, headers: dict[str, str], messages: list[Any], secret
 
 
 def test_hostile_requests_get_clear_refusals_never_a_500(target: Target) -> None:
-    world = _world(target)
+    world = make_world(target)
     secrets = _secrets(target, world)
     cases = http_cases(world)
     ws_cases = _ws_cases(target, world)
