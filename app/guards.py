@@ -124,9 +124,10 @@ class EdgeGuard:
             await problem(scope, receive, send)
             return
         if scope["type"] == "http" and scope["method"] == "POST" and _is_json(headers):
-            receive = await self._checked_json(scope, receive, send)
-            if receive is None:
+            checked = await self._checked_json(scope, receive, send)
+            if checked is None:
                 return
+            receive = checked
         await self.app(scope, receive, send)
 
     def _problem(self, scope: Scope, headers: Headers) -> Response | None:

@@ -1,4 +1,4 @@
-"""Secrets never reach the logs: passwords in URLs are masked, tokens in query strings are dropped from the access log."""
+"""Secrets never reach the logs: passwords in URLs are masked, query-string tokens are dropped from the access log."""
 
 from __future__ import annotations
 

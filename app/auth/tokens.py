@@ -139,15 +139,14 @@ class TokenVerifier:
         if alg.lower() == "none":
             raise AuthError(401, "unsigned tokens (alg none) are never accepted")
         if alg.upper().startswith("HS"):
+            named = alg if alg in ("HS256", "HS384", "HS512") else shown(alg)
             raise AuthError(
-                401,
-                f"HMAC-signed tokens ({alg if alg in ('HS256', 'HS384', 'HS512') else shown(alg)}) are never accepted; the issuer must sign with an asymmetric key",
+                401, f"HMAC-signed tokens ({named}) are never accepted; the issuer must sign with an asymmetric key"
             )
         if alg not in self.algorithms:
-            raise AuthError(
-                401,
-                f"token algorithm {alg if alg in _KEY_TYPE_OF_ALG else shown(alg)} is not allowed (allowed: {', '.join(sorted(self.algorithms))})",
-            )
+            named = alg if alg in _KEY_TYPE_OF_ALG else shown(alg)
+            allowed = ", ".join(sorted(self.algorithms))
+            raise AuthError(401, f"token algorithm {named} is not allowed (allowed: {allowed})")
         typ = header.get("typ")
         if typ is not None and (
             not isinstance(typ, str) or typ.lower().removeprefix("application/") not in ACCEPTED_TYPES

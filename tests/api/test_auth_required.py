@@ -16,7 +16,8 @@ from app.config import Settings
 from app.main import create_app
 from graphql import GraphQLNonNull, Undefined, get_named_type, is_leaf_type
 
-OPEN_PATHS = {"/healthz", "/readyz"}
+# /v1/openapi.json describes the REST API and holds no data (docs/bad-input.md).
+OPEN_PATHS = {"/healthz", "/readyz", "/v1/openapi.json"}
 # The dashboard's sign-in flow is how a browser gets authenticated; it serves no data.
 SIGN_IN_PATHS = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/logout"}
 DUMMY = {"Int": "1", "String": '"x"', "ID": '"QXR0ZW1wdDox"', "Boolean": "false", "DateTime": '"2025-01-01T00:00:00Z"'}

@@ -312,7 +312,7 @@ async def test_8_stream_limit_is_per_principal_not_per_cookie(database: Database
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 async def test_9_invalid_utf8_in_a_text_column_does_not_take_pages_down(database: Database, tmp_path: Path) -> None:
-    seeded = await seed_many(database.sessions, count=2, advice=True)
+    await seed_many(database.sessions, count=2, advice=True)
     path = make_url(database.url).database
     assert path
     with sqlite3.connect(path) as conn:  # another tool wrote raw bytes into TEXT columns
