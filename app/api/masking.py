@@ -39,8 +39,27 @@ def error_id(error: GraphQLError) -> str:
 
 
 def should_mask(error: GraphQLError) -> bool:
-    """Unexpected errors raised while resolving (they have a path); validation and input errors are kept."""
-    return not is_expected(error) and error.path is not None
+    """Unexpected errors: raised while resolving (they have a path) or by a subscription's source. Validation
+    and variable errors (no path, raised by graphql-core or strawberry as GraphQLErrors) are kept."""
+    if is_expected(error):
+        return False
+    return error.path is not None or not isinstance(error.original_error, GraphQLError)
+
+
+def masked(error: GraphQLError) -> GraphQLError:
+    """The error as a client may see it: unchanged when expected, else the safe message with its error id."""
+    if not should_mask(error):
+        return error
+    eid = error_id(error)
+    return GraphQLError(
+        message=f"internal error (error id {eid}); the operator can find the details in the service log",
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        original_error=None,
+        extensions={"code": INTERNAL, "errorId": eid},
+    )
 
 
 class MaskUnexpectedErrors(MaskErrors):
@@ -50,16 +69,7 @@ class MaskUnexpectedErrors(MaskErrors):
         super().__init__(should_mask_error=should_mask)
 
     def anonymise_error(self, error: GraphQLError) -> GraphQLError:
-        eid = error_id(error)
-        return GraphQLError(
-            message=f"internal error (error id {eid}); the operator can find the details in the service log",
-            nodes=error.nodes,
-            source=error.source,
-            positions=error.positions,
-            path=error.path,
-            original_error=None,
-            extensions={"code": INTERNAL, "errorId": eid},
-        )
+        return masked(error)
 
 
 class SpecValidationFirst(SchemaExtension):

@@ -145,6 +145,29 @@ async def test_3_graphql_masks_internal_errors_with_an_error_id(
         assert "invalid id" in documented["errors"][0]["message"]
 
 
+def test_3_subscription_errors_are_masked_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from starlette.testclient import TestClient
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("[SQL: SELECT secret FROM change_feed]")
+
+    monkeypatch.setattr("app.feed.service.latest_id", broken)
+    settings = Settings.build(
+        database_url=f"sqlite+aiosqlite:///{tmp_path}/ws.db", data_dir=str(tmp_path), dev_no_auth=True
+    )
+    with TestClient(create_app(settings), base_url=LOCAL) as client:
+        with client.websocket_connect(
+            "/graphql", subprotocols=["graphql-transport-ws"], headers={"host": "127.0.0.1"}
+        ) as ws:
+            ws.send_json({"type": "connection_init", "payload": {}})
+            assert ws.receive_json()["type"] == "connection_ack"
+            query = "subscription { auditEvents { position } }"
+            ws.send_json({"id": "1", "type": "subscribe", "payload": {"query": query}})
+            reply = ws.receive_json()
+    error = reply["payload"]["errors"][0]
+    assert "SQL" not in json.dumps(reply) and error["extensions"]["code"] == "INTERNAL_SERVER_ERROR"
+
+
 # ---- 4. ids, times and cursors are range-checked at the edge ----------------------------------------------
 
 
