@@ -279,3 +279,86 @@ def test_sign_out_revokes_the_session_on_the_server(target: Target) -> None:
         assert bye.status_code == 200 and "signed out" in bye.text
         again = client.get("/dashboard/workflow", headers=cookie)  # the copied cookie, sent after sign-out
         assert again.status_code == 303 and "/dashboard/auth/login" in again.headers["location"]
+
+
+REBINDING_HOSTS = [
+    "evil.example",
+    "127.0.0.1.nip.io",
+    "localhost.evil.example",
+    "attacker.test:8000",
+    "10.0.0.1",
+    "0.0.0.0",
+]
+
+
+def _upgrade_status(url: str, host: str, origin: str | None = None) -> int:
+    """The HTTP status of a raw WebSocket upgrade request sent with `host` (101 = accepted)."""
+    import socket
+
+    parts = httpx.URL(url)
+    request = (
+        f"GET {parts.path}/graphql HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Sec-WebSocket-Protocol: {PROTOCOL}\r\n" + (f"Origin: {origin}\r\n" if origin else "") + "\r\n"
+    )
+    with socket.create_connection((parts.host, parts.port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0].decode()
+    return int(status_line.split()[1])
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+def test_dev_mode_server_refuses_rebinding_hosts_and_cross_site_writes(database: Any, tmp_path: Any) -> None:
+    """Class 2 on a real dev-mode server: a DNS-rebinding page (foreign Host) and foreign origins get nothing."""
+    from tests.api.conftest import start_server, stop_server
+
+    server = start_server(database.url, tmp_path, RECOVERY_DEV_NO_AUTH="true")
+    own = httpx.URL(server.url)
+    routes = [
+        "/graphql?query=%7Bviewer%7Bname%7D%7D",
+        "/v1/workflows",
+        "/dashboard/workflow",
+        "/dashboard/advice",
+        "/static/dashboard.css",
+    ]
+    sent, problems = 0, []
+    try:
+        with httpx.Client(base_url=server.url, timeout=20, follow_redirects=False) as client:
+            for host in REBINDING_HOSTS:
+                for path in routes:
+                    response = client.get(path, headers={"Host": host})
+                    sent += 1
+                    if response.status_code != 400 or "Host not allowed" not in response.text:
+                        problems.append(f"Host {host} GET {path}: {response.status_code}")
+                response = client.post("/graphql", json={"query": "{ viewer { name } }"}, headers={"Host": host})
+                sent += 1
+                if response.status_code != 400:
+                    problems.append(f"Host {host} POST /graphql: {response.status_code}")
+                status = _upgrade_status(server.url, host)
+                sent += 1
+                if status == 101:
+                    problems.append(f"Host {host}: WebSocket accepted")
+            for host in (f"127.0.0.1:{own.port}", f"localhost:{own.port}"):
+                response = client.get("/v1/workflows", headers={"Host": host})
+                sent += 1
+                if response.status_code != 200:
+                    problems.append(f"own Host {host}: {response.status_code}")
+            for origin in ("http://evil.example", "null", f"http://127.0.0.1:{own.port + 1}"):
+                mutation = {"query": 'mutation { approveAdvice(id: "QWR2aWNlOjE") { id } }'}
+                for response in (
+                    client.post("/graphql", json=mutation, headers={"Origin": origin}),
+                    client.post("/dashboard/advice/1/approve", headers={"Origin": origin}),
+                    client.post("/dashboard/auth/logout", headers={"Origin": origin}),
+                ):
+                    sent += 1
+                    if response.status_code != 403:
+                        problems.append(f"Origin {origin} {response.request.url.path}: {response.status_code}")
+                status = _upgrade_status(server.url, f"127.0.0.1:{own.port}", origin)
+                sent += 1
+                if status == 101:
+                    problems.append(f"Origin {origin}: WebSocket accepted")
+    finally:
+        stop_server(server)
+    print(f"dev-mode requests sent: {sent}")
+    assert not problems, "\n".join(problems)
+    assert "Exception in ASGI application" not in server.log()

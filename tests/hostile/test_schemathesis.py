@@ -29,6 +29,7 @@ CHECKS = [
     "missing_required_header",
 ]
 MAX_EXAMPLES = 40
+MAX_GRAPHQL_EXAMPLES = 20
 
 
 def _schemathesis() -> Path:
@@ -100,3 +101,37 @@ def test_rest_api_conforms_to_its_openapi_document(target: Target, tmp_path: Pat
     assert done.returncode == 0, output[-6000:]
     assert "No issues found" in output or " passed" in output, output[-3000:]
     assert target.tokens["viewer"] not in target.server.log()
+
+
+def test_graphql_api_never_fails_under_schemathesis(target: Target, tmp_path: Path) -> None:
+    """Schemathesis's GraphQL mode over every query and mutation (operator token): no 5xx, and afterwards no
+    unexpected (masked) error in the server's log."""
+    executable = _schemathesis()
+    command = [
+        str(executable),
+        "run",
+        f"{target.server.url}/graphql",
+        "--checks",
+        "not_a_server_error",
+        "--header",
+        f"Authorization: Bearer {target.tokens['operator']}",
+        "--max-examples",
+        str(MAX_GRAPHQL_EXAMPLES),
+        "--seed",
+        "14",
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "20",
+        "--workers",
+        "1",
+        "--no-color",
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"}, check=False
+    )
+    output = done.stdout + done.stderr
+    print(output[-1200:])
+    assert done.returncode == 0, output[-6000:]
+    log = target.server.log()
+    assert "GraphQL error id" not in log and "Exception in ASGI application" not in log, log[-3000:]
