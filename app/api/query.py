@@ -15,6 +15,7 @@ from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
 from app.audit import queries as audit_queries
+from app.domain import bounds
 from app.jobs import queries as job_queries
 
 Info = strawberry.Info
@@ -139,7 +140,9 @@ class Query:
         else:
             async with info.context.loaders.sessions() as session:
                 row = await job_queries.find_workflow(
-                    session, key=validation.text(str(key), "key") or "", cluster=validation.text(cluster, "cluster")
+                    session,
+                    key=validation.text(str(key), "key", maximum=bounds.MAX_KEY_LENGTH) or "",
+                    cluster=validation.text(cluster, "cluster"),
                 )
         return Workflow(row=row) if row else None
 

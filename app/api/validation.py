@@ -8,10 +8,10 @@ from app.api.errors import bad_input
 from app.domain import bounds
 
 
-def text(value: str | None, name: str) -> str | None:
-    """A filter text (cluster, state, ...): at most bounds.MAX_FILTER_LENGTH characters, no NUL."""
+def text(value: str | None, name: str, *, maximum: int = bounds.MAX_FILTER_LENGTH) -> str | None:
+    """A filter text (cluster, state, ...): at most `maximum` characters, no NUL."""
     try:
-        return bounds.check_text(value, name)
+        return bounds.check_text(value, name, maximum=maximum)
     except bounds.BoundsError as exc:
         raise bad_input(str(exc)) from None
 
