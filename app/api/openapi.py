@@ -59,10 +59,17 @@ def _paging(limits: tuple[int, int]) -> list[dict[str, Any]]:
     return [
         _int_param("limit", f"Page size (default {limits[0]}).", 1, limits[1]),
         {
+            "name": "page",
+            "in": "query",
+            "required": False,
+            "description": "The nextPageToken of the previous page of the same listing (the user guide's name).",
+            "schema": {"type": "string", "maxLength": MAX_CURSOR_LENGTH},
+        },
+        {
             "name": "pageToken",
             "in": "query",
             "required": False,
-            "description": "The nextPageToken of the previous page of the same listing.",
+            "description": "Same as page (page wins when both are given).",
             "schema": {"type": "string", "maxLength": MAX_CURSOR_LENGTH},
         },
     ]

@@ -50,7 +50,7 @@ def _config(target: Target, path: Path) -> Path:
     }
     blocks = []
     for template, real in templates.items():
-        fixed = {"query.pageToken": world.rest_cursors[real]}
+        fixed: dict[str, object] = {"query.page": world.rest_cursors[real], "query.pageToken": world.rest_cursors[real]}
         if template == "/v1/audit/events":
             fixed["query.jobId"] = world.job_id  # attemptIndex needs jobId, which a schema cannot say
         values = ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in fixed.items())
