@@ -253,6 +253,7 @@ def number_cases(w: World) -> Iterator[Case]:
             f"/dashboard/audit?job={v}",
         ):
             yield Case("4-numbers", "GET", page)
+            yield Case("4-numbers", "GET", page, headers={"HX-Request": "true"})  # the fragment
         yield Case(
             "4-numbers",
             "POST",
@@ -300,6 +301,7 @@ def number_cases(w: World) -> Iterator[Case]:
         ):
             yield Case("4-cursors", "GET", f"{page}?after={c}")
             yield Case("4-cursors", "GET", f"{page}?before={c}")
+            yield Case("4-cursors", "GET", f"{page}?after={c}", headers={"HX-Request": "true"})
         for field_name in ("workflows", "attempts", "advice", "auditEvents"):
             q = json.dumps(
                 {
@@ -352,6 +354,7 @@ def search_cases(w: World) -> Iterator[Case]:
             yield Case("5-search", "GET", f"/v1/workflows?search={v}")
             yield Case("5-search", "GET", f"/v1/workflows?cluster={v}&state={v}&environment={v}")
             yield Case("5-search", "GET", f"/dashboard/workflow?q={v}")
+            yield Case("5-search", "GET", f"/dashboard/workflow?q={v}&cluster={v}", headers={"HX-Request": "true"})
             yield Case("5-search", "GET", f"/v1/audit/events?component={v}&eventType={v}&cluster={v}")
         else:
             yield Case("5-search", "GET", "/v1/workflows?search=" + "%25" * 5000, expect=(414,))

@@ -1,4 +1,4 @@
-"""The bad-input suite: ~1000 hostile requests (classes x routes x payloads) to a real `recovery serve` authenticated
+"""The bad-input suite: ~2000 hostile requests (classes x routes x payloads) to a real `recovery serve` authenticated
 through the real OIDC provider, over HTTP and WebSocket, on SQLite and PostgreSQL.
 
 Every answer must be: not a 5xx; free of SQL, tracebacks and token text (body and headers); for protected routes
