@@ -151,7 +151,11 @@ def test_3_subscription_errors_are_masked_too(tmp_path: Path, monkeypatch: pytes
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("[SQL: SELECT secret FROM change_feed]")
 
-    monkeypatch.setattr("app.feed.service.latest_id", broken)
+    import importlib.util
+
+    # The change feed's reads live in app.feed.queries after the layout refactor, in app.feed.service before.
+    feed_reads = "app.feed.queries" if importlib.util.find_spec("app.feed.queries") else "app.feed.service"
+    monkeypatch.setattr(f"{feed_reads}.latest_id", broken)
     settings = Settings.build(
         database_url=f"sqlite+aiosqlite:///{tmp_path}/ws.db", data_dir=str(tmp_path), dev_no_auth=True
     )
