@@ -400,6 +400,22 @@ def json_body_cases(w: World) -> Iterator[Case]:
         "application/graphql",
     ):
         yield Case("6-json", "POST", "/graphql", headers={"Content-Type": content_type}, body=b"\xff\x00{")
+    for content_type, body in (
+        ("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\n\xff'),
+        ("multipart/form-data", b"no boundary at all"),
+        ("multipart/form-data; boundary=" + "b" * 2000, b"--"),
+        ("application/x-www-form-urlencoded", b"&".join(b"f%d=1" % n for n in range(5000))),
+    ):
+        for path in (f"/dashboard/advice/{w.advice_id}/veto", "/dashboard/auth/logout"):
+            yield Case(
+                "6-json",
+                "POST",
+                path,
+                who="session",
+                headers={"Content-Type": content_type, "Origin": "{self}"},
+                body=body,
+                protected=path != "/dashboard/auth/logout",
+            )
     for body in (b"csrf_token=\xff\xfe&reason=\xc3", b"reason=" + b"%ff" * 100, b"a=" * 10000):
         yield Case(
             "6-json",
