@@ -49,17 +49,19 @@ def redact_target(target: str) -> str:
 
 
 class AccessLogFilter(logging.Filter):
-    """For uvicorn's access log: its third argument is the request target, which may carry a token."""
+    """For uvicorn's access and WebSocket logs: any argument that is a request target (starts with /) may carry
+    a token in its query string."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
-            record.args = (*args[:2], redact_target(args[2]), *args[3:])
+        if isinstance(args, tuple):
+            record.args = tuple(redact_target(a) if isinstance(a, str) and a.startswith("/") else a for a in args)
         return True
 
 
 def install_access_log_filter() -> None:
-    """Add the filter to uvicorn's access logger (idempotent)."""
-    logger = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, AccessLogFilter) for f in logger.filters):
-        logger.addFilter(AccessLogFilter())
+    """Add the filter to uvicorn's access and error loggers (the latter logs WebSocket requests; idempotent)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, AccessLogFilter) for f in logger.filters):
+            logger.addFilter(AccessLogFilter())

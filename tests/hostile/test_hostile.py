@@ -9,6 +9,7 @@ log must hold no unexpected error and no token.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import time
@@ -231,6 +232,16 @@ def test_hostile_requests_get_clear_refusals_never_a_500(target: Target) -> None
             problem = f"{outcome}, expected one of {sorted(closes)}"
         if problem:
             problems.append(f"[ws] {label}: {problem}")
+    # class 11 over the WebSocket: a token in the upgrade URL must not reach the log either
+    try:
+        url = f"{target.server.ws_url}?access_token={target.tokens['viewer']}"
+        with connect(url, subprotocols=[PROTOCOL], open_timeout=10, close_timeout=2) as ws:
+            ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+            with contextlib.suppress(TimeoutError, ConnectionClosed):
+                ws.recv(timeout=5)
+    except ConnectionClosed:
+        pass
+    sent += 1
     print(f"hostile requests sent: {sent} ({len(cases)} HTTP, {len(ws_cases)} WebSocket); statuses {dict(statuses)}")
     assert sent >= MIN_REQUESTS, f"only {sent} requests within {DEADLINE_SECONDS} s"
     assert not problems, f"{len(problems)} of {sent} hostile requests went wrong:\n" + "\n".join(problems[:60])

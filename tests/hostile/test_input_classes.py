@@ -391,6 +391,16 @@ def test_11_urls_and_access_log_lines_lose_their_secrets() -> None:
         None,
     )
     assert AccessLogFilter().filter(record) and jwt not in record.getMessage()
+    websocket = logging.LogRecord(
+        "uvicorn.error",
+        logging.INFO,
+        "",
+        0,
+        '%s - "WebSocket %s" [accepted]',
+        ("1.2.3.4", f"/graphql?token={jwt}"),
+        None,
+    )
+    assert AccessLogFilter().filter(websocket) and jwt not in websocket.getMessage()
 
 
 @pytest.mark.postgres
