@@ -94,13 +94,13 @@ def parse_json_body(body: bytes) -> Any:
     return value
 
 
-def _own_origin_ok(value: str, host: str) -> bool:
-    """True when an Origin/Referer URL names the same host (and port) the request was sent to."""
+def _own_origin_ok(value: str, hosts: set[str]) -> bool:
+    """True when an Origin/Referer URL names a host (and port) the request was sent to."""
     try:
         parts = urlsplit(value)
     except ValueError:
         return False
-    return bool(parts.scheme in {"http", "https"} and parts.netloc and parts.netloc.lower() == host.lower())
+    return bool(parts.scheme in {"http", "https"} and parts.netloc and parts.netloc.lower() in hosts)
 
 
 class EdgeGuard:
@@ -154,14 +154,20 @@ class EdgeGuard:
                 return refusal(scope, 400, f"the {what} must not contain NUL (%00)")
         method = scope.get("method", "GET")
         if scope["type"] == "websocket" or method not in SAFE_METHODS:
+            # The Host the browser used; behind a reverse proxy that rewrites Host, the one it forwards. (A page on
+            # another site cannot set X-Forwarded-Host on a cross-site form post, so this opens nothing.)
+            hosts = {host.lower()}
+            forwarded = headers.get("x-forwarded-host")
+            if forwarded:
+                hosts.add(forwarded.split(",", 1)[0].strip().lower())
             origin = headers.get("origin")
             referer = headers.get("referer")
-            if origin is not None and origin != "null" and not _own_origin_ok(origin, host):
+            if origin is not None and origin != "null" and not _own_origin_ok(origin, hosts):
                 return _forbidden_origin(scope, f"Origin {origin[:80]!r} is not this site")
             if origin == "null" and ("cookie" in headers or self.dev_mode):
                 # A sandboxed page or a redirect chain: it may not act with cookies, nor as the dev user.
                 return _forbidden_origin(scope, "Origin null may not act with this site's cookies or in dev mode")
-            if origin is None and referer is not None and not _own_origin_ok(referer, host):
+            if origin is None and referer is not None and not _own_origin_ok(referer, hosts):
                 return _forbidden_origin(scope, "Referer is not this site")
             if (
                 origin is None

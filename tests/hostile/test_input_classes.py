@@ -118,6 +118,9 @@ async def test_2_dev_mode_refuses_foreign_hosts_and_cross_site_writes(database: 
         )
         assert same_site.status_code == 303
         assert (await client.post("/graphql", json=mutation, headers={"Origin": LOCAL})).status_code == 200
+        # behind a reverse proxy that rewrites Host, the forwarded host is the page's origin
+        proxied = {"Origin": "https://recovery.example.org", "X-Forwarded-Host": "recovery.example.org"}
+        assert (await client.post("/graphql", json=mutation, headers=proxied)).status_code == 200
 
 
 # ---- 3. unexpected GraphQL errors are masked, documented codes kept ----------------------------------------
