@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -69,11 +69,11 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
         if not isinstance(message, dict):
             await self.handle_invalid_message("WebSocket message must be a JSON object")
             return
-        await super().handle_message(message)
+        await super().handle_message(cast(Any, message))
 
     async def _send_result_stream(self, operation: Any, result_source: Any) -> None:
         # Subscription results do not pass the MaskErrors extension: mask each one before it is sent.
-        async def masked_results() -> AsyncIterator[Any]:
+        async def masked_results() -> AsyncGenerator[Any, None]:
             async for result in result_source:
                 errors = getattr(result, "errors", None)
                 if errors:

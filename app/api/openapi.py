@@ -28,7 +28,8 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "required": sorted(properties), "properties": properties}
+    # additionalProperties false: schemathesis then notices a field the handlers add without documenting it
+    return {"type": "object", "required": sorted(properties), "properties": properties, "additionalProperties": False}
 
 
 def _text_param(name: str, description: str, max_length: int = bounds.MAX_FILTER_LENGTH) -> dict[str, Any]:
@@ -96,6 +97,7 @@ ATTEMPT = _object(
         "held": {"type": ["boolean", "null"]},
         "effectiveMode": _NULLABLE_STRING,
         "modeReason": _NULLABLE_STRING,
+        "modeAtRegistration": _NULLABLE_STRING,
         "startTime": _TIME,
         "endTime": _TIME,
         "endedReason": _NULLABLE_STRING,
@@ -131,6 +133,7 @@ ADVICE = _object(
         "generation": {"type": "integer"},
         "mode": {"type": "string"},
         "modeReason": _NULLABLE_STRING,
+        "modeAtDecision": {"type": "string"},
         "expiresAt": _TIME,
         "active": {"type": "boolean"},
         "review": _NULLABLE_STRING,

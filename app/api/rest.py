@@ -13,8 +13,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.advice import queries as advice_queries
-from app.audit import queries as audit_queries
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
+from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 from app.domain import bounds

@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.hostile.cases import NUMBERS, Case, World, http_cases
-from tests.hostile.conftest import INVALID_UTF8, Target, make_world
+from tests.hostile.helpers import INVALID_UTF8, Target, make_world
 
 pytestmark = [pytest.mark.oidc, pytest.mark.slow]
 
@@ -321,7 +321,7 @@ def _upgrade_status(url: str, host: str, origin: str | None = None) -> int:
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 def test_dev_mode_server_refuses_rebinding_hosts_and_cross_site_writes(database: Any, tmp_path: Any) -> None:
     """Class 2 on a real dev-mode server: a DNS-rebinding page (foreign Host) and foreign origins get nothing."""
-    from tests.api.conftest import start_server, stop_server
+    from tests.api.helpers import start_server, stop_server
 
     server = start_server(database.url, tmp_path, RECOVERY_DEV_NO_AUTH="true")
     own = httpx.URL(server.url)

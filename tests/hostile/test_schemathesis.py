@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.conftest import Target, make_world
+from tests.hostile.helpers import Target, make_world
 from tests.plugins import require
 
 pytestmark = [pytest.mark.oidc, pytest.mark.slow]
