@@ -94,7 +94,13 @@ def test_rest_api_conforms_to_its_openapi_document(target: Target, tmp_path: Pat
         str(report),
     ]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"}, check=False
+        command,
+        cwd=tmp_path,  # schemathesis keeps a cache folder where it runs: not in the repository
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "NO_COLOR": "1"},
+        check=False,
     )
     output = done.stdout + done.stderr
     print(output[-1500:])
@@ -128,7 +134,13 @@ def test_graphql_api_never_fails_under_schemathesis(target: Target, tmp_path: Pa
         "--no-color",
     ]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"}, check=False
+        command,
+        cwd=tmp_path,  # schemathesis keeps a cache folder where it runs: not in the repository
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "NO_COLOR": "1"},
+        check=False,
     )
     output = done.stdout + done.stderr
     print(output[-1200:])
