@@ -11,7 +11,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.audit import service as audit
-from tests.api.helpers import LiveServer, Seeded, seed_many
+from tests.api.helpers import LiveServer
+from tests.factories import Seeded, seed_many
 from tests.hostile.cases import World, forged_tokens
 from tests.plugins.database import Database
 from tests.plugins.oidc_provider import OidcProvider
@@ -105,5 +106,5 @@ def make_world(target: Target) -> World:
         attempt_uuid=attempt.uuid,
         rest_cursors=cursors,
         graphql_cursor=graphql_cursor,
-        forged=forged_tokens(kid),
+        forged=forged_tokens(kid or "no-kid"),
     )

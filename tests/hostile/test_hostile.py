@@ -21,6 +21,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from tests.hostile.cases import NUMBERS, Case, World, http_cases
 from tests.hostile.helpers import INVALID_UTF8, Target, make_world
@@ -33,7 +34,7 @@ LEAKS = re.compile(
     r"Traceback \(most recent|\[SQL: |sqlalchemy\.|asyncpg\.|sqlite3\.|psycopg|OperationalError|IntegrityError"
     r"|ProgrammingError|DataError|SELECT [a-z_]+\.|File \"/",
 )
-PROTOCOL = "graphql-transport-ws"
+PROTOCOL = Subprotocol("graphql-transport-ws")
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _send(client: httpx.Client, target: Target, world: World, case: Case) -> tup
     elif case.who == "session":
         headers.setdefault("Cookie", f"recovery_dashboard={target.session_cookie}")
     path = case.path.replace("{viewer_token}", target.tokens["viewer"])
-    raw_headers = {k: v.encode("utf-8") for k, v in headers.items()}  # a hostile value may be any text
+    raw_headers = [(k.encode(), v.encode("utf-8")) for k, v in headers.items()]  # a hostile value may be any text
     client.cookies.clear()  # every case stands alone: only `session` cases carry the dashboard cookie
     request = client.build_request(case.method, path, headers=raw_headers, content=case.body)
     response = client.send(request, stream=True)
@@ -325,6 +326,7 @@ def test_dev_mode_server_refuses_rebinding_hosts_and_cross_site_writes(database:
 
     server = start_server(database.url, tmp_path, RECOVERY_DEV_NO_AUTH="true")
     own = httpx.URL(server.url)
+    assert own.port is not None
     routes = [
         "/graphql?query=%7Bviewer%7Bname%7D%7D",
         "/v1/workflows",

@@ -26,7 +26,7 @@ from app.domain import bounds
 from app.domain.cursor import CursorError, decode_cursor, encode_cursor
 from app.logfilter import AccessLogFilter, mask_url, redact_target
 from app.main import create_app
-from tests.api.helpers import seed_many
+from tests.factories import seed_many
 from tests.hostile.cases import forged_tokens
 from tests.plugins.database import PG_SERVER, Database
 from tests.plugins.oidc_provider import OidcProvider
@@ -58,7 +58,7 @@ async def test_1_forged_jose_header_text_never_reaches_a_header(
 ) -> None:
     values = {"oidc_issuer": oidc_provider.issuer, "oidc_audience": oidc_provider.audience}
     async with app_client(database, tmp_path, **values) as client:
-        for name, token in forged_tokens(oidc_provider.signing_key.kid).items():
+        for name, token in forged_tokens(oidc_provider.signing_key.kid or "no-kid").items():
             for path in ("/v1/workflows", "/graphql", "/dashboard/workflow"):
                 response = await client.get(path, headers={"Authorization": f"Bearer {token}"})
                 assert response.status_code == 401, (name, path, response.text)
