@@ -6,6 +6,10 @@ import logging
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from app.domain.notify import mask_url  # passwords in URLs (`scheme://user:***@host`), shared with the log format
+
+__all__ = ["AccessLogFilter", "install_access_log_filter", "mask_url", "redact_target"]
+
 # Query parameters whose values are secrets wherever they appear (OAuth, OIDC, our own API).
 SECRET_PARAMETERS = frozenset(
     {
@@ -26,13 +30,7 @@ SECRET_PARAMETERS = frozenset(
     }
 )
 REDACTED = "REDACTED"
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*")
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ***: `postgresql://app:***@db/recovery`."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
 
 
 def redact_target(target: str) -> str:

@@ -1,7 +1,7 @@
 """Revoked dashboard sessions: sign-out ends a session on the server, so a copied cookie stops working.
 
 Revision ID: 0008
-Revises: 0003
+Revises: 0005
 Create Date: 2026-12-01 09:40:00
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import app.db
 
 revision: str = "0008"
-down_revision: str | None = "0003"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
