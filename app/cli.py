@@ -12,6 +12,7 @@ from typing import Any
 
 from app.auth import check_auth_configuration
 from app.config import Settings, SettingsError
+from app.logfilter import install_access_log_filter, mask_url
 
 log = logging.getLogger("recovery")
 
@@ -105,6 +106,7 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
         app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on", log_config=None
     )
     server = uvicorn.Server(config)
+    install_access_log_filter()  # after uvicorn.Config, which (re)configures its loggers
     log.info(
         "serving on http://%s%s/ (dashboard: %s/dashboard/workflow)",
         settings.bind,
@@ -119,7 +121,7 @@ def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> None:
         revision = await _upgrade(settings)
-        log.info("database %s at revision %s", settings.database_url, revision)
+        log.info("database %s at revision %s", mask_url(settings.database_url), revision)
         await _serve(settings, with_worker=True)
 
     asyncio.run(main())

@@ -73,7 +73,18 @@ def _ensure_sqlite_dir(url: str) -> None:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
 
+def decode_text(raw: bytes) -> str:
+    """TEXT as SQLite returns it: another tool may have written bytes that are not UTF-8; show them as U+FFFD."""
+    return raw.decode("utf-8", errors="replace")
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # aiosqlite's connection (under SQLAlchemy's adapter) forwards text_factory to the sqlite3 connection.
+    driver_connection = getattr(dbapi_connection, "driver_connection", None) or getattr(
+        dbapi_connection, "_connection", None
+    )
+    if driver_connection is not None and hasattr(driver_connection, "text_factory"):
+        driver_connection.text_factory = decode_text
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
+from app.logfilter import mask_url
 from app.resources import resource_dir
 
 EXAMPLES = resource_dir("examples")
@@ -266,7 +267,7 @@ async def run_demo(
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
     ctx = AppContext.open(settings)
     await upgrade(ctx.engine)
-    narrator.line(f"database ready: {settings.database_url}")
+    narrator.line(f"database ready: {mask_url(settings.database_url)}")
     runner = WorkerRunner(ctx, build_services(ctx))
     app = create_app(settings, ctx=ctx, background=runner.run)
     server = uvicorn.Server(

@@ -19,6 +19,7 @@ from app import __version__
 from app.api.routes import api_routes
 from app.config import Settings
 from app.context import AppContext
+from app.guards import EdgeGuard
 from app.metrics import RequestMetrics
 from app.migrate import current_revision, head_revision
 from views.routes import dashboard_routes
@@ -117,6 +118,7 @@ def create_app(settings: Settings, *, ctx: AppContext | None = None, background:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.ctx = ctx
     app.state.settings = settings
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(EdgeGuard, dev_mode=settings.dev_no_auth, allowed_hosts=frozenset({settings.bind_host.lower()}))
+    app.add_middleware(SecurityHeaders)  # after the guard, so outer: the guard's refusals get the headers too
     app.add_middleware(RequestMetrics, prefix=settings.url_prefix)
     return app

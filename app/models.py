@@ -8,6 +8,7 @@ from app.feed.models import ChangeFeedEntry
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.leases.models import WorkerLease
 from app.notify.models import Notification, NotificationDelivery
+from app.sessions.models import RevokedSession
 
 __all__ = [
     "Advice",
@@ -23,6 +24,7 @@ __all__ = [
     "NotificationDelivery",
     "PendingLogEvent",
     "Policy",
+    "RevokedSession",
     "SchedulerAction",
     "WorkerLease",
     "Workflow",

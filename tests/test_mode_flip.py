@@ -33,7 +33,7 @@ QUERY = """query($id: Int!) {
 
 async def _client(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(ctx.settings, ctx=ctx)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as http:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
         yield http
 
 

@@ -9,6 +9,7 @@ from app.advice import queries as advice_queries
 from app.advice import review
 from app.advice.queries import AdviceFilter
 from app.auth import OPERATOR
+from app.domain import bounds
 from app.domain.cursor import CursorError
 from app.jobs import queries as job_queries
 from app.pagination import PageArgumentError, PageRequest
@@ -71,7 +72,7 @@ async def advice_action(request: Request) -> Response:
                         session,
                         advice_id=advice_id,
                         user=principal.name,
-                        reason=reason if isinstance(reason, str) else "",
+                        reason=reason[: bounds.MAX_REASON_LENGTH] if isinstance(reason, str) else "",
                     )
                     message = "Vetoed."
                 else:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from app.audit import queries as audit_queries
 from app.audit.queries import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
+from app.domain.bounds import check_time
 from app.domain.cursor import CursorError
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
@@ -26,7 +27,7 @@ def parse_time(text: str) -> dt.datetime:
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     parsed = dt.datetime.fromisoformat(value)
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+    return check_time(parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed, "time")
 
 
 def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[str, str]]:
@@ -54,8 +55,8 @@ def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[
         if values[field]:
             try:
                 kwargs[key] = parse_time(values[field])
-            except ValueError:
-                errors[field] = "expected a UTC time such as 2025-01-31T12:00"
+            except ValueError as exc:  # BoundsError is a ValueError too
+                errors[field] = f"expected a UTC time such as 2025-01-31T12:00 ({str(exc)[:80]})"
     if (
         "produced_after" in kwargs
         and "produced_before" in kwargs

@@ -26,6 +26,10 @@ from app.auth import (
     effective_roles,
 )
 from app.config import Settings
+from app.domain import bounds
+from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.logfilter import SECRET_PARAMETERS
+from app.sessions import queries as session_queries
 
 log = logging.getLogger("recovery.dashboard")
 
@@ -107,6 +111,10 @@ class DashboardAuth:
             return await authenticate_request(request, self.verifier()), "bearer"
         user = request.session.get("user")
         if isinstance(user, dict) and float(user.get("exp", 0)) > time.time():
+            sid = request.session.get("sid")
+            if not isinstance(sid, str) or not sid or await self._revoked(request, sid):
+                request.session.clear()  # signed out (perhaps in another copy of this cookie): log in again
+                return None, ""
             return Principal(
                 subject=user["sub"],
                 name=user.get("name") or user["sub"],
@@ -116,6 +124,10 @@ class DashboardAuth:
         if user is not None:
             request.session.pop("user", None)  # expired: log in again
         return None, ""
+
+    async def _revoked(self, request: Request, sid: str) -> bool:
+        async with request.scope["dashboard"].ctx.sessions() as session:
+            return await session_queries.is_revoked(session, session_id=sid)
 
 
 def csrf_token(request: Request) -> str:
@@ -172,7 +184,7 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
                 )
             if principal is None:
                 if wants_html_redirect(request):
-                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    target = request.url.path + (f"?{_public_query(request)}" if request.url.query else "")
                     login = request.url_for("dashboard:login").path
                     return RedirectResponse(f"{login}?next={_quote(target)}", status_code=303)
                 return PlainTextResponse(
@@ -188,6 +200,9 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
                 return PlainTextResponse(
                     f"{principal.name} has neither the viewer nor the operator role", status_code=403
                 )
+            problem = _path_problem(request)
+            if problem is not None:
+                return PlainTextResponse(problem, status_code=400)
             request.state.principal = principal
             request.state.auth_via = how
             csrf_token(request)
@@ -200,6 +215,29 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
         return wrapper
 
     return decorate
+
+
+# Path ids are checked against what their columns hold (Starlette's :int converter takes any number of digits).
+PATH_ID_LIMITS = {"job_id": (1, MAX_SLURM_JOB_ID), "attempt_index": (0, MAX_ATTEMPT_INDEX)}
+
+
+def _path_problem(request: Request) -> str | None:
+    """Why a numeric path parameter cannot name anything (out of its column's range), else None."""
+    for name, value in request.path_params.items():
+        if isinstance(value, int):
+            low, high = PATH_ID_LIMITS.get(name, (0, bounds.INT64_MAX))
+            try:
+                bounds.check_int(value, name, minimum=low, maximum=high)
+            except bounds.BoundsError as exc:
+                return f"{exc}: no such record can exist"
+    return None
+
+
+def _public_query(request: Request) -> str:
+    """The query string without secret parameters (a token in a URL must not travel on in a redirect)."""
+    from urllib.parse import urlencode
+
+    return urlencode([(k, v) for k, v in request.query_params.multi_items() if k.lower() not in SECRET_PARAMETERS])
 
 
 def _quote(value: str) -> str:

@@ -12,22 +12,23 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from app.domain import bounds
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
 from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of
 
-MAX_STREAMS_PER_SESSION = 4
+MAX_STREAMS_PER_PRINCIPAL = 4
 PING_SECONDS = 15
 READ_BATCH = 500
 VIEWS = ("overview", "workflow", "attempt", "advice")
 
 
 class StreamLimiter:
-    """Counts open event streams per session so one browser cannot hold unbounded connections."""
+    """Counts open event streams per principal so one caller cannot hold unbounded connections."""
 
-    def __init__(self, limit: int = MAX_STREAMS_PER_SESSION) -> None:
+    def __init__(self, limit: int = MAX_STREAMS_PER_PRINCIPAL) -> None:
         self.limit = limit
         self.open: dict[str, int] = {}
 
@@ -78,8 +79,9 @@ async def match_for(request: Request) -> FeedMatch | None:
         return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly"}))
     if view == "advice":
         return FeedMatch(frozenset({"advice"}))
-    if view == "workflow" and (q.get("workflow") or "").isdigit():
-        workflow_id = int(q["workflow"])
+    workflow_id = _optional_id(q.get("workflow"))
+    slurm_job_id = _optional_id(q.get("job"))
+    if view == "workflow" and workflow_id is not None:
         async with dashboard_of(request).ctx.sessions() as session:
             jobs = await job_queries.workflow_job_ids(session, workflow_id=workflow_id)
         return FeedMatch(
@@ -87,18 +89,25 @@ async def match_for(request: Request) -> FeedMatch | None:
             workflow_id=workflow_id,
             jobs=frozenset(jobs),
         )
-    if view == "attempt" and (q.get("job") or "").isdigit():
+    if view == "attempt" and slurm_job_id is not None:
         return FeedMatch(
-            frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=int(q["job"])
+            frozenset({"attempt", "job", "advice", "anomaly", "checkpoint", "audit"}), slurm_job_id=slurm_job_id
         )
     return None
 
 
+def _optional_id(text: str | None) -> int | None:
+    """An id from the query string (ASCII digits within int64), None when absent or unusable."""
+    try:
+        return bounds.parse_optional_int(text, "id")
+    except bounds.BoundsError:
+        return None
+
+
 def stream_key(request: Request) -> str:
-    """The session a stream counts against (its CSRF token is per session; bearer callers count per subject)."""
-    if getattr(request.state, "auth_via", "") == "bearer":
-        return "bearer:" + request.state.principal.subject
-    return "session:" + str(request.session.get("csrf", ""))
+    """Who a stream counts against: the authenticated principal (in dev mode the one dev user), however it
+    authenticated, so neither new cookies nor new sessions give new slots."""
+    return "principal:" + request.state.principal.subject
 
 
 async def changes(
@@ -138,17 +147,19 @@ async def live(request: Request) -> Response:
         return PlainTextResponse(
             f"unknown live view: pass view= one of {', '.join(VIEWS)} (workflow= or job= where needed)", status_code=400
         )
+    try:
+        after_id = bounds.parse_optional_int(request.headers.get("last-event-id"), "Last-Event-ID")
+    except bounds.BoundsError as exc:
+        return PlainTextResponse(f"{exc}: send back the id of an event this stream sent", status_code=400)
     key = stream_key(request)
     limiter: StreamLimiter = dashboard.streams
     if not limiter.acquire(key):
         return PlainTextResponse(
-            f"too many live streams for this session (at most {limiter.limit}); close other dashboard "
-            f"tabs. Pages fall back to polling.",
+            f"too many live streams for {request.state.principal.name} (at most {limiter.limit}); "
+            "close other dashboard tabs. Pages fall back to polling.",
             status_code=429,
             headers={"Retry-After": "30"},
         )
-    last = request.headers.get("last-event-id", "")
-    after_id = int(last) if last.isdigit() else None
     waker = shared_waker(dashboard.settings.database_url)
 
     released = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import secrets
 import time
@@ -10,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.auth import AuthError
-from views.auth import safe_next
+from app.sessions import service as session_service
+from views.auth import SESSION_MAX_AGE, csrf_valid, safe_next
 from views.render import dashboard_of, explain
 
 log = logging.getLogger("recovery.dashboard")
@@ -90,12 +92,33 @@ async def callback(request: Request) -> Response:
         "exp": min(expires, time.time() + 8 * 3600),
     }
     request.session["csrf"] = secrets.token_urlsafe(32)
+    request.session["sid"] = secrets.token_urlsafe(24)  # revoked on the server at sign-out
     log.info("dashboard login: %s (%s) roles %s", principal.name, principal.subject, sorted(principal.roles))
     return RedirectResponse(safe_next(destination) or request.url_for("dashboard:workflows").path, status_code=303)
 
 
 async def logout(request: Request) -> Response:
-    """Forget the session; the identity provider's own session is left alone."""
+    """POST with the CSRF token: end the session on the server (a copy of the cookie stops working) and forget it.
+
+    The identity provider's own session is left alone.
+    """
+    dashboard = dashboard_of(request)
+    if not await csrf_valid(request):
+        return explain(
+            request,
+            title="Sign-out refused",
+            status=403,
+            message="Signing out needs this session's CSRF token: use the Sign out button of a dashboard page.",
+            links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+        )
+    user, sid = request.session.get("user"), request.session.get("sid")
+    if isinstance(user, dict) and isinstance(sid, str) and sid:
+        expires = dt.datetime.fromtimestamp(min(float(user.get("exp", 0)), time.time() + SESSION_MAX_AGE), tz=dt.UTC)
+        async with dashboard.ctx.sessions() as session, session.begin():
+            await session_service.revoke_session(
+                session, session_id=sid, subject=str(user.get("sub", "")), expires_at=expires
+            )
+        log.info("dashboard sign-out: %s (%s)", user.get("name"), user.get("sub"))
     request.session.clear()
     return explain(
         request,

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from app.advice import queries as advice_queries
 from app.audit import queries as audit_queries
 from app.db import Session, utcnow
+from app.domain import bounds
 from app.domain.cursor import CursorError
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
@@ -91,11 +92,12 @@ async def workflows(request: Request) -> Response:
     """Workflows Overview: newest first, filtered, keyset-paginated, live."""
     dashboard = dashboard_of(request)
     q = request.query_params
+    cap = bounds.MAX_FILTER_LENGTH
     flt = WorkflowFilter(
-        cluster=q.get("cluster") or None,
-        environment=q.get("environment") or None,
-        state=q.get("state") or None,
-        search=(q.get("q") or "").strip()[:200] or None,
+        cluster=(q.get("cluster") or "")[:cap] or None,
+        environment=(q.get("environment") or "")[:cap] or None,
+        state=(q.get("state") or "")[:cap] or None,
+        search=(q.get("q") or "").strip()[: bounds.MAX_SEARCH_LENGTH] or None,
         failed_only=q.get("failed") in {"1", "true", "on"},
     )
     filtered = any([flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only])

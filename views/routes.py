@@ -50,7 +50,7 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         Route("/live", live.live, name="live"),
         Route("/auth/login", login.login, name="login"),
         Route("/auth/callback", login.callback, name="callback"),
-        Route("/auth/logout", login.logout, methods=["GET", "POST"], name="logout"),
+        Route("/auth/logout", login.logout, methods=["POST"], name="logout"),
     ]
     cookie_path = (settings.url_prefix or "") + "/dashboard"
     middleware = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -17,6 +18,7 @@ from app.api.context import ApiContext
 from app.api.errors import FORBIDDEN, LIMIT_EXCEEDED, UNAUTHENTICATED
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.api.loaders import Loaders
+from app.api.masking import masked
 from app.api.schema import schema
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
@@ -56,6 +58,29 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
             context: Any = self.context  # the ApiContext this view's get_context built
             context.principal = principal
         await super().handle_connection_init(message)
+
+    async def handle(self) -> None:
+        try:
+            await super().handle()
+        except RecursionError:  # a message nested too deeply for the JSON parser
+            await self.handle_invalid_message("WebSocket message nests too deeply")
+
+    async def handle_message(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            await self.handle_invalid_message("WebSocket message must be a JSON object")
+            return
+        await super().handle_message(cast(Any, message))
+
+    async def _send_result_stream(self, operation: Any, result_source: Any) -> None:
+        # Subscription results do not pass the MaskErrors extension: mask each one before it is sent.
+        async def masked_results() -> AsyncGenerator[Any, None]:
+            async for result in result_source:
+                errors = getattr(result, "errors", None)
+                if errors:
+                    result.errors = [masked(error) for error in errors]
+                yield result
+
+        await super()._send_result_stream(operation, masked_results())
 
     async def handle_subscribe(self, message: Any) -> None:
         if (

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 
+from app.domain.bounds import INT64_MAX, is_ascii_digits
+
 MAX_GLOBAL_ID_LENGTH = 200
 
 
@@ -26,7 +28,7 @@ def from_global_id(global_id: str) -> tuple[str, int]:
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise GlobalIdError(f"invalid id {global_id[:40]!r}") from None
     type_name, sep, pk = raw.partition(":")
-    if not sep or not type_name.isidentifier() or not pk.isascii() or not pk.isdigit():
+    if not sep or not type_name.isidentifier() or not is_ascii_digits(pk) or len(pk) > 19 or int(pk) > INT64_MAX:
         raise GlobalIdError(f"invalid id {global_id[:40]!r}")
     return type_name, int(pk)
 

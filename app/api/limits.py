@@ -124,8 +124,12 @@ def operation_cost(schema: GraphQLSchema, document: Any, operation_name: str | N
 
 
 def limit_extensions() -> list[Any]:
-    """The schema extensions that enforce the limits (their errors name the limit)."""
+    """The schema extensions: error masking, spec validation first, then the limits (their errors name the limit)."""
+    from app.api.masking import MaskUnexpectedErrors, SpecValidationFirst
+
     return [
+        MaskUnexpectedErrors,
+        SpecValidationFirst,
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
         lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
         lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 
 from app.advice import review
+from app.api import validation
 from app.api.errors import bad_input, not_found
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.types import Advice
 from app.db import Session
+from app.domain import bounds
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice as AdviceRow
@@ -48,6 +50,7 @@ class Mutation:
         description="Veto an Advice for good: inactive, ABANDONED/VETOED (operator role). Audit event advice.vetoed."
     )
     async def veto_advice(self, info: Info, id: strawberry.ID, reason: str) -> Advice:
+        reason = validation.text(reason, "reason", maximum=bounds.MAX_REASON_LENGTH) or ""
         return await _review(
             info, id, lambda s, pk, user: review.veto_advice(s, advice_id=pk, user=user, reason=reason)
         )

@@ -9,11 +9,13 @@ from functools import partial
 import strawberry
 
 from app.advice import queries as advice_queries
+from app.api import validation
 from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read_connection
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
 from app.audit import queries as audit_queries
+from app.domain import bounds
 from app.jobs import queries as job_queries
 
 Info = strawberry.Info
@@ -62,20 +64,16 @@ class AuditEventFilter:
 def audit_filter(flt: AuditEventFilter | None) -> audit_queries.AuditFilter:
     """The service filter of the GraphQL input (bad combinations are the client's error)."""
     flt = flt or AuditEventFilter()
-    for name in ("produced_after", "produced_before"):
-        value = getattr(flt, name)
-        if value is not None and value.tzinfo is None:
-            raise bad_input(f"{name} needs a timezone (e.g. 2025-01-01T00:00:00Z)")
     try:
         return audit_queries.AuditFilter(
             slurm_job_id=flt.job_id,
             attempt_index=flt.attempt_index,
-            component=flt.component or None,
-            event_type=flt.event_type or None,
-            level=flt.level or None,
-            produced_after=flt.produced_after,
-            produced_before=flt.produced_before,
-            cluster=flt.cluster or None,
+            component=validation.text(flt.component, "component") or None,
+            event_type=validation.text(flt.event_type, "eventType") or None,
+            level=validation.text(flt.level, "level") or None,
+            produced_after=validation.time(flt.produced_after, "producedAfter"),
+            produced_before=validation.time(flt.produced_before, "producedBefore"),
+            cluster=validation.text(flt.cluster, "cluster") or None,
         )
     except audit_queries.AuditFilterError as exc:
         raise bad_input(str(exc)) from None
@@ -119,10 +117,10 @@ class Query:
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or WorkflowFilter()
         service_filter = job_queries.WorkflowFilter(
-            cluster=flt.cluster,
-            environment=flt.environment,
-            state=flt.state,
-            search=flt.search,
+            cluster=validation.text(flt.cluster, "cluster"),
+            environment=validation.text(flt.environment, "environment"),
+            state=validation.text(flt.state, "state"),
+            search=validation.search(flt.search),
             failed_only=flt.failed_only,
         )
         fetch = partial(job_queries.list_workflows, filter=service_filter)
@@ -141,14 +139,18 @@ class Query:
             row = await info.context.loaders.workflow.load(_workflow_pk(id))
         else:
             async with info.context.loaders.sessions() as session:
-                row = await job_queries.find_workflow(session, key=str(key), cluster=cluster)
+                row = await job_queries.find_workflow(
+                    session,
+                    key=validation.text(str(key), "key", maximum=bounds.MAX_KEY_LENGTH) or "",
+                    cluster=validation.text(cluster, "cluster"),
+                )
         return Workflow(row=row) if row else None
 
     @strawberry.field(description="The current record of a Slurm job id (a live incarnation before retired ones).")
     async def job(self, info: Info, job_id: int, cluster: str | None = None) -> Job | None:
         info.context.viewer()
         async with info.context.loaders.sessions() as session:
-            row = await job_queries.find_job(session, slurm_job_id=job_id, cluster=cluster)
+            row = await job_queries.find_job(session, slurm_job_id=job_id, cluster=validation.text(cluster, "cluster"))
         return Job(row=row) if row else None
 
     @strawberry.field(
@@ -163,6 +165,7 @@ class Query:
         cluster: str | None = None,
     ) -> Attempt | None:
         info.context.viewer()
+        cluster = validation.text(cluster, "cluster")
         async with info.context.loaders.sessions() as session:
             if ref is not None:
                 if job_id is not None or attempt_index is not None:
@@ -193,10 +196,10 @@ class Query:
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or AttemptFilter()
         service_filter = job_queries.AttemptFilter(
-            cluster=flt.cluster,
+            cluster=validation.text(flt.cluster, "cluster"),
             workflow_id=_workflow_pk(flt.workflow_id),
             slurm_job_id=flt.job_id,
-            state=flt.state,
+            state=validation.text(flt.state, "state"),
             failed_only=flt.failed_only,
         )
         fetch = partial(job_queries.list_attempts, filter=service_filter)
@@ -216,7 +219,9 @@ class Query:
     ) -> Connection[Advice]:
         info.context.viewer()
         request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
-        flt = advice_queries.AdviceFilter(only_active=only_active, slurm_job_id=job_id, cluster=cluster)
+        flt = advice_queries.AdviceFilter(
+            only_active=only_active, slurm_job_id=job_id, cluster=validation.text(cluster, "cluster")
+        )
         fetch = partial(advice_queries.list_advice, filter=flt)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Advice(row=row))
 

@@ -13,10 +13,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.advice import queries as advice_queries
+from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
-from app.domain.cursor import CursorError
+from app.domain import bounds
+from app.domain.cursor import MAX_CURSOR_LENGTH, CursorError
 from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
 from app.domain.mode import ModeSettings, effective_mode
 from app.domain.timefmt import iso_utc_or_none
@@ -35,10 +37,6 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
     Job = Any
     Workflow = Any
 
-# (default, max) page sizes, as the Gateway reference has them.
-JOBS_LIMITS = (100, 250)
-ADVICE_LIMITS = (100, 250)
-AUDIT_LIMITS = (100, 100)
 _MICROS = re.compile(r"-?[0-9]{1,18}")
 
 
@@ -58,25 +56,20 @@ def _auth_error(exc: AuthError) -> JSONResponse:
 
 
 def _limit(request: Request, limits: tuple[int, int]) -> int:
-    raw = request.query_params.get("limit")
-    if raw is None or raw == "":
-        return limits[0]
-    if not raw.isascii() or not raw.isdigit():
-        raise BadRequest(f"limit must be a positive integer, got {raw[:20]!r}")
-    value = int(raw)
-    if not 1 <= value <= limits[1]:
-        raise BadRequest(f"limit must be between 1 and {limits[1]} (got {value})")
-    return value
+    value = _int(request, "limit", minimum=1, maximum=limits[1])
+    return limits[0] if value is None else value
 
 
 def _page(request: Request, limits: tuple[int, int]) -> PageRequest:
     token = request.query_params.get("page") or request.query_params.get("pageToken") or None
+    if token is not None and len(token) > MAX_CURSOR_LENGTH:
+        raise CursorError("page token too long")
     return PageRequest(first=_limit(request, limits), after=token)
 
 
 def _bool(request: Request, name: str) -> bool:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return False
     value = raw.strip().lower()
     if value in {"true", "1", "yes"}:
@@ -88,11 +81,12 @@ def _bool(request: Request, name: str) -> bool:
 
 def _int(request: Request, name: str, *, minimum: int = 0, maximum: int = 2**31 - 1) -> int | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
-    if not raw.isascii() or not raw.isdigit() or not minimum <= int(raw) <= maximum:
-        raise BadRequest(f"{name} must be an integer in {minimum}..{maximum}, got {raw[:20]!r}")
-    return int(raw)
+    try:
+        return bounds.parse_int(raw, name, minimum=minimum, maximum=maximum)
+    except bounds.BoundsError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _time(request: Request, name: str) -> dt.datetime | None:
@@ -102,21 +96,28 @@ def _time(request: Request, name: str) -> dt.datetime | None:
         return None
     if _MICROS.fullmatch(raw):
         try:
-            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(raw))
+            value = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(raw))
         except OverflowError:
             raise BadRequest(f"{name} is out of range") from None
+    else:
+        try:
+            value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise BadRequest(f"{name} must be Unix microseconds or an ISO 8601 time, got {raw[:40]!r}") from None
+        if value.tzinfo is None:
+            raise BadRequest(f"{name} needs a time zone (e.g. 2025-01-01T00:00:00Z) or Unix microseconds")
     try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"{name} must be Unix microseconds or an ISO 8601 time, got {raw[:40]!r}") from None
-    if value.tzinfo is None:
-        raise BadRequest(f"{name} needs a time zone (e.g. 2025-01-01T00:00:00Z) or Unix microseconds")
-    return value
+        return bounds.check_time(value, name)
+    except bounds.BoundsError as exc:
+        raise BadRequest(str(exc)) from None
 
 
-def _text(request: Request, name: str) -> str | None:
+def _text(request: Request, name: str, *, maximum: int = bounds.MAX_FILTER_LENGTH) -> str | None:
     value = request.query_params.get(name)
-    return value if value else None
+    try:
+        return bounds.check_text(value, name, maximum=maximum) if value else None
+    except bounds.BoundsError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _micros(value: dt.datetime | None) -> int | None:
@@ -271,7 +272,14 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         serve.__doc__ = handler.__doc__
         return serve
 
+    document = openapi_document()
+
+    async def openapi(request: Request) -> Response:
+        """The OpenAPI 3.1 document of /v1 (public: it describes the API and holds no data)."""
+        return JSONResponse(document, headers={"Cache-Control": "no-cache"})
+
     return [
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/jobs/by-scheduler-id/{job_id}", endpoint(jobs_by_scheduler_id), methods=["GET"]),
         Route("/advice", endpoint(list_advice), methods=["GET"]),
         Route("/workflows", endpoint(list_workflows), methods=["GET"]),
@@ -286,15 +294,17 @@ def _next_token(page: Any) -> str | None:
 async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
     """The attempts recorded under a Slurm job id: {"attempts": [...], "nextPageToken"}."""
     raw = request.path_params["job_id"]
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_SLURM_JOB_ID:
-        raise BadRequest(f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}), got {raw[:20]!r}")
+    try:
+        job_id = bounds.parse_int(raw, "job id", minimum=1, maximum=MAX_SLURM_JOB_ID)
+    except bounds.BoundsError:
+        raise BadRequest(f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}), got {raw[:20]!r}") from None
     page_request = _page(request, JOBS_LIMITS)
     async with ctx.sessions() as session:
         page = await job_queries.list_attempts_by_slurm_id(
-            session, slurm_job_id=int(raw), cluster=_text(request, "cluster"), page=page_request
+            session, slurm_job_id=job_id, cluster=_text(request, "cluster"), page=page_request
         )
         if not page.items and not page_request.after:
-            return error(404, "NOT_FOUND", f"no attempts recorded for job {int(raw)}")
+            return error(404, "NOT_FOUND", f"no attempts recorded for job {job_id}")
         jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
         workflows = await job_queries.workflows_by_ids(
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
@@ -324,7 +334,7 @@ async def list_workflows(request: Request, ctx: AppContext) -> Response:
         cluster=_text(request, "cluster"),
         environment=_text(request, "environment"),
         state=_text(request, "state"),
-        search=_text(request, "search"),
+        search=_text(request, "search", maximum=bounds.MAX_SEARCH_LENGTH),
         failed_only=_bool(request, "failedOnly"),
     )
     async with ctx.sessions() as session:

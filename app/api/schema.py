@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import strawberry
 
-from app.api.errors import is_expected
 from app.api.limits import limit_extensions
+from app.api.masking import error_id, should_mask
 from app.api.mutation import Mutation
 from app.api.query import Query
 from app.api.subscription import Subscription
 from graphql import GraphQLError
 
-log = logging.getLogger("recovery.api")
-
 
 class RecoverySchema(strawberry.Schema):
-    """Logs only unexpected errors: bad input, auth and limit errors are answers, not failures."""
+    """Logs only unexpected errors raised while resolving: bad input, auth, limit and variable errors are answers."""
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
-        unexpected = [error for error in errors if not is_expected(error)]
-        if unexpected:
-            super().process_errors(unexpected, execution_context)
+        for error in errors:
+            if should_mask(error):
+                error_id(error)  # logged with its traceback under the id the client is shown
 
 
 def build_schema() -> RecoverySchema:

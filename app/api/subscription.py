@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import strawberry
 
+from app.api import validation
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.query import AuditEventFilter, audit_filter
@@ -57,12 +58,7 @@ class AdviceUpdate:
 
 
 def _position(after: str | None) -> int | None:
-    if after is None:
-        return None
-    text = after.strip()
-    if not text.isascii() or not text.isdigit() or len(text) > 19:
-        raise bad_input(f"after must be a position from a previous update (digits), got {after[:30]!r}")
-    return int(text)
+    return validation.position(after, "after")
 
 
 async def _feed(

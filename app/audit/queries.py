@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
 from app.audit.service import COMPONENTS, LEVELS
+from app.domain.bounds import BoundsError, parse_int
+from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
 from app.pagination import Page, PageRequest, paginate
 from app.sql import by_ids
 
@@ -53,9 +55,12 @@ def parse_job_reference(text: str) -> tuple[int, int | None]:
     """Parse the dashboard's job box: `12345` (all attempts) or `12345/0` (one attempt)."""
     raw = text.strip()
     job, sep, attempt = raw.partition("/")
-    if not job.isdigit() or (sep and not attempt.isdigit()):
-        raise AuditFilterError(f"expected a job id or job_id/attempt_index, got {raw[:40]!r}")
-    return int(job), (int(attempt) if sep else None)
+    try:
+        job_id = parse_int(job, "job id", minimum=1, maximum=MAX_SLURM_JOB_ID)
+        index = parse_int(attempt, "attempt index", maximum=MAX_ATTEMPT_INDEX) if sep else None
+    except BoundsError as exc:
+        raise AuditFilterError(f"expected a job id or job_id/attempt_index ({exc})") from None
+    return job_id, index
 
 
 def _filtered(query: Any, flt: AuditFilter) -> Any:

@@ -12,7 +12,7 @@ import httpx
 from joserfc.errors import JoseError
 from joserfc.jwk import JWKRegistry, Key
 
-from app.auth.principal import AuthError
+from app.auth.principal import AuthError, shown
 
 log = logging.getLogger("recovery.auth")
 
@@ -86,14 +86,16 @@ class JwksCache:
         if jwk is None and kid is not None and not any(k.get("kid") == kid for k in self._keys):
             # A kid we have not seen: the issuer may have rotated. Refetch, but never more often than
             # min_refetch_interval, so that tokens with made-up kids cannot make us hammer the issuer.
-            if await self._refresh(generation, reason=f"unknown kid {kid!r}", min_interval=self._min_refetch_interval):
+            if await self._refresh(
+                generation, reason=f"unknown kid {shown(kid)}", min_interval=self._min_refetch_interval
+            ):
                 jwk = self._find(kid, alg)
         if jwk is None:
             raise AuthError(401, self._why_no_key(kid, alg))
         try:
             return JWKRegistry.import_key(jwk)
         except (JoseError, ValueError, TypeError) as exc:
-            raise AuthError(401, f"the issuer's key {kid!r} cannot be used: {exc}") from None
+            raise AuthError(401, f"the issuer's key {shown(kid)} cannot be used: {exc}") from None
 
     def _find(self, kid: str | None, alg: str) -> dict[str, Any] | None:
         if kid is not None:
@@ -106,8 +108,8 @@ class JwksCache:
             count = sum(key_fits_alg(k, alg) for k in self._keys)
             return f"token has no kid and the issuer publishes {count} {alg} keys, so the signing key is ambiguous"
         if any(k.get("kid") == kid for k in self._keys):
-            return f"the issuer's key {kid!r} is not a {alg} signing key"
-        return f"unknown signing key (kid {kid!r}) not in the issuer's JWKS"
+            return f"the issuer's key {shown(kid)} is not a {alg} signing key"
+        return f"unknown signing key (kid {shown(kid)}) not in the issuer's JWKS"
 
     def _stale(self) -> bool:
         return self._fetched_at is not None and self._monotonic() - self._fetched_at >= self._max_age

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+_SHOWABLE = re.compile(r"[A-Za-z0-9._:+/=-]{1,64}")
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -21,10 +24,14 @@ class AuthError(Exception):
 
     @property
     def www_authenticate(self) -> str:
-        """Value for the WWW-Authenticate response header (RFC 6750 §3)."""
-        error = "insufficient_scope" if self.status == 403 else "invalid_token"
-        description = self.message.replace("\\", "\\\\").replace('"', '\\"')
-        return f'Bearer error="{error}", error_description="{description}"'
+        """Value for the WWW-Authenticate response header (RFC 6750 §3).
+
+        Fixed text only: the message may quote parts of a forged token, and header values must be Latin-1
+        without CR/LF, so it goes in the response body, never in a header.
+        """
+        if self.status == 403:
+            return 'Bearer error="insufficient_scope", error_description="the token lacks a needed role"'
+        return 'Bearer error="invalid_token", error_description="the bearer token is missing or invalid"'
 
     def __repr__(self) -> str:
         return f"AuthError({self.status}, {self.message!r})"
@@ -58,6 +65,13 @@ class Principal:
 
 
 DEV_PRINCIPAL = Principal(subject="dev", name="dev", email=None, roles=frozenset({VIEWER, OPERATOR}))
+
+
+def shown(value: object) -> str:
+    """A value from a token (kid, alg, typ) as messages may quote it: plain short ASCII as repr, else not at all."""
+    if isinstance(value, str) and _SHOWABLE.fullmatch(value):
+        return repr(value)
+    return "(a value not shown)"
 
 
 def effective_roles(raw: object) -> frozenset[str]:

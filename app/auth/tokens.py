@@ -18,7 +18,7 @@ from joserfc import jws
 from joserfc.errors import JoseError, SecurityWarning
 
 from app.auth.keys import _KEY_TYPE_OF_ALG, JwksCache
-from app.auth.principal import AuthError, Principal, principal_from_claims
+from app.auth.principal import AuthError, Principal, principal_from_claims, shown
 from app.config import Settings, SettingsError
 
 log = logging.getLogger("recovery.auth")
@@ -129,26 +129,29 @@ class TokenVerifier:
         try:
             signed = jws.extract_compact(token.encode("ascii"))
             header = signed.headers()
-        except (JoseError, ValueError) as exc:
-            raise AuthError(401, f"malformed token: {getattr(exc, 'description', None) or exc}") from None
+        except (JoseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise AuthError(401, f"malformed token: {type(exc).__name__}") from None
+        if not isinstance(header, dict):
+            raise AuthError(401, "malformed token: its header is not a JSON object")
         alg = header.get("alg")
         if not isinstance(alg, str) or not alg:
             raise AuthError(401, "token header has no alg")
         if alg.lower() == "none":
             raise AuthError(401, "unsigned tokens (alg none) are never accepted")
         if alg.upper().startswith("HS"):
+            named = alg if alg in ("HS256", "HS384", "HS512") else shown(alg)
             raise AuthError(
-                401, f"HMAC-signed tokens ({alg}) are never accepted; the issuer must sign with an asymmetric key"
+                401, f"HMAC-signed tokens ({named}) are never accepted; the issuer must sign with an asymmetric key"
             )
         if alg not in self.algorithms:
-            raise AuthError(
-                401, f"token algorithm {alg} is not allowed (allowed: {', '.join(sorted(self.algorithms))})"
-            )
+            named = alg if alg in _KEY_TYPE_OF_ALG else shown(alg)
+            allowed = ", ".join(sorted(self.algorithms))
+            raise AuthError(401, f"token algorithm {named} is not allowed (allowed: {allowed})")
         typ = header.get("typ")
         if typ is not None and (
             not isinstance(typ, str) or typ.lower().removeprefix("application/") not in ACCEPTED_TYPES
         ):
-            raise AuthError(401, f"token type {typ!r} is not an access token (expected JWT or at+jwt)")
+            raise AuthError(401, f"token type {shown(typ)} is not an access token (expected JWT or at+jwt)")
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             raise AuthError(401, "token header kid is not a string")

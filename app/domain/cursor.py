@@ -7,6 +7,8 @@ import datetime as dt
 import json
 from typing import Any
 
+from app.domain.bounds import INT64_MAX, BoundsError, check_time
+
 _PREFIX = "k1:"
 MAX_CURSOR_LENGTH = 512
 
@@ -29,9 +31,12 @@ def _decode_value(value: Any) -> Any:
             parsed = dt.datetime.fromisoformat(value["t"])
         except ValueError:
             raise CursorError("cursor holds a bad timestamp") from None
-        if parsed.tzinfo is None:
-            raise CursorError("cursor holds a bad timestamp")
-        return parsed
+        try:
+            return check_time(parsed, "cursor timestamp")
+        except BoundsError:
+            raise CursorError("cursor holds a bad timestamp") from None
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise CursorError("cursor holds an out-of-range number")
     if value is None or isinstance(value, (int, str, bool)):
         return value
     raise CursorError("cursor holds an unexpected value")

@@ -29,7 +29,7 @@ async def client(database: Database, api_settings: Settings) -> AsyncIterator[ht
     """An httpx client of the app in this process (dev auth)."""
     ctx = AppContext(settings=api_settings, engine=database.engine, sessions=database.sessions)
     app = create_app(api_settings, ctx=ctx)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api.test") as http:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
         yield http
 
 

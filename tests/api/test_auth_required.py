@@ -16,7 +16,8 @@ from app.config import Settings
 from app.main import create_app
 from graphql import GraphQLNonNull, Undefined, get_named_type, is_leaf_type
 
-OPEN_PATHS = {"/healthz", "/readyz"}
+# /v1/openapi.json describes the REST API and holds no data (docs/bad-input.md).
+OPEN_PATHS = {"/healthz", "/readyz", "/v1/openapi.json"}
 # The dashboard's sign-in flow is how a browser gets authenticated; it serves no data.
 SIGN_IN_PATHS = {"/dashboard/auth/login", "/dashboard/auth/callback", "/dashboard/auth/logout"}
 DUMMY = {"Int": "1", "String": '"x"', "ID": '"QXR0ZW1wdDox"', "Boolean": "false", "DateTime": '"2025-01-01T00:00:00Z"'}
@@ -123,7 +124,7 @@ def test_every_graphql_root_field_needs_a_token(tmp_path: Path, name: str, docum
 
 
 def test_graphiql_is_served_to_authenticated_users(tmp_path: Path) -> None:
-    with TestClient(_app(tmp_path, dev_no_auth=True, oidc_issuer="")) as http:
+    with TestClient(_app(tmp_path, dev_no_auth=True, oidc_issuer=""), base_url="http://127.0.0.1") as http:
         page = http.get("/graphql", headers={"Accept": "text/html"})
         assert page.status_code == 200 and "graphiql" in page.text.lower()
         assert "https://unpkg.com" in page.headers["content-security-policy"]

@@ -50,4 +50,4 @@ async def open_client(database: Any, settings: Settings, token: str | None = VIE
     ctx = AppContext(settings=settings, engine=database.engine, sessions=database.sessions)
     app = create_app(settings, ctx=ctx)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver", headers=headers)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", headers=headers)

@@ -19,7 +19,7 @@ from app.main import create_app
 from tests.factories import seed_history
 from tests.views.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, dashboard_settings
 from tests.views.server import serve
-from views.live import MAX_STREAMS_PER_SESSION, FeedMatch, StreamLimiter, changes
+from views.live import MAX_STREAMS_PER_PRINCIPAL, FeedMatch, StreamLimiter, changes
 
 
 def test_stream_limiter_bounds_streams_per_session() -> None:
@@ -123,7 +123,7 @@ async def test_sse_stream_over_real_http_sends_changed_and_bounds_streams(
         assert bad.status_code == 400
         # the per-session bound: the operator's extra stream is refused while the limit is reached
         op = {"Authorization": f"Bearer {OPERATOR_TOKEN}", "Accept": "text/event-stream"}
-        async with contextlib_streams(client, url, op, MAX_STREAMS_PER_SESSION) as opened:
+        async with contextlib_streams(client, url, op, MAX_STREAMS_PER_PRINCIPAL) as opened:
             assert all(r.status_code == 200 for r in opened)
             refused = await client.get(url, headers=op)
             assert refused.status_code == 429 and "too many live streams" in refused.text

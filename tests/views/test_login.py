@@ -64,7 +64,9 @@ async def test_login_sets_a_session_with_roles_and_logout_ends_it(oidc_provider,
         # the cookie holds only the session essentials (signed, not encrypted: no tokens in it)
         assert "access_token" not in (await client.get("/dashboard/advice")).request.headers.get("cookie", "")
         token = page.find("meta", name="csrf-token").attrs["content"]
-        bye = await client.post("/dashboard/auth/logout", data={"csrf_token": token})
+        bye = await client.post(
+            "/dashboard/auth/logout", data={"csrf_token": token}, headers={"Origin": "http://127.0.0.1:8000"}
+        )
         assert bye.status_code == 200 and "signed out" in bye.text
         assert (await client.get("/dashboard/advice")).status_code == 303
 

@@ -107,7 +107,11 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
     seeded = await seed_history(sessions)
     dev = dashboard_settings(settings, dev_no_auth=True)  # cookie-style session: CSRF applies
     app = create_app(dev, ctx=AppContext(settings=dev, engine=database.engine, sessions=database.sessions))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as browser:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://127.0.0.1",
+        headers={"Origin": "http://127.0.0.1"},  # as a browser sends it with every POST
+    ) as browser:
         page = parse((await browser.get("/dashboard/advice")).text)
         token = page.find("meta", name="csrf-token").attrs["content"]
         row = page.by_id(f"advice-{seeded.advice_id}")
@@ -174,7 +178,7 @@ def test_login_next_is_local_only(target: str) -> None:
 async def test_session_cookie_is_scoped_httponly_lax_and_secure_on_https(database, settings) -> None:
     dev = dashboard_settings(settings, dev_no_auth=True, oidc_issuer="")
     app = create_app(dev, ctx=AppContext(settings=dev, engine=database.engine, sessions=database.sessions))
-    for base, secure in (("http://testserver", False), ("https://testserver", True)):
+    for base, secure in (("http://127.0.0.1", False), ("https://127.0.0.1", True)):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base) as client:
             cookie = (await client.get("/dashboard/workflow")).headers["set-cookie"].lower()
         assert (

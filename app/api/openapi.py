@@ -1,0 +1,348 @@
+"""The OpenAPI 3.1 document of the /v1 REST API, built from the same limits the handlers use.
+
+`python -m app.api.openapi` prints it (committed as docs/openapi.json, drift-tested); the service serves it,
+without authentication, at /v1/openapi.json (it describes the API and holds no data).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app import __version__
+from app.audit.service import LEVELS
+from app.domain import bounds
+from app.domain.cursor import MAX_CURSOR_LENGTH
+from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+
+# (default, max) page sizes; app.api.rest uses these.
+JOBS_LIMITS = (100, 250)
+ADVICE_LIMITS = (100, 250)
+AUDIT_LIMITS = (100, 100)
+AUDIT_LEVELS = LEVELS
+
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    # additionalProperties false: schemathesis then notices a field the handlers add without documenting it
+    return {"type": "object", "required": sorted(properties), "properties": properties, "additionalProperties": False}
+
+
+def _text_param(name: str, description: str, max_length: int = bounds.MAX_FILTER_LENGTH) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", "maxLength": max_length, "pattern": "^[^\\x00]*$"},
+    }
+
+
+def _bool_param(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": {"type": "boolean"}}
+
+
+def _int_param(name: str, description: str, minimum: int, maximum: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "integer", "minimum": minimum, "maximum": maximum},
+    }
+
+
+def _paging(limits: tuple[int, int]) -> list[dict[str, Any]]:
+    return [
+        _int_param("limit", f"Page size (default {limits[0]}).", 1, limits[1]),
+        {
+            "name": "page",
+            "in": "query",
+            "required": False,
+            "description": "The nextPageToken of the previous page of the same listing (the user guide's name).",
+            "schema": {"type": "string", "maxLength": MAX_CURSOR_LENGTH},
+        },
+        {
+            "name": "pageToken",
+            "in": "query",
+            "required": False,
+            "description": "Same as page (page wins when both are given).",
+            "schema": {"type": "string", "maxLength": MAX_CURSOR_LENGTH},
+        },
+    ]
+
+
+ATTEMPT = _object(
+    {
+        "jobId": {"type": "integer"},
+        "attemptIndex": {"type": "integer"},
+        "heimdallJobId": {"type": "string"},
+        "attemptRef": {"type": "string"},
+        "cluster": {"type": "string"},
+        "workflowId": _NULLABLE_STRING,
+        "jobName": _NULLABLE_STRING,
+        "state": {"type": "string"},
+        "stateReason": _NULLABLE_STRING,
+        "exitCode": _NULLABLE_INT,
+        "exitSignal": _NULLABLE_INT,
+        "nodes": _STRINGS,
+        "excludedNodes": _STRINGS,
+        "stdoutPath": _NULLABLE_STRING,
+        "stderrPath": _NULLABLE_STRING,
+        "requeueEligible": {"type": ["boolean", "null"]},
+        "held": {"type": ["boolean", "null"]},
+        "effectiveMode": _NULLABLE_STRING,
+        "modeReason": _NULLABLE_STRING,
+        "modeAtRegistration": _NULLABLE_STRING,
+        "startTime": _TIME,
+        "endTime": _TIME,
+        "endedReason": _NULLABLE_STRING,
+        "createdAt": _TIME,
+        "updatedAt": _TIME,
+    }
+)
+MILESTONE = _object(
+    {
+        "generation": {"type": "integer"},
+        "step": {"type": "string"},
+        "status": {"type": "string"},
+        "idempotencyKey": {"type": "string"},
+        "actor": _NULLABLE_STRING,
+        "command": _NULLABLE_STRING,
+        "detail": _NULLABLE_STRING,
+        "startedAt": _TIME,
+        "finishedAt": _TIME,
+        "durationMs": {"type": ["number", "null"]},
+    }
+)
+ADVICE = _object(
+    {
+        "id": {"type": "integer"},
+        "jobId": {"type": "integer"},
+        "attemptIndex": {"type": "integer"},
+        "heimdallJobId": {"type": "string"},
+        "cluster": {"type": "string"},
+        "operation": {"type": "string"},
+        "exclusions": _STRINGS,
+        "reason": _NULLABLE_STRING,
+        "rule": _NULLABLE_STRING,
+        "generation": {"type": "integer"},
+        "mode": {"type": "string"},
+        "modeReason": _NULLABLE_STRING,
+        "modeAtDecision": {"type": "string"},
+        "expiresAt": _TIME,
+        "active": {"type": "boolean"},
+        "review": _NULLABLE_STRING,
+        "reviewedBy": _NULLABLE_STRING,
+        "reconciliationStatus": _object(
+            {
+                "disposition": {"type": "string"},
+                "reason": _NULLABLE_STRING,
+                "message": _NULLABLE_STRING,
+                "observedGeneration": _NULLABLE_INT,
+                "milestones": {"type": "array", "items": {"$ref": "#/components/schemas/Milestone"}},
+            }
+        ),
+        "createdAt": _TIME,
+        "updatedAt": _TIME,
+    }
+)
+WORKFLOW = _object(
+    {
+        "id": {"type": "integer"},
+        "workflowId": {"type": "string"},
+        "cluster": {"type": "string"},
+        "environment": _NULLABLE_STRING,
+        "latestState": _NULLABLE_STRING,
+        "latestJobName": _NULLABLE_STRING,
+        "attemptCount": {"type": "integer"},
+        "failedAttemptCount": {"type": "integer"},
+        "createdAt": _TIME,
+        "updatedAt": _TIME,
+    }
+)
+AUDIT_EVENT = _object(
+    {
+        "id": {"type": "integer"},
+        "component": {"type": "string"},
+        "eventType": {"type": "string"},
+        "level": {"type": "string", "enum": list(AUDIT_LEVELS)},
+        "message": {"type": "string"},
+        "payload": {"type": "object"},
+        "cluster": _NULLABLE_STRING,
+        "jobId": _NULLABLE_INT,
+        "attemptIndex": _NULLABLE_INT,
+        "actor": _NULLABLE_STRING,
+        "producedAt": _TIME,
+        "producedAtMicros": _NULLABLE_INT,
+        "recordedAt": _TIME,
+    }
+)
+ERROR = _object({"error": _object({"code": {"type": "string"}, "message": {"type": "string"}})})
+
+
+def _list(name: str, item: str) -> dict[str, Any]:
+    return _object(
+        {
+            name: {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}},
+            "nextPageToken": _NULLABLE_STRING,
+        }
+    )
+
+
+def _responses(ok: str, *, not_found: bool = False) -> dict[str, Any]:
+    def error(description: str) -> dict[str, Any]:
+        return {
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+
+    responses: dict[str, Any] = {
+        "200": {
+            "description": "OK",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ok}"}}},
+        },
+        "400": error("A parameter or page token cannot be used (code INVALID_ARGUMENT)."),
+        "401": error("No valid bearer token (code UNAUTHENTICATED)."),
+        "403": error("The token holds neither the viewer nor the operator role (code PERMISSION_DENIED)."),
+        "503": error("Authentication or the database is unavailable (code UNAVAILABLE)."),
+    }
+    if not_found:
+        responses["404"] = error("No attempts are recorded for this job id (code NOT_FOUND).")
+    return responses
+
+
+CLUSTER = _text_param("cluster", "Only this cluster.")
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of /v1 (paths relative to the service root, or its RECOVERY_URL_PREFIX)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Recovery REST API",
+            "version": __version__,
+            "description": "Read-only JSON endpoints beside GraphQL. Every endpoint but this document needs "
+            "`Authorization: Bearer <access token>` with the viewer or operator role.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/jobs/by-scheduler-id/{job_id}": {
+                "get": {
+                    "operationId": "jobsBySchedulerId",
+                    "summary": "The attempts recorded under a Slurm job id.",
+                    "parameters": [
+                        {
+                            "name": "job_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SLURM_JOB_ID},
+                        },
+                        CLUSTER,
+                        *_paging(JOBS_LIMITS),
+                    ],
+                    "responses": _responses("AttemptList", not_found=True),
+                }
+            },
+            "/v1/advice": {
+                "get": {
+                    "operationId": "listAdvice",
+                    "summary": "Advice, newest first.",
+                    "parameters": [
+                        _bool_param("onlyActive", "Only Advice that may still need reconciliation."),
+                        CLUSTER,
+                        *_paging(ADVICE_LIMITS),
+                    ],
+                    "responses": _responses("AdviceList"),
+                }
+            },
+            "/v1/workflows": {
+                "get": {
+                    "operationId": "listWorkflows",
+                    "summary": "Workflows, most recently updated first.",
+                    "parameters": [
+                        CLUSTER,
+                        _text_param("environment", "Only this environment."),
+                        _text_param("state", "State of the newest attempt, e.g. FAILED."),
+                        _text_param(
+                            "search", "Substring of the workflow key or latest job name.", bounds.MAX_SEARCH_LENGTH
+                        ),
+                        _bool_param("failedOnly", "Only workflows with at least one failed attempt."),
+                        *_paging(JOBS_LIMITS),
+                    ],
+                    "responses": _responses("WorkflowList"),
+                }
+            },
+            "/v1/audit/events": {
+                "get": {
+                    "operationId": "listAuditEvents",
+                    "summary": "Audit events with the SPEC §7 filters.",
+                    "parameters": [
+                        _int_param("jobId", "Slurm job id.", 1, MAX_SLURM_JOB_ID),
+                        _int_param("attemptIndex", "Attempt index (needs jobId).", 0, MAX_ATTEMPT_INDEX),
+                        _text_param("component", "Component that recorded the event."),
+                        _text_param("eventType", "Exact event type."),
+                        {
+                            "name": "level",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": list(AUDIT_LEVELS)},
+                        },
+                        {
+                            "name": "producedAfter",
+                            "in": "query",
+                            "required": False,
+                            "description": "Inclusive lower bound: ISO 8601 with a zone, or Unix microseconds; "
+                            f"between {bounds.MIN_TIME.date()} and {bounds.MAX_TIME.date()}.",
+                            "schema": {"type": "string", "format": "date-time"},
+                        },
+                        {
+                            "name": "producedBefore",
+                            "in": "query",
+                            "required": False,
+                            "description": "Exclusive upper bound, like producedAfter.",
+                            "schema": {"type": "string", "format": "date-time"},
+                        },
+                        CLUSTER,
+                        {
+                            "name": "order",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": ["asc", "desc"]},
+                        },
+                        *_paging(AUDIT_LIMITS),
+                    ],
+                    "responses": _responses("AuditEventList"),
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "schemas": {
+                "Attempt": ATTEMPT,
+                "Milestone": MILESTONE,
+                "Advice": ADVICE,
+                "Workflow": WORKFLOW,
+                "AuditEvent": AUDIT_EVENT,
+                "Error": ERROR,
+                "AttemptList": _list("attempts", "Attempt"),
+                "AdviceList": _list("advice", "Advice"),
+                "WorkflowList": _list("workflows", "Workflow"),
+                "AuditEventList": _list("events", "AuditEvent"),
+            },
+        },
+    }
+
+
+def printed_document() -> str:
+    """The JSON as committed in docs/openapi.json."""
+    return json.dumps(openapi_document(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    print(printed_document(), end="")
