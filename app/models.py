@@ -6,7 +6,7 @@ from app.db import Base
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.feed.models import ChangeFeedEntry
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.leases.models import WorkerLease
+from app.leases.models import WorkerLease, WorkerPosition
 from app.notify.models import Notification, NotificationDelivery
 
 __all__ = [
@@ -25,5 +25,6 @@ __all__ = [
     "Policy",
     "SchedulerAction",
     "WorkerLease",
+    "WorkerPosition",
     "Workflow",
 ]

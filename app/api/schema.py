@@ -10,8 +10,10 @@ import strawberry
 from app.api.errors import is_expected
 from app.api.limits import limit_extensions
 from app.api.mutation import Mutation
+from app.api.outage import DatabaseOutageErrors
 from app.api.query import Query
 from app.api.subscription import Subscription
+from app.errors import database_error_text, database_problem
 from graphql import GraphQLError
 
 log = logging.getLogger("recovery.api")
@@ -21,14 +23,28 @@ class RecoverySchema(strawberry.Schema):
     """Logs only unexpected errors: bad input, auth and limit errors are answers, not failures."""
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
-        unexpected = [error for error in errors if not is_expected(error)]
+        # A database outage is answered with DATABASE_UNAVAILABLE (app/api/outage.py) and logged
+        # as a one-line warning, not as a traceback per failed field.
+        unexpected = [error for error in errors if not is_expected(error) and not _outage(error)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
 
 
+def _outage(error: GraphQLError) -> bool:
+    if error.original_error is None or database_problem(error.original_error) is None:
+        return False
+    log.warning("GraphQL: %s", database_error_text(error.original_error))
+    return True
+
+
 def build_schema() -> RecoverySchema:
     """The schema with its limits."""
-    return RecoverySchema(query=Query, mutation=Mutation, subscription=Subscription, extensions=limit_extensions())
+    return RecoverySchema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=[*limit_extensions(), DatabaseOutageErrors],
+    )
 
 
 schema = build_schema()
