@@ -69,7 +69,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def _asyncpg_connection_error(exc: BaseException) -> bool:
     try:
-        from asyncpg import exceptions as pg  # type: ignore[import-untyped]
+        from asyncpg import exceptions as pg
     except ImportError:  # SQLite-only installation
         return False
     return isinstance(

@@ -110,6 +110,7 @@ async def changes(
     sessions: Any, waker: Any, match: Callable[[Any], bool], *, after_id: int | None
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield one small "changed" event per batch of matching feed entries, forever (the caller cancels)."""
+
     async def latest() -> int:
         async with sessions() as session:
             return int(await feed_queries.latest_id(session))

@@ -253,9 +253,7 @@ class Observer(Service):
                 workflow_id=record.workflow_id,
             )
 
-    def _paths_for(
-        self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None
-    ) -> dict[str, Any]:
+    def _paths_for(self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None) -> dict[str, Any]:
         """Log paths for the attempt; a path the previous attempt used is stale unless paths are shared."""
         paths = {"stdout_path": job.stdout, "stderr_path": job.stderr}
         if previous is None or record.shared_log_paths:

@@ -81,6 +81,7 @@ async def _feed(
     sessions = context.app.sessions
     position = _position(after)
     waker = shared_waker(context.app.settings.database_url)
+
     async def latest() -> int:
         async with sessions() as session:
             return await feed_queries.latest_id(session)

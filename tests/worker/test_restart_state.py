@@ -15,19 +15,23 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from app.config import Settings
 from app.context import AppContext
-from app.db import utcnow
+from app.db import create_engine, session_factory, utcnow
 from app.evidence.models import Anomaly, LogSource
 from app.jobs.models import Attempt
 from app.leases.models import WorkerLease
+from app.migrate import upgrade
 from tests.e2e.harness import batch_script, eventually
+from tests.plugins import require
+from tests.plugins.database import create_postgres_database, drop_postgres_database
 from tests.plugins.slurm_lab import SlurmLab
-from tests.worker.test_crash_safety import shared_db  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -41,6 +45,29 @@ echo "[$(ts)] [before the start of training step] datetime: $(ts)"
 echo "[$(ts)] iteration 1/  100 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.3E+00 |"
 sleep 300
 """
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AppContext]:
+    """A database of its own for this test, which the killed and the restarted worker process share."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/restart.db"
+    else:
+        try:
+            url = await create_postgres_database()
+        except Exception as exc:
+            require("PostgreSQL", str(exc))
+    engine = create_engine(url)
+    await upgrade(engine)
+    settings = Settings.build(
+        database_url=url, data_dir=str(tmp_path), cluster="restart", environment=f"restart-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        yield AppContext(settings=settings, engine=engine, sessions=session_factory(engine))
+    finally:
+        await engine.dispose()
+        if request.param == "postgres":
+            await drop_postgres_database(url)
 
 
 def policy(environment: str) -> str:
@@ -100,7 +127,7 @@ async def _lease(ctx: AppContext) -> WorkerLease | None:
 
 
 async def test_kill_9_mid_hang_keeps_the_hang_clock_and_reclaims_the_lease(
-    shared_db: AppContext,  # noqa: F811
+    shared_db: AppContext,
     slurm_lab: SlurmLab,
 ) -> None:
     ctx = shared_db
