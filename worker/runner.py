@@ -10,7 +10,7 @@ import time
 from app import metrics
 from app.advice import queries as advice_queries
 from app.context import AppContext
-from app.errors import database_error_text
+from app.errors import database_error_text, database_problem
 from app.leases import queries as lease_queries
 from app.leases import service as leases
 from worker import identity
@@ -54,8 +54,11 @@ class WorkerRunner:
             return False
         try:
             state = await lease_queries.current(self.ctx.sessions, name=self.lease, holder=self.holder)
-        except Exception:
-            log.exception("lease %s: could not check it before a scheduler command", self.lease)
+        except Exception as exc:
+            if database_problem(exc) is None:
+                log.exception("lease %s: could not check it before a scheduler command", self.lease)
+            else:
+                log.warning("lease %s: unchecked before a scheduler command (%s)", self.lease, database_error_text(exc))
             return False
         return state.held and state.epoch == self.epoch
 
