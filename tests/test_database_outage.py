@@ -29,7 +29,8 @@ from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app
 from app.migrate import upgrade
-from tests.api.helpers import operation, seed_job, start_server, stop_server
+from tests.api.helpers import operation, start_server, stop_server
+from tests.factories import seed_job
 from tests.plugins.own_postgres import OwnPostgres
 from views.live import changes
 

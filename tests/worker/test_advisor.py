@@ -232,7 +232,7 @@ async def test_failed_partition_lookup_never_blocks_a_decision(ctx, fake, observ
     assert any("deciding without the partition guard" in record.getMessage() for record in caplog.records)
 
 
-async def test_an_anomaly_recorded_while_no_advisor_ran_is_decided_after_a_restart(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_an_anomaly_recorded_while_no_advisor_ran_is_decided_after_a_restart(ctx, fake, observer) -> None:
     first = Advisor(ctx)
     await submit(observer, fake, 23)
     await first.tick()
@@ -252,7 +252,7 @@ async def test_an_anomaly_recorded_while_no_advisor_ran_is_decided_after_a_resta
     assert advice.generation == 2 and advice.exclusions == ["node3"] and advice.active
 
 
-async def test_positions_are_stored_only_after_the_signals_before_them_were_decided(ctx, fake, observer) -> None:  # type: ignore[no-untyped-def]
+async def test_positions_are_stored_only_after_the_signals_before_them_were_decided(ctx, fake, observer) -> None:
     first = Advisor(ctx)
     await first.tick()
     await submit(observer, fake, 24)

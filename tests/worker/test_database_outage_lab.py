@@ -24,8 +24,8 @@ from app.config import Settings
 from app.context import AppContext
 from app.db import create_engine, session_factory
 from app.migrate import upgrade
-from tests.advice.factories import add_anomaly
 from tests.e2e.harness import advice_done, attempt_running, batch_script, eventually, milestones, policy_comment
+from tests.factories import add_anomaly
 from tests.plugins.own_postgres import OwnPostgres
 from tests.plugins.slurm_lab import SlurmLab
 
