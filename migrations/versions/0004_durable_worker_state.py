@@ -1,7 +1,7 @@
 """Durable worker state: adoption of unobserved failures, hang timers, advisor positions.
 
 Revision ID: 0004
-Revises: 0003
+Revises: 0005 (assigned 0003; re-chained after 0005 reached main first)
 Create Date: 2026-12-01 09:20:00.000000
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import app.db
 
 revision: str = "0004"
-down_revision: str | None = "0003"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
