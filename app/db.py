@@ -6,10 +6,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from sqlalchemy import BigInteger, DateTime, Integer, MetaData, event, inspect
+from sqlalchemy import BigInteger, DateTime, Integer, MetaData, event, inspect, orm
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, SessionTransaction, SessionTransactionOrigin
 from sqlalchemy.types import TypeDecorator
 
 from app.domain.timefmt import iso_utc
@@ -85,6 +85,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     )
     if driver_connection is not None and hasattr(driver_connection, "text_factory"):
         driver_connection.text_factory = decode_text
+    # We emit BEGIN ourselves (below), so that a writing transaction can take the write lock up front.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
@@ -93,13 +95,46 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _driver_execute(conn: Any, statement: str) -> None:
+    """Transaction control straight on the driver (like pysqlite's own implicit BEGIN, not a statement of ours)."""
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    _driver_execute(conn, "BEGIN")
+
+
+def _sqlite_writer_begin(session: orm.Session, transaction: SessionTransaction, connection: Any) -> None:
+    """`session.begin()` (how every write path opens its transaction) takes SQLite's write lock at once.
+
+    A deferred transaction that reads first and writes later cannot wait for the lock once another
+    writer committed after its read (SQLITE_BUSY at once, busy_timeout does not apply): "database is
+    locked". BEGIN IMMEDIATE waits (busy_timeout) for the lock before anything is read instead.
+    Sessions that only read (autobegin) stay deferred and never block writers (WAL).
+    """
+    if connection.dialect.name != "sqlite" or transaction.origin is not SessionTransactionOrigin.BEGIN:
+        return
+    if transaction.nested or transaction.parent is not None:
+        return
+    _driver_execute(connection, "ROLLBACK")  # the deferred BEGIN above has done nothing yet
+    _driver_execute(connection, "BEGIN IMMEDIATE")
+
+
+event.listen(orm.Session, "after_begin", _sqlite_writer_begin)
+
+
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine; SQLite gets WAL, foreign keys and a busy timeout on every connection."""
+    """An async engine; SQLite gets WAL, foreign keys, a busy timeout and write-locking writer transactions."""
     if is_sqlite(url):
         _ensure_sqlite_dir(url)
         kwargs.setdefault("connect_args", {"timeout": 30})
         engine = create_async_engine(url, **kwargs)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(url, **kwargs)

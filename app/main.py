@@ -20,6 +20,7 @@ from app.api.routes import api_routes
 from app.config import Settings
 from app.context import AppContext
 from app.guards import EdgeGuard
+from app.errors import database_error_text, database_problem, outage_response
 from app.metrics import RequestMetrics
 from app.migrate import current_revision, head_revision
 from views.routes import dashboard_routes
@@ -59,6 +60,46 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+class DatabaseOutages:
+    """Answers 503 with a clear JSON (REST, GraphQL) or HTML (dashboard) error while the database is away.
+
+    Any request whose handler failed because the database is unreachable, busy past the busy timeout
+    or out of disk gets a machine-readable code (`DATABASE_UNAVAILABLE`, `DATABASE_BUSY`,
+    `STORAGE_FULL`) and `Retry-After`, never a 500 or the driver's text. Other exceptions pass on.
+    """
+
+    def __init__(self, app: ASGIApp, *, prefix: str = "") -> None:
+        self.app = app
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        # Taken before routing: Mount rewrites root_path in this same scope on the way in.
+        prefix = (scope.get("root_path", "") or "") + self.prefix
+        path = str(scope.get("path", ""))
+        path = path[len(prefix) :] if prefix and path.startswith(prefix) else path
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            problem = database_problem(exc)
+            if problem is None:
+                raise
+            log.warning("%s %s: %s", scope.get("method"), scope.get("path"), database_error_text(exc))
+            if started:
+                return  # a stream already under way just ends; the client reconnects from its position
+            await outage_response(problem, path)(scope, receive, send)
+
+
 async def healthz(request: Request) -> JSONResponse:
     """Liveness: the process answers."""
     return JSONResponse({"status": "ok", "version": __version__})
@@ -71,9 +112,11 @@ async def readyz(request: Request) -> JSONResponse:
         async with ctx.engine.connect() as conn:
             await asyncio.wait_for(conn.execute(text("SELECT 1")), timeout=5)
         revision = await current_revision(ctx.engine)
-    except Exception as exc:  # the database went away: say so, keep serving
+    except Exception as exc:  # the database went away: say so (our code, not the driver's text), keep serving
+        problem = database_problem(exc)
         return JSONResponse(
-            {"status": "unavailable", "database": f"{type(exc).__name__}: {exc}"[:300]}, status_code=503
+            {"status": "unavailable", "database": problem.message if problem else type(exc).__name__},
+            status_code=503,
         )
     head = head_revision()
     if revision != head:
@@ -118,7 +161,10 @@ def create_app(settings: Settings, *, ctx: AppContext | None = None, background:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.ctx = ctx
     app.state.settings = settings
+    # Added innermost first: RequestMetrics > SecurityHeaders > EdgeGuard > DatabaseOutages > routes, so the
+    # guard's refusals get the security headers and an outage answer is still behind the guard.
+    app.add_middleware(DatabaseOutages, prefix=settings.url_prefix or "")
     app.add_middleware(EdgeGuard, dev_mode=settings.dev_no_auth, allowed_hosts=frozenset({settings.bind_host.lower()}))
-    app.add_middleware(SecurityHeaders)  # after the guard, so outer: the guard's refusals get the headers too
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestMetrics, prefix=settings.url_prefix)
     return app

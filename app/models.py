@@ -6,7 +6,7 @@ from app.db import Base
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.feed.models import ChangeFeedEntry
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.leases.models import WorkerLease
+from app.leases.models import WorkerLease, WorkerPosition
 from app.notify.models import Notification, NotificationDelivery
 from app.sessions.models import RevokedSession
 
@@ -27,5 +27,6 @@ __all__ = [
     "RevokedSession",
     "SchedulerAction",
     "WorkerLease",
+    "WorkerPosition",
     "Workflow",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,11 +15,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from app.domain import bounds
+from app.errors import retrying
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
 from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of
+
+log = logging.getLogger("recovery.dashboard")
 
 MAX_STREAMS_PER_PRINCIPAL = 4
 PING_SECONDS = 15
@@ -114,15 +119,23 @@ async def changes(
     sessions: Any, waker: Any, match: Callable[[Any], bool], *, after_id: int | None
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield one small "changed" event per batch of matching feed entries, forever (the caller cancels)."""
+
+    async def latest() -> int:
+        async with sessions() as session:
+            return int(await feed_queries.latest_id(session))
+
+    async def read(position: int) -> list[Any]:
+        async with sessions() as session:
+            return list(await feed_queries.read_since(session, after_id=position, limit=READ_BATCH))
+
     async with waker.reader():
         if after_id is None:
-            async with sessions() as session:
-                after_id = await feed_queries.latest_id(session)
+            after_id = await retrying(latest, what="live stream start", logger=log)
         yield {"event": "ready", "data": json.dumps({"position": after_id}), "id": str(after_id)}
         while True:
             mark = waker.mark()
-            async with sessions() as session:
-                entries = await feed_queries.read_since(session, after_id=after_id, limit=READ_BATCH)
+            # While the database is away the stream stays open (pings go on) and resumes from its position.
+            entries = await retrying(functools.partial(read, after_id), what="live stream", logger=log)
             if entries:
                 after_id = entries[-1].id
                 hits = [e for e in entries if match(e)]

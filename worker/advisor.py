@@ -8,9 +8,13 @@ Work is found incrementally, never by scanning every attempt each tick:
   COMPLETED after a crash line turns RESTART into TERMINATE).
 * Anomalies (CRASH / NO_PROGRESS / SLOWDOWN rows written by the watcher) are read by id after
   the last one seen.
-* At start-up (positions are kept in memory) one catch-up query finds what happened while no
-  advisor ran: failed attempts with neither Advice nor an `advice.not_needed` event, attempts
-  with active Advice, and anomalies of attempts that are still running or not yet decided.
+* Both positions are stored (`worker_positions`) after the signals before them were decided, so a
+  restart resumes where the last advisor stopped and an anomaly recorded while no advisor ran is
+  still decided. Only a database without stored positions (new, or from before revision 0004) is
+  caught up with one query: failed attempts with neither Advice nor an `advice.not_needed` event,
+  attempts with active Advice, and anomalies of attempts that are still running or not yet decided.
+* Adopted attempts (their end was not observed by this installation, app/domain/adoption.py) are
+  history: never decided.
 
 Every signal about one attempt goes through the domain's `decide` and `merge_signals`, so one
 failure gives one Advice whose generation moves only when the decision changes.
@@ -41,6 +45,8 @@ from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence_service
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
+from app.leases import queries as lease_queries
+from app.leases import service as leases
 from app.logformat import bind, log_context
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
@@ -127,6 +133,8 @@ class Advisor(Service):
         self.on_change = on_change
         self.feed_position: int | None = None
         self.anomaly_position: int | None = None
+        self._stored_feed: int | None = None
+        self._stored_anomaly: int | None = None
         self.decisions = 0
         self._partitions: dict[str, tuple[float, tuple[str, ...] | None]] = {}  # name -> (valid until, nodes)
         self.classifier = _classifier(ctx.settings)  # reads the iteration out of an attempt's last progress line
@@ -137,15 +145,49 @@ class Advisor(Service):
     async def tick(self) -> None:
         signals: list[Signal] = []
         if self.feed_position is None or self.anomaly_position is None:
-            signals += await self._catch_up()
-        signals += await self._new_signals()
+            signals += await self._resume()
+        new, feed_to, anomaly_to = await self._new_signals()
+        signals += new
         signals = list(self._awaiting_nodes) + signals
         changed = 0
         for signal in _dedupe(signals):
             with log_context():
                 changed += await self.process(signal)
+        # Positions move (and are stored) only once everything before them was decided: a crash or a
+        # database outage mid-batch re-reads the batch, and deciding a signal twice changes nothing.
+        await self._store_positions(feed_to, anomaly_to)
         if changed and self.on_change:
             self.on_change()
+
+    @property
+    def _position_names(self) -> tuple[str, str]:
+        cluster = self.settings.cluster
+        return f"advisor:{cluster}:feed", f"advisor:{cluster}:anomaly"
+
+    async def _resume(self) -> list[Signal]:
+        """Continue from the stored positions; without them (a new database), catch up with one query."""
+        feed_name, anomaly_name = self._position_names
+        async with self.ctx.sessions() as session:
+            stored = await lease_queries.load_positions(session, names=self._position_names)
+        if feed_name in stored and anomaly_name in stored:
+            self.feed_position, self.anomaly_position = stored[feed_name], stored[anomaly_name]
+            log.info("advisor resumes after change-feed entry %s and anomaly %s", *stored.values())
+            return []
+        signals = await self._catch_up()
+        await self._store_positions(self.feed_position, self.anomaly_position)
+        return signals
+
+    async def _store_positions(self, feed_to: int | None, anomaly_to: int | None) -> None:
+        if feed_to is None or anomaly_to is None:
+            return
+        if (feed_to, anomaly_to) == (self._stored_feed, self._stored_anomaly):
+            self.feed_position, self.anomaly_position = feed_to, anomaly_to
+            return
+        feed_name, anomaly_name = self._position_names
+        async with self.ctx.sessions() as session, session.begin():
+            await leases.save_positions(session, positions={feed_name: feed_to, anomaly_name: anomaly_to})
+        self.feed_position, self.anomaly_position = feed_to, anomaly_to
+        self._stored_feed, self._stored_anomaly = feed_to, anomaly_to
 
     async def _catch_up(self) -> list[Signal]:
         """Positions start at the newest feed entry / anomaly; one query finds what was missed before."""
@@ -164,16 +206,17 @@ class Advisor(Service):
             )
         return signals
 
-    async def _new_signals(self) -> list[Signal]:
-        """Attempt state changes from the feed and anomalies after the last seen id."""
+    async def _new_signals(self) -> tuple[list[Signal], int, int]:
+        """Attempt state changes from the feed and anomalies after the last seen id, and the positions after them."""
         assert self.feed_position is not None and self.anomaly_position is not None
         signals: list[Signal] = []
+        feed_to, anomaly_to = self.feed_position, self.anomaly_position
         async with self.ctx.sessions() as session:
             entries = await feed_queries.read_since(
                 session, after_id=self.feed_position, topics=["attempt"], limit=BATCH * 4
             )
             if entries:
-                self.feed_position = entries[-1].id
+                feed_to = entries[-1].id
             ended = {
                 e.entity_id
                 for e in entries
@@ -189,13 +232,13 @@ class Advisor(Service):
                 ]
             anomalies = await evidence_queries.anomalies_after(session, after_id=self.anomaly_position, limit=BATCH)
             if anomalies:
-                self.anomaly_position = anomalies[-1][0]
+                anomaly_to = anomalies[-1][0]
             signals += [
                 Signal(attempt_id, anomaly_id)
                 for anomaly_id, attempt_id, kind in anomalies
                 if kind in evidence_queries.DECIDED_KINDS
             ]
-        return signals
+        return signals, feed_to, anomaly_to
 
     # ------------------------------------------------------------ deciding
 
@@ -203,8 +246,8 @@ class Advisor(Service):
         """Decide one signal in its own transaction; returns 1 when an Advice was created or changed."""
         async with self.ctx.sessions() as session, session.begin():
             attempt = await job_queries.get_attempt(session, attempt_id=signal.attempt_id)
-            if attempt is None:
-                return 0
+            if attempt is None or attempt.adopted_at is not None:
+                return 0  # adopted: its end was not observed here, so it is history, never acted on
             bind(job_id=attempt.slurm_job_id, attempt_index=attempt.attempt_index)
             job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (

@@ -21,7 +21,9 @@ the state by itself, the job ending or the Advice expiring still close it).
 TEST-ONLY fault injection: the environment variable RECOVERY_FAULT_INJECT, e.g.
 `after:requeue_hold` or `before:release` (comma-separated for several), makes the process
 SIGKILL itself right before sending that command (after its STARTED milestone is committed)
-or right after the command returned (before SUCCEEDED is recorded). It is read once at start;
+or right after the command returned (before SUCCEEDED is recorded). `pause-after:requeue_hold`
+(or `pause-before:…`) instead writes `<data dir>/fault-paused` at that point and waits until the test
+removes it (tests/test_database_outage_lab.py stops PostgreSQL there). It is read once at start;
 never set it in production.
 """
 
@@ -31,7 +33,9 @@ import datetime as dt
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.advice import queries as advice_queries
@@ -385,11 +389,19 @@ class Controller(Service):
         raise ValueError(f"not a command: {step.kind}")
 
     def _fault(self, when: str, step: Step) -> None:
-        """Test-only: die like a kill -9 at this point when RECOVERY_FAULT_INJECT names it."""
+        """Test-only: die like a kill -9 at this point when RECOVERY_FAULT_INJECT names it (or pause, below)."""
         if f"{when}:{step.kind.value}" in self.faults:
             log.error("fault injection %s:%s: killing the process now", when, step.kind.value)
             logging.shutdown()
             os.kill(os.getpid(), signal.SIGKILL)
+        if f"pause-{when}:{step.kind.value}" in self.faults:
+            # The whole process stands still here (a blocking wait, like a stalled process) until the test
+            # removes <data dir>/fault-paused.
+            marker = Path(self.settings.data_dir) / "fault-paused"
+            marker.write_text(f"{when}:{step.kind.value}\n")
+            log.error("fault injection pause-%s:%s: waiting until %s is removed", when, step.kind.value, marker)
+            while marker.exists():
+                time.sleep(0.1)
 
     async def _backoff(self, advice_id: int, error: str) -> None:
         async with self.ctx.sessions() as session, session.begin():

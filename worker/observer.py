@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -71,6 +72,9 @@ class ObserverState:
     ignored: set[int] = field(default_factory=set)
     missing: dict[int, _Missing] = field(default_factory=dict)
     unreachable_since: float | None = None
+    # When our previous complete look at Slurm was taken (None before the first): an attempt first seen
+    # already ended counts as observed only when it ended after that look (app/domain/adoption.py).
+    watching_since: dt.datetime | None = None
 
 
 class Observer(Service):
@@ -88,6 +92,7 @@ class Observer(Service):
         self.last_tick_seconds = 0.0
 
     async def tick(self) -> None:
+        taken_at = utcnow()
         try:
             snapshot = await self.scheduler.list_jobs()
         except SchedulerError as exc:
@@ -95,15 +100,21 @@ class Observer(Service):
             raise
         await self._scheduler_reachable()
         started = time.perf_counter()
-        changed = await self.apply(snapshot)
+        changed = await self.apply(snapshot, taken_at=taken_at)
         self.last_tick_seconds = time.perf_counter() - started
         metrics.OBSERVER_TICK_SECONDS.observe(self.last_tick_seconds)
         metrics.OBSERVER_JOBS_SEEN.set(len(snapshot.jobs))
         if changed and self.on_change:
             self.on_change()
 
-    async def apply(self, snapshot: Snapshot) -> int:
+    async def apply(self, snapshot: Snapshot, *, taken_at: dt.datetime | None = None) -> int:
         """Apply one snapshot; returns how many jobs needed database work."""
+        work = await self._apply(snapshot)
+        if not any(problem.startswith("slurm reported") for problem in snapshot.problems):
+            self.state.watching_since = taken_at or utcnow()
+        return work
+
+    async def _apply(self, snapshot: Snapshot) -> int:
         seen = self.state.seen
         changed = [job for job in snapshot.jobs if job.job_id not in self.state.ignored and seen.get(job.job_id) != job]
         for problem in snapshot.problems:
@@ -214,13 +225,21 @@ class Observer(Service):
             return
         if latest is not None and latest.attempt_index == index:
             values.update(self._paths_for(job, record, latest_index=index, previous=None))
-            await jobs.update_attempt(session, attempt=latest, job=record, **values)
+            await jobs.update_attempt(session, attempt=latest, job=record, check_adoption=True, **values)
             return
         if latest is not None:
             await self._close_previous(session, latest, record)
         previous = latest
         paths = self._paths_for(job, record, latest_index=index, previous=previous)
-        await jobs.create_attempt(session, job=record, attempt_index=index, **values, **paths)  # type: ignore[arg-type]
+        await jobs.create_attempt(
+            session,
+            job=record,
+            attempt_index=index,
+            check_adoption=True,
+            watching_since=self.state.watching_since,
+            **values,
+            **paths,
+        )
         if previous is not None and previous.attempt_index < index - 1:
             await audit.record(
                 session,
@@ -235,9 +254,7 @@ class Observer(Service):
                 workflow_id=record.workflow_id,
             )
 
-    def _paths_for(
-        self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None
-    ) -> dict[str, str | None]:
+    def _paths_for(self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None) -> dict[str, Any]:
         """Log paths for the attempt; a path the previous attempt used is stale unless paths are shared."""
         paths = {"stdout_path": job.stdout, "stderr_path": job.stderr}
         if previous is None or record.shared_log_paths:

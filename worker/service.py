@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from app import metrics
 from app.domain.backoff import exponential, jittered
+from app.errors import database_error_text, database_problem
 from app.logformat import log_context
 
 log = logging.getLogger("recovery.worker")
@@ -80,10 +81,18 @@ class Service:
                 self.failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 self.failures += 1
                 metrics.SERVICE_TICK_FAILURES.labels(self.name).inc()
-                log.exception("%s: tick failed (%d in a row); backing off", self.name, self.failures)
+                if database_problem(exc) is not None:  # an outage, not a bug: one line, no traceback
+                    log.warning(
+                        "%s: database unavailable (%s), %d tick(s) in a row; backing off",
+                        self.name,
+                        database_error_text(exc),
+                        self.failures,
+                    )
+                else:
+                    log.exception("%s: tick failed (%d in a row); backing off", self.name, self.failures)
             self.ticks += 1
             self._wake.clear()
             try:

@@ -4,6 +4,9 @@ A file is tracked once a configured progress marker matched in it (the collector
 phase). When its phase's threshold of silence expires, the attempt must be RUNNING and the file
 among its log paths; after the query delay, any output within the threshold window suppresses the
 anomaly, otherwise a NO_PROGRESS anomaly is recorded once per attempt, file and silence episode.
+The timer is stored on the log source (`hang_episode`, `hang_delay_started_at`, `hang_checked_at`),
+and the silence is measured from the stored last output, so a restarted worker neither restarts the
+query delay nor re-checks an episode it already checked.
 Crash lines and throughput samples are turned into anomalies as the collector reads them
 (app/evidence/service.py, component `watcher`). Detectors never call Slurm.
 """
@@ -114,7 +117,8 @@ class Watcher(Service):
         state = ProgressState(armed=True, phase=row.progress_phase, marker_at=row.progress_at)
         if not silence_exceeded(state, last_output_at=row.last_output_at, now=now, thresholds=policy.thresholds):
             return False
-        expiry = self._expired.get(key)
+        delay = dt.timedelta(seconds=self.settings.hang_query_delay)
+        expiry = self._expired.get(key) or _stored_expiry(row, key, delay)
         if expiry is None:
             # The timer expired: the attempt must be running and the file among its log paths.
             if (
@@ -124,14 +128,19 @@ class Watcher(Service):
             ):
                 self._expired[key] = Expiry(check_at=now, done=True)
                 return False
-            self._expired[key] = Expiry(check_at=now + dt.timedelta(seconds=self.settings.hang_query_delay))
+            self._expired[key] = Expiry(check_at=now + delay)
+            # Stored with the tick's transaction: a restarted watcher keeps this episode's query delay.
+            row.hang_episode, row.hang_delay_started_at, row.hang_checked_at = key[2], now, None
             return False
+        self._expired[key] = expiry
         if expiry.done or now < expiry.check_at:
             return False
         expiry.done = True
         threshold = policy.thresholds.for_phase(row.progress_phase or "")
         window_start = now - dt.timedelta(seconds=threshold)
         await session.refresh(row)  # the collector may have read new output meanwhile
+        delay_started = row.hang_delay_started_at if row.hang_episode == key[2] else None
+        row.hang_episode, row.hang_checked_at = key[2], now
         last_output = row.last_output_at
         mtime = await asyncio.to_thread(_mtime, row.path)
         if (last_output is not None and last_output > window_start) or (mtime is not None and mtime > window_start):
@@ -158,6 +167,8 @@ class Watcher(Service):
                 "phase": phase,
                 "thresholdSeconds": threshold,
                 "queryDelaySeconds": self.settings.hang_query_delay,
+                "queryDelayStartedAt": delay_started.isoformat() if delay_started else None,
+                "checkedAt": now.isoformat(),
                 "lastOutputAt": last_output.isoformat() if last_output else None,
                 "silentSeconds": silent,
                 "fileModifiedAt": mtime.isoformat() if mtime else None,
@@ -182,6 +193,13 @@ class Watcher(Service):
         if row.job_id != attempt.job_id:
             return False
         return row.path in {attempt.stdout_path, attempt.stderr_path} or _in_log_dirs(row.path, self.settings.log_dirs)
+
+
+def _stored_expiry(row: LogSource, key: tuple[int, int, str], delay: dt.timedelta) -> Expiry | None:
+    """The timer a previous watcher stored for this silence episode (None: not expired yet, or another episode)."""
+    if row.hang_episode != key[2] or row.hang_delay_started_at is None:
+        return None
+    return Expiry(check_at=row.hang_delay_started_at + delay, done=row.hang_checked_at is not None)
 
 
 def _in_log_dirs(path: str, log_dirs: tuple[str, ...]) -> bool:

@@ -193,7 +193,7 @@ class Undecided:
 
 async def undecided(session: AsyncSession, *, cluster: str) -> Undecided:
     """Failed attempts with neither Advice nor an `advice.not_needed` event, attempts with active Advice, and
-    anomalies of attempts still running or not yet decided (enrolled, live jobs of this cluster)."""
+    anomalies of attempts still running or not yet decided (enrolled, live jobs of this cluster; never adopted ones)."""
     has_advice = exists().where(Advice.attempt_id == Attempt.id)
     not_needed = exists().where(
         AuditEvent.slurm_job_id == Attempt.slurm_job_id,
@@ -207,6 +207,7 @@ async def undecided(session: AsyncSession, *, cluster: str) -> Undecided:
         Job.enrolment == "ENROLLED",
         Job.retired_at.is_(None),
         Job.cluster == cluster,
+        Attempt.adopted_at.is_(None),  # adopted attempts are history, never decided
     )
     failed = (
         select(Attempt.id)

@@ -319,6 +319,24 @@ async def confirm_action(
         slurm_job_id=advice.slurm_job_id if advice else None,
         attempt_index=advice.attempt_index if advice else None,
     )
+    # The command itself took effect: it gets its own event (e.g. `scheduler.requeue_hold`) like any sent command,
+    # so the history shows the hold even when the process (or the database) went away before recording it.
+    await audit.record(
+        session,
+        component="controller",
+        event_type=f"scheduler.{action.step}",
+        message=f"{action.command or action.step} took effect (confirmed from Slurm after an interruption): {evidence}",
+        payload={
+            "adviceId": action.advice_id,
+            "generation": action.generation,
+            "step": action.step,
+            "idempotencyKey": action.idempotency_key,
+            "confirmed": True,
+        },
+        cluster=advice.cluster if advice else None,
+        slurm_job_id=advice.slurm_job_id if advice else None,
+        attempt_index=advice.attempt_index if advice else None,
+    )
 
 
 def shadow_key(advice: Advice, step: StepKind) -> str:

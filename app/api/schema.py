@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import strawberry
@@ -9,9 +10,13 @@ import strawberry
 from app.api.limits import limit_extensions
 from app.api.masking import error_id, should_mask
 from app.api.mutation import Mutation
+from app.api.outage import DatabaseOutageErrors
 from app.api.query import Query
 from app.api.subscription import Subscription
+from app.errors import database_error_text, database_problem
 from graphql import GraphQLError
+
+log = logging.getLogger("recovery.api")
 
 
 class RecoverySchema(strawberry.Schema):
@@ -19,13 +24,29 @@ class RecoverySchema(strawberry.Schema):
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         for error in errors:
+            # A database outage is answered with DATABASE_UNAVAILABLE (app/api/outage.py) and logged
+            # as a one-line warning, not as a traceback per failed field.
+            if _outage(error):
+                continue
             if should_mask(error):
                 error_id(error)  # logged with its traceback under the id the client is shown
 
 
+def _outage(error: GraphQLError) -> bool:
+    if error.original_error is None or database_problem(error.original_error) is None:
+        return False
+    log.warning("GraphQL: %s", database_error_text(error.original_error))
+    return True
+
+
 def build_schema() -> RecoverySchema:
     """The schema with its limits."""
-    return RecoverySchema(query=Query, mutation=Mutation, subscription=Subscription, extensions=limit_extensions())
+    return RecoverySchema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=[*limit_extensions(), DatabaseOutageErrors],
+    )
 
 
 schema = build_schema()

@@ -7,6 +7,8 @@ only says when to read it again.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from app.api.ids import GlobalIdError, expect_global_id
 from app.api.query import AuditEventFilter, audit_filter
 from app.api.types import Advice, Attempt, AuditEvent
 from app.audit.queries import AuditFilter
+from app.errors import retrying
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
 
@@ -29,6 +32,8 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
     AdviceRow = Any
     AuditEventRow = Any
     ChangeFeedEntry = Any
+
+log = logging.getLogger("recovery.api")
 
 Info = strawberry.Info
 BATCH = 500
@@ -72,14 +77,22 @@ async def _feed(
     sessions = context.app.sessions
     position = _position(after)
     waker = shared_waker(context.app.settings.database_url)
+
+    async def latest() -> int:
+        async with sessions() as session:
+            return await feed_queries.latest_id(session)
+
+    async def read(after_id: int) -> list[ChangeFeedEntry]:
+        async with sessions() as session:
+            return list(await feed_queries.read_since(session, after_id=after_id, topics=topics, limit=BATCH))
+
     async with waker.reader():
         if position is None:
-            async with sessions() as session:
-                position = await feed_queries.latest_id(session)
+            position = await retrying(latest, what="subscription start", logger=log)
         while True:
             mark = waker.mark()
-            async with sessions() as session:
-                entries = list(await feed_queries.read_since(session, after_id=position, topics=topics, limit=BATCH))
+            # While the database is away the subscription stays open and goes on from its position.
+            entries = await retrying(functools.partial(read, position), what="subscription", logger=log)
             if not entries:
                 await waker.wait(mark)
                 continue
@@ -106,7 +119,8 @@ def _audit_matches(flt: AuditFilter, event: AuditEventRow) -> bool:
 
 async def _rows(info: Info, loader_name: str, entries: Sequence[ChangeFeedEntry]) -> list[tuple[ChangeFeedEntry, Any]]:
     loader = getattr(info.context.loaders, loader_name)
-    rows = await loader.load_many([entry.entity_id for entry in entries])
+    ids = [entry.entity_id for entry in entries]
+    rows = await retrying(functools.partial(loader.load_many, ids), what="subscription", logger=log)
     return [(entry, row) for entry, row in zip(entries, rows, strict=True) if row is not None]
 
 

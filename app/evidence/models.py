@@ -44,6 +44,11 @@ class LogSource(Base):
     progress_attempt_id: Mapped[int | None] = mapped_column(BigId)
     # Slowdown detector state (baseline, slow-since) per attempt, as JSON.
     slowdown: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The hang detector's timer (survives restarts): the silence episode it belongs to (its start time),
+    # when the threshold was seen exceeded (the query delay started), and when the delayed check ran.
+    hang_episode: Mapped[str | None] = mapped_column(String(64))
+    hang_delay_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    hang_checked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     # Set when the collector stopped reading it (attempt ended, final read done).
     closed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -117,5 +117,10 @@ class Attempt(Base):
     start_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     ended_reason: Mapped[str | None] = mapped_column(Text)
+    # When this installation first saw the attempt live (pending or running); null: first seen ended.
+    first_seen_running_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Set when its end was not observed by this installation: history only, never acting Advice.
+    adopted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    adopted_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

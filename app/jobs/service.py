@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import service as audit
 from app.db import utcnow
 from app.domain import states
+from app.domain.adoption import adoption_reason
 from app.domain.identity import attempt_uuid
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy, Workflow
@@ -193,13 +194,19 @@ async def create_attempt(
     attempt_index: int,
     state: str,
     produced_at: dt.datetime | None = None,
+    check_adoption: bool = False,
+    watching_since: dt.datetime | None = None,
     **values: Any,
 ) -> Attempt:
-    """Create the attempt record for a new execution (attempt index = Slurm's restart count)."""
+    """Create the attempt record for a new execution (attempt index = Slurm's restart count).
+
+    The observer passes ``check_adoption``: an attempt first seen already ended outside its watch is adopted.
+    """
     unknown = set(values) - set(ATTEMPT_FIELDS)
     if unknown:
         raise TypeError(f"unknown attempt fields: {sorted(unknown)}")
     attempt = Attempt(
+        first_seen_running_at=utcnow() if state in states.ACTIVE else None,
         uuid=incarnation_attempt_uuid(job, attempt_index),
         job_id=job.id,
         workflow_id=job.workflow_id,
@@ -231,7 +238,47 @@ async def create_attempt(
         produced_at=produced_at,
     )
     await _announce_attempt(session, attempt, {"state": state, "new": True})
+    if check_adoption:
+        await _adopt_if_unobserved(session, attempt=attempt, job=job, watching_since=watching_since)
     return attempt
+
+
+async def _adopt_if_unobserved(
+    session: AsyncSession, *, attempt: Attempt, job: Job | None, watching_since: dt.datetime | None
+) -> None:
+    """Apply the adoption rule (app/domain/adoption.py): an end we did not observe is history, with a reason."""
+    if attempt.adopted_at is not None:
+        return
+    reason = adoption_reason(
+        ended=attempt.state in states.ENDED,
+        state=attempt.state,
+        first_seen_running_at=attempt.first_seen_running_at,
+        end_time=attempt.end_time,
+        watching_since=watching_since,
+    )
+    if reason is None:
+        return
+    attempt.adopted_at = utcnow()
+    attempt.adopted_reason = reason[:2000]
+    await audit.record(
+        session,
+        component="job_manager",
+        event_type="job.adopted",
+        level="WARNING" if attempt.state in states.FAILED else "INFO",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index} recorded as history, no Advice: {reason}",
+        payload={
+            "reason": reason,
+            "state": attempt.state,
+            "endTime": attempt.end_time.isoformat() if attempt.end_time else None,
+            "firstSeenRunningAt": attempt.first_seen_running_at.isoformat() if attempt.first_seen_running_at else None,
+            "watchingSince": watching_since.isoformat() if watching_since else None,
+        },
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=job.workflow_id if job is not None else attempt.workflow_id,
+    )
+    await _announce_attempt(session, attempt, {"state": attempt.state, "adopted": True})
 
 
 async def update_attempt(
@@ -240,15 +287,21 @@ async def update_attempt(
     attempt: Attempt,
     job: Job | None = None,
     produced_at: dt.datetime | None = None,
+    check_adoption: bool = False,
     **values: Any,
 ) -> list[str]:
-    """Apply observed values; a state change is an audit event. Returns the names of changed fields."""
+    """Apply observed values; a state change is an audit event. Returns the names of changed fields.
+
+    With ``check_adoption`` (the observer), an attempt that ended before we first saw it live is adopted.
+    """
     unknown = set(values) - set(ATTEMPT_FIELDS)
     if unknown:
         raise TypeError(f"unknown attempt fields: {sorted(unknown)}")
     changed = [name for name, value in values.items() if getattr(attempt, name) != value]
     if not changed:
         return []
+    if attempt.first_seen_running_at is None and values.get("state") in states.ACTIVE:
+        attempt.first_seen_running_at = utcnow()
     previous_state = attempt.state
     for name in changed:
         setattr(attempt, name, values[name])
@@ -291,6 +344,10 @@ async def update_attempt(
                 became_failed=failed and previous_state not in states.FAILED,
             )
     await _announce_attempt(session, attempt, {"changed": changed, "state": attempt.state})
+    if check_adoption and "state" in changed and attempt.first_seen_running_at is not None:
+        # Only an end before the first live sighting counts here; an attempt we saw live and lost sight
+        # of (worker down, Slurm away) ended after we saw it, and that end is ours to decide.
+        await _adopt_if_unobserved(session, attempt=attempt, job=job, watching_since=attempt.first_seen_running_at)
     return changed
 
 

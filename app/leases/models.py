@@ -22,3 +22,13 @@ class WorkerLease(Base):
     expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     acquired_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     renewed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WorkerPosition(Base):
+    """A durable reader position of a worker service (e.g. the advisor's change-feed and anomaly ids)."""
+
+    __tablename__ = "worker_positions"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import utcnow
-from app.leases.models import WorkerLease
+from app.leases.models import WorkerLease, WorkerPosition
 
 
 @dataclass(frozen=True)
@@ -31,3 +32,9 @@ async def current(sessions: async_sessionmaker[AsyncSession], *, name: str, hold
         return LeaseState(
             lease.holder == holder and lease.expires_at > utcnow(), lease.holder, lease.epoch, lease.expires_at
         )
+
+
+async def load_positions(session: AsyncSession, *, names: Sequence[str]) -> dict[str, int]:
+    """Stored reader positions by name (absent names were never saved)."""
+    rows = (await session.scalars(select(WorkerPosition).where(WorkerPosition.name.in_(list(names))))).all()
+    return {row.name: row.position for row in rows}

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import utcnow
 from app.leases import queries
-from app.leases.models import WorkerLease
+from app.leases.models import WorkerLease, WorkerPosition
 from app.leases.queries import LeaseState
 
 
@@ -23,17 +23,23 @@ async def try_acquire(
     holder: str,
     seconds: float,
     now: dt.datetime | None = None,
+    reclaim: bool = False,
 ) -> LeaseState:
-    """Take or renew the lease when it is ours or has lapsed; one conditional UPDATE decides."""
+    """Take or renew the lease when it is ours or has lapsed; one conditional UPDATE decides.
+
+    ``reclaim``: a new process of the same holder takes its previous process's lease back at once,
+    under a new epoch (so nothing fenced by the old epoch passes).
+    """
     now = now or utcnow()
     expires = now + dt.timedelta(seconds=seconds)
+    same = WorkerLease.epoch + 1 if reclaim else WorkerLease.epoch
     async with sessions() as session, session.begin():
         result = await session.execute(
             update(WorkerLease)
             .where(WorkerLease.name == name)
             .where((WorkerLease.holder == holder) | (WorkerLease.expires_at < now))
             .values(
-                epoch=case((WorkerLease.holder == holder, WorkerLease.epoch), else_=WorkerLease.epoch + 1),
+                epoch=case((WorkerLease.holder == holder, same), else_=WorkerLease.epoch + 1),
                 holder=holder,
                 expires_at=expires,
                 renewed_at=now,
@@ -67,3 +73,18 @@ async def release(sessions: async_sessionmaker[AsyncSession], *, name: str, hold
             .values(expires_at=utcnow() - dt.timedelta(seconds=1))
             .execution_options(synchronize_session=False)
         )
+
+
+async def save_positions(session: AsyncSession, *, positions: dict[str, int]) -> None:
+    """Store reader positions (insert or update), so a restarted worker resumes where this one stopped."""
+    now = utcnow()
+    for name, position in positions.items():
+        result = await session.execute(
+            update(WorkerPosition)
+            .where(WorkerPosition.name == name)
+            .values(position=position, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if cast(CursorResult[Any], result).rowcount == 0:
+            session.add(WorkerPosition(name=name, position=position, updated_at=now))
+    await session.flush()

@@ -19,6 +19,7 @@ from app.context import AppContext
 from app.jobs.models import Attempt
 from app.slurm.cli_scheduler import CliScheduler
 from tests.plugins.slurm_lab import SlurmLab
+from worker.observer import Observer
 from worker.registry import build_services
 from worker.runner import WorkerRunner
 
@@ -74,10 +75,26 @@ async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None =
     runner = WorkerRunner(ctx, build_services(ctx, scheduler=CliScheduler(ctx.settings, env=lab.env())), holder=holder)
     task = asyncio.create_task(runner.run())
     try:
+        await watching(runner)
         yield runner
     finally:
         runner.stop()
         await asyncio.wait_for(task, 30)
+
+
+async def watching(runner: WorkerRunner) -> None:
+    """Until the worker is up: a standby after its first try for the lease, the holder after its observer's first
+    complete look at Slurm. A job that ends before that look was never seen by this installation and is adopted
+    (history only, app/domain/adoption.py), so tests that expect a decision submit their jobs after it."""
+    await asyncio.wait_for(runner.refreshed.wait(), 60)
+    observer = next((s for s in runner.services if isinstance(s, Observer)), None)
+    if not runner.has_lease or observer is None:
+        return
+
+    async def looked() -> bool:
+        return observer.state.watching_since is not None
+
+    await eventually(looked, timeout=60, what="the observer's first complete look at Slurm")
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 180.0, what: str = "condition") -> T:

@@ -230,3 +230,41 @@ async def test_failed_partition_lookup_never_blocks_a_decision(ctx, fake, observ
     [advice] = await advice_of(ctx, 23)
     assert (advice.operation, advice.exclusions) == ("RESTART", ["node2"])
     assert any("deciding without the partition guard" in record.getMessage() for record in caplog.records)
+
+
+async def test_an_anomaly_recorded_while_no_advisor_ran_is_decided_after_a_restart(ctx, fake, observer) -> None:
+    first = Advisor(ctx)
+    await submit(observer, fake, 23)
+    await first.tick()
+    fake.finish(23, "FAILED", exit_code=1)
+    await observer.tick()
+    await first.tick()
+    [advice] = await advice_of(ctx, 23)
+    async with ctx.sessions() as session, session.begin():
+        row = await session.get(type(advice), advice.id)
+        row.active, row.disposition, row.disposition_reason = False, "ABANDONED", "ADVICE_EXPIRED"  # decided, closed
+    # No advisor runs now; a late crash line naming a node is recorded for the decided attempt.
+    await add_anomaly(ctx, 23, kind="CRASH", node="node3", category="xid")
+    restarted = Advisor(ctx)
+    await restarted.tick()
+    assert (restarted.feed_position, restarted.anomaly_position) != (None, None)
+    [advice] = await advice_of(ctx, 23)
+    assert advice.generation == 2 and advice.exclusions == ["node3"] and advice.active
+
+
+async def test_positions_are_stored_only_after_the_signals_before_them_were_decided(ctx, fake, observer) -> None:
+    first = Advisor(ctx)
+    await first.tick()
+    await submit(observer, fake, 24)
+    await add_anomaly(ctx, 24, kind="CRASH", node="node1", category="xid")
+
+    async def broken(signal: object) -> int:
+        raise RuntimeError("the decision failed")
+
+    first.process = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await first.tick()
+    restarted = Advisor(ctx)
+    await restarted.tick()
+    [advice] = await advice_of(ctx, 24)
+    assert advice.exclusions == ["node1"]

@@ -18,6 +18,7 @@ from app.domain import association as assoc
 from app.domain import states
 from app.domain.progress import ProgressState
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, ThroughputSample
+from app.errors import database_error_text, database_problem
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.jobs import queries as job_queries
@@ -54,7 +55,13 @@ class Recorder:
                 for read in reads:
                     anomalies += await self._apply_one(session, read, jobs_by_id, now)
                 del loaded
-        except Exception:
+        except Exception as exc:
+            if database_problem(exc) is not None:
+                # The database is away: one by one would fail the same way. Nothing is stored; read again later.
+                log.warning("collector: %s; %d file read(s) are read again later", database_error_text(exc), len(reads))
+                for read in reads:
+                    read.tracked.mtime = None
+                return 0, []
             log.exception("applying %d file reads together failed; applying them one by one", len(reads))
             anomalies, applied = 0, []
             for read in reads:
