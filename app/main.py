@@ -19,8 +19,8 @@ from app import __version__
 from app.api.routes import api_routes
 from app.config import Settings
 from app.context import AppContext
-from app.guards import EdgeGuard
 from app.errors import database_error_text, database_problem, outage_response
+from app.guards import EdgeGuard
 from app.metrics import RequestMetrics
 from app.migrate import current_revision, head_revision
 from views.routes import dashboard_routes
