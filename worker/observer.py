@@ -20,7 +20,7 @@ from app.domain.policy import parse_comment
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from app.slurm.adapter import Scheduler
-from app.slurm.errors import SchedulerError
+from app.slurm.errors import SchedulerError, require_observation
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 from worker.service import Service
 
@@ -88,7 +88,8 @@ class Observer(Service):
 
     async def tick(self) -> None:
         try:
-            snapshot = await self.scheduler.list_jobs()
+            # an answer with Slurm's own errors is an outage too (22.05 exits 0 then), never "no jobs"
+            snapshot = require_observation(await self.scheduler.list_jobs())
         except SchedulerError as exc:
             await self._scheduler_unreachable(exc)
             raise

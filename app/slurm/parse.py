@@ -300,14 +300,19 @@ def parse_partition_nodes(raw: bytes | str | dict, partition: str) -> tuple[str,
     """The nodes of one partition from `sinfo --json` (22.05) or slurmrestd's nodes; None when no node is in it.
 
     22.05's `sinfo --json` ignores `-p` and lists every node with the partitions it belongs to, so
-    the partition is picked here. Raises ParseError when the answer has no such node list (e.g. the
-    per-partition `sinfo` shape of later releases); the caller then falls back to plain output.
+    the partition is picked here. 24.11 and 26.05 (data_parser v0.0.40-v0.0.45) answer in another
+    shape: a top-level `sinfo` list with one entry per group of like nodes, each naming its
+    `partition.name` and its `nodes.nodes` (node names); a partition may span several entries.
+    Raises ParseError when the answer has neither shape; the caller then falls back to plain output.
     """
     data = _load(raw)
+    wanted = partition.strip()
+    entries = data.get("sinfo")
+    if isinstance(entries, list) and entries:
+        return _sinfo_entries_nodes(entries, wanted)
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise ParseError("no `nodes` list with node partitions")
-    wanted = partition.strip()
     found: set[str] = set()
     for node in nodes:
         if not isinstance(node, dict):
@@ -315,6 +320,26 @@ def parse_partition_nodes(raw: bytes | str | dict, partition: str) -> tuple[str,
         name, partitions = node.get("name"), node.get("partitions")
         if isinstance(name, str) and name.strip() and isinstance(partitions, list) and wanted in partitions:
             found.add(name.strip())
+    return tuple(sorted(found)) or None
+
+
+def _sinfo_entries_nodes(entries: list, wanted: str) -> tuple[str, ...] | None:
+    """Nodes of one partition from the `sinfo` list of 23.x+ answers (see parse_partition_nodes)."""
+    found: set[str] = set()
+    understood = False
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        part, nodes = entry.get("partition"), entry.get("nodes")
+        name = part.get("name") if isinstance(part, dict) else None
+        names = nodes.get("nodes") if isinstance(nodes, dict) else None
+        if not isinstance(name, str) or not isinstance(names, list):
+            continue
+        understood = True
+        if name.strip() == wanted:
+            found.update(host for item in names if isinstance(item, str) for host in expand_hostlist(item.strip()))
+    if not understood:
+        raise ParseError("`sinfo` entries without partition.name and nodes.nodes")
     return tuple(sorted(found)) or None
 
 

@@ -86,6 +86,11 @@ class Snapshot:
         """The job with this id, or None when slurmctld no longer lists it."""
         return self.by_id.get(int(job_id))
 
+    @property
+    def slurm_errors(self) -> tuple[str, ...]:
+        """Errors Slurm itself put in the answer (its `errors` array), as opposed to records we could not read."""
+        return tuple(problem for problem in self.problems if problem.startswith("slurm reported"))
+
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:

@@ -79,6 +79,7 @@ def observer(ctx: AppContext, slurm_lab: SlurmLab) -> Observer:
     return Observer(ctx, CliScheduler(ctx.settings, env=slurm_lab.env()))
 
 
+@pytest.mark.slurm_versions
 async def test_enrolled_job_fails_and_is_requeued(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
     workflow = f"wf-{uuid.uuid4().hex[:6]}"
     job_id = slurm_lab.submit(script(policy_comment(workflow), "echo start; sleep 8; exit 1"))
@@ -136,6 +137,7 @@ async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment
         assert await attempts(ctx, job_id) == []
 
 
+@pytest.mark.slurm_versions
 async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
     # 15 s keeps the suite fast; RECOVERY_TEST_OUTAGE_SECONDS=60 reproduces the one-minute outage.
     outage = float(os.environ.get("RECOVERY_TEST_OUTAGE_SECONDS", "15"))
@@ -148,8 +150,7 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
     await tick_until(observer, running)
     fast = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=3), env=slurm_lab.env())
     observer.scheduler = fast
-    pid = int((slurm_lab.lab_dir / "run" / "slurmctld.pid").read_text().strip())
-    subprocess.run(["kill", "-TERM", str(pid)], check=True)
+    subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
     try:
         deadline = time.monotonic() + outage
         failures = 0
@@ -163,9 +164,7 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
         [a0] = await attempts(ctx, job_id)
         assert a0.state == "RUNNING"
     finally:
-        from app.lab.cli import run as lab_run
-
-        assert lab_run("up", nodes=3, lab_dir=str(slurm_lab.lab_dir)) == 0
+        assert slurm_lab.up() == 0
     await observer.tick()
     [a0] = await attempts(ctx, job_id)
     assert a0.state == "RUNNING"
