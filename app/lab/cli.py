@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Slurm release: host (default, $RECOVERY_LAB_SLURM), 22.05, 24.11 (Debian trixie root) or 26.05 (forky)",
     )
-    parser.add_argument("--restd", action="store_true", help="also run slurmrestd with JWT auth (prints its URL, token)")
+    parser.add_argument(
+        "--restd", action="store_true", help="also run slurmrestd with JWT auth (prints its URL, token)"
+    )
     parser.add_argument(
         "--port-offset", type=int, default=None, help="added to every port, to run several labs at once (default 0)"
     )

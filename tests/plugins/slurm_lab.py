@@ -24,6 +24,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -98,8 +99,12 @@ class SlurmLab:
         start again at 1, and only accounting (slurmdbd) remembers the earlier jobs. Scratch labs only.
         """
         assert "scratch" in self.lab_dir.name, "wipe_state is for the scratch lab, never the shared one"
-        out = io.StringIO()
-        assert lab_run("down", lab_dir=str(self.lab_dir), out=out) == 0
+        pid = self.daemon_pid("slurmctld")
+        os.kill(pid, signal.SIGTERM)  # slurmd and slurmdbd keep running, as at a site
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline, f"slurmctld {pid} did not stop"
+            time.sleep(0.1)
         shutil.rmtree(self.lab_dir / "state", ignore_errors=True)
         assert self.up() == 0
 
@@ -195,9 +200,7 @@ _LAB_ERRORS: dict[str, str] = {}
 def host_version() -> str:
     """The Slurm release of the host's own Debian packages ("host" on an unknown release)."""
     try:
-        fields = dict(
-            line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
-        )
+        fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
     except OSError:
         return "host"
     return _HOST_SUITES.get(fields.get("VERSION_CODENAME", "").strip('"'), "host")
@@ -241,12 +244,11 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
         dbd_env = os.environ.get("RECOVERY_LAB_DBD", "0").lower() in {"1", "true", "yes"}
         accounting = dbd_env if host and not scratch else True
         out = io.StringIO()
-        rc = lab_run(
-            "up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, port_offset=offset, out=out
-        )
+        rc = lab_run("up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, port_offset=offset, out=out)
         if rc != 0:
             raise RuntimeError(
-                f"`recovery lab up --slurm {version}` failed with exit code {rc} (see its stderr above and {lab_dir}/log)"
+                f"`recovery lab up --slurm {version}` failed with exit code {rc} "
+                f"(see its stderr above and {lab_dir}/log)"
             )
         match = re.search(r"^export SLURM_CONF=(\S+)$", out.getvalue(), re.M)
         if not match:
@@ -281,7 +283,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On releases other than the host's, lab tests run on PostgreSQL only (the host's covers SQLite)."""
     host = host_version()
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         version, backend = params.get("slurm_version"), params.get("database")

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from app.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.cli_scheduler import CliScheduler
+from app.slurm.errors import TransientSchedulerError
 from tests.plugins.slurm_lab import SlurmLab
 from worker.observer import Observer
 
@@ -148,17 +149,19 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
         return bool(found) and found[0].state == "RUNNING"
 
     await tick_until(observer, running)
-    fast = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=3), env=slurm_lab.env())
-    observer.scheduler = fast
+    # A timeout longer than squeue's own connection retries (~10 s), so that Slurm's answer decides:
+    # 22.05 exits 0 with an `errors` array and no jobs, 24.11 and 26.05 exit 1. Both are an outage.
+    patient = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=30), env=slurm_lab.env())
+    observer.scheduler = patient
     subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
     try:
         deadline = time.monotonic() + outage
         failures = 0
         while time.monotonic() < deadline:
-            try:
+            with pytest.raises(TransientSchedulerError) as caught:
                 await observer.tick()
-            except Exception:
-                failures += 1
+            assert "timed out" not in str(caught.value)
+            failures += 1
             await asyncio.sleep(0.5)
         assert failures > 0
         [a0] = await attempts(ctx, job_id)
@@ -171,5 +174,9 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
     async with ctx.sessions() as session:
         from app.audit.models import AuditEvent
 
-        types = (await session.scalars(select(AuditEvent.event_type).where(AuditEvent.component == "observer"))).all()
+        events = (await session.scalars(select(AuditEvent).where(AuditEvent.component == "observer"))).all()
+    types = [event.event_type for event in events]
     assert types.count("scheduler.unreachable") == 1 and types.count("scheduler.reachable") == 1
+    [down] = [event for event in events if event.event_type == "scheduler.unreachable"]
+    said = down.message.lower()
+    assert "answered with errors" in said or "unable to contact slurm controller" in said, down.message
