@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     db = command("db", _cmd_db, "database migrations")
     db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
     lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")
-    lab.add_argument("lab_action", choices=["up", "down", "status"])
+    lab.add_argument("lab_action", choices=["up", "down", "status", "build"])
     from app.lab.cli import add_arguments as add_lab_arguments
 
     add_lab_arguments(lab)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import IO
 
-ACTIONS = ("up", "down", "status")
+ACTIONS = ("up", "down", "status", "build")
 DEFAULT_LAB_DIR = "/tmp/recovery-lab"
 # "host" runs the host's own Slurm packages; the others name the Debian release whose packages the
 # lab runs (from a root built once with debootstrap when the host's release ships another one)

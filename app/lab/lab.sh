@@ -11,7 +11,8 @@
 # <lab>/bin holds wrappers (squeue, scontrol, sacct, sinfo, sbatch, scancel, srun, sacctmgr)
 # for RECOVERY_SLURM_BIN_DIR, in either mode.
 #
-# Usage: lab.sh up|down|status        (run as root: apt, debootstrap, chroot, mounts)
+# Usage: lab.sh up|down|status|build  (run as root: apt, debootstrap, chroot, mounts)
+#        build = only build (or find) the Debian root of RECOVERY_LAB_SLURM, start nothing
 # Environment:
 #   RECOVERY_LAB_DIR=/tmp/recovery-lab   state, spool, logs, pid files, the generated config, bin/
 #   RECOVERY_LAB_SLURM=host              host | 22.05 | 24.11 | 26.05 (a version the host's own
@@ -675,9 +676,22 @@ do_status() {
   return 3
 }
 
+do_build() {
+  [ "$(id -u)" = 0 ] || die "must run as root (apt-get, debootstrap); try sudo -E"
+  resolve_version "$WANT"
+  if [ "$MODE" = host ]; then
+    log "Slurm $VERSION runs from the host's packages: no root to build"
+    return 0
+  fi
+  install_packages debootstrap
+  build_root
+  log "root of Slurm $VERSION: $ROOT ($(cat "$ROOT/.recovery-lab-root"))"
+}
+
 case $ACTION in
   up) do_up ;;
   down) do_down ;;
   status) do_status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  build) do_build ;;
+  *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;
 esac

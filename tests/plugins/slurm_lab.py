@@ -206,7 +206,7 @@ def host_version() -> str:
     return _HOST_SUITES.get(fields.get("VERSION_CODENAME", "").strip('"'), "host")
 
 
-def test_versions() -> list[str]:
+def versions_under_test() -> list[str]:
     """The releases `slurm_versions` tests run on: RECOVERY_TEST_SLURM_VERSIONS, default all three."""
     raw = os.environ.get("RECOVERY_TEST_SLURM_VERSIONS", ",".join(VERSIONS))
     wanted = [item.strip() for item in raw.split(",") if item.strip()]
@@ -274,10 +274,15 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
     return _LABS[key]
 
 
+def start_lab(version: str) -> SlurmLab:
+    """The shared lab of one release (started once per process), for tests that need several at once."""
+    return _start(version)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked `slurm_versions` run once per release in RECOVERY_TEST_SLURM_VERSIONS."""
     if "slurm_version" in metafunc.fixturenames and metafunc.definition.get_closest_marker("slurm_versions"):
-        metafunc.parametrize("slurm_version", test_versions(), indirect=True, scope="session")
+        metafunc.parametrize("slurm_version", versions_under_test(), indirect=True, scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
