@@ -504,6 +504,8 @@ restd_answers() { # any HTTP answer (401 without a token) means it listens
 }
 
 start_restd() {
+  # a lab brought up without --restd runs none; a changed slurm.conf needs a fresh one
+  if [ "$RESTD" != 1 ] || [ "$CONFIG_CHANGED" = 1 ]; then stop_pids "slurmrestd:$RUN/slurmrestd.pid"; fi
   [ "$RESTD" = 1 ] || return 0
   port_free_or_ours "$RESTD_PORT" "$RUN/slurmrestd.pid" slurmrestd
   # the accounting endpoints load only with slurmdbd ("Failure loading plugin path bindings" otherwise)

@@ -53,6 +53,7 @@ _CLASSIFICATION: tuple[tuple[str, type[SchedulerError]], ...] = (
     ("unable to contact slurm controller", TransientSchedulerError),
     ("socket timed out", TransientSchedulerError),
     ("connection refused", TransientSchedulerError),
+    ("connection reset by peer", TransientSchedulerError),  # slurmctld going down mid-request
     ("slurm_persist_conn_open", TransientSchedulerError),
     ("job has already finished", JobStateConflict),
     ("already completing or completed", JobStateConflict),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,7 @@ def test_up_again_is_a_no_op(slurm_lab: SlurmLab) -> None:
         lab_dir=str(slurm_lab.lab_dir),
         dbd=slurm_lab.accounting,
         slurm=slurm_lab.version,
+        restd=slurm_lab.restd_url is not None,
         port_offset=slurm_lab.port_offset,
         out=out,
     )
@@ -70,6 +73,14 @@ def test_up_again_is_a_no_op(slurm_lab: SlurmLab) -> None:
         [str(slurm_lab.bin_dir / "sinfo"), "-V"], capture_output=True, text=True, check=True, cwd="/"
     ).stdout
     assert version.startswith(f"slurm-wlm {slurm_lab.release}."), version
+    if slurm_lab.restd_url:  # slurmrestd answers with the token the lab printed
+        request = urllib.request.Request(
+            f"{slurm_lab.restd_url}/openapi/v3",
+            headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm_lab.jwt or ""},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            spec = json.loads(answer.read())
+        assert any(path.startswith("/slurm/v0.0.") for path in spec["paths"])
 
 
 @pytest.mark.slurm

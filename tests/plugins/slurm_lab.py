@@ -54,6 +54,8 @@ class SlurmLab:
     release: str = "host"  # "22.05", "24.11", "26.05": what slurm_versions tests are parametrised with
     nodes: int = 3
     port_offset: int | None = None
+    restd_url: str | None = None  # slurmrestd (JWT) of releases other than the host's
+    jwt: str | None = None  # a root token for it (24 h), as `scontrol token` printed it
     submitted: list[int] = field(default_factory=list)
 
     @property
@@ -84,6 +86,7 @@ class SlurmLab:
             dbd=self.accounting,
             lab_dir=str(self.lab_dir),
             slurm=self.version,
+            restd=self.restd_url is not None,
             port_offset=self.port_offset,
             out=io.StringIO(),
         )
@@ -243,8 +246,12 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
             raise RuntimeError("the Slurm lab needs bash")
         dbd_env = os.environ.get("RECOVERY_LAB_DBD", "0").lower() in {"1", "true", "yes"}
         accounting = dbd_env if host and not scratch else True
+        # newer releases also run slurmrestd, so that REST clients can be tested against the same labs
+        restd = not host and not scratch
         out = io.StringIO()
-        rc = lab_run("up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, port_offset=offset, out=out)
+        rc = lab_run(
+            "up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, restd=restd, port_offset=offset, out=out
+        )
         if rc != 0:
             raise RuntimeError(
                 f"`recovery lab up --slurm {version}` failed with exit code {rc} "
@@ -261,6 +268,7 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
         os.environ["RECOVERY_LAB_DIR"] = lab_dir
     session_dir = Path(lab_dir) / "tests" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
     session_dir.mkdir(parents=True, exist_ok=True)
+    exports = dict(re.findall(r"^export (\w+)=(\S*)$", out.getvalue(), re.M))
     _LABS[key] = SlurmLab(
         lab_dir=Path(lab_dir),
         slurm_conf=match.group(1),
@@ -270,6 +278,8 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
         release=version,
         nodes=nodes,
         port_offset=offset,
+        restd_url=exports.get("SLURMRESTD_URL"),
+        jwt=exports.get("SLURM_JWT"),
     )
     return _LABS[key]
 

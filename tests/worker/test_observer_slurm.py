@@ -178,5 +178,7 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
     types = [event.event_type for event in events]
     assert types.count("scheduler.unreachable") == 1 and types.count("scheduler.reachable") == 1
     [down] = [event for event in events if event.event_type == "scheduler.unreachable"]
+    # Slurm's own answer, not our timeout: 22.05's errors array, or (24.11, 26.05) "Unable to contact
+    # slurm controller" / "Connection reset by peer" while it shuts down
     said = down.message.lower()
-    assert "answered with errors" in said or "unable to contact slurm controller" in said, down.message
+    assert "timed out" not in said and ("answered with errors" in said or "slurm_load_jobs" in said), down.message
