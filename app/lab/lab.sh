@@ -653,7 +653,11 @@ do_status() {
   if [ "$MODE" = root ]; then
     echo "slurm: $VERSION ($(cat "$ROOT/.recovery-lab-root" 2>/dev/null || echo 'root not built'), Debian $SUITE root $ROOT)"
   else
-    echo "slurm: $VERSION ($(sinfo -V 2>/dev/null || echo 'not installed'), host packages)"
+    # (not `sinfo -V`: without a slurm.conf it first spends a minute looking for a configless server)
+    local pkg
+    pkg=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null | sed 's/-.*//') || true
+    [ -n "$pkg" ] && pkg="slurm-wlm $pkg" || pkg="not installed"
+    echo "slurm: $VERSION ($pkg, host packages)"
   fi
   echo "ports: slurmctld $CTLD_PORT, nodes $((NODE_PORT_BASE + 1))..$((NODE_PORT_BASE + NODES))$([ "$DBD" = 1 ] && echo ", slurmdbd $DBD_PORT")$([ "$RESTD" = 1 ] && echo ", slurmrestd $RESTD_PORT")"
   echo "RECOVERY_SLURM_BIN_DIR=$DIR/bin"

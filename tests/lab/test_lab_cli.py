@@ -96,6 +96,7 @@ def test_status_says_which_release_runs_and_lists_daemons(slurm_lab: SlurmLab) -
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_several_versions
 def test_labs_of_every_release_run_at_once_as_separate_clusters() -> None:
     labs = []
     for version in versions_under_test():
@@ -119,6 +120,7 @@ def test_labs_of_every_release_run_at_once_as_separate_clusters() -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_several_versions
 def test_down_of_a_root_lab_stops_its_daemons_and_unmounts_only_its_own_view() -> None:
     newer = [v for v in versions_under_test() if v != host_version()]
     if not newer:

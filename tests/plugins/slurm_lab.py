@@ -296,14 +296,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On releases other than the host's, lab tests run on PostgreSQL only (the host's covers SQLite)."""
+    """On releases other than the host's, lab tests run on PostgreSQL only (the host's covers SQLite);
+    tests marked `slurm_several_versions` run only when RECOVERY_TEST_SLURM_VERSIONS names another release."""
     host = host_version()
+    several = len(versions_under_test()) > 1 and any(v != host for v in versions_under_test())
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         version, backend = params.get("slurm_version"), params.get("database")
-        (dropped if version not in (None, host) and backend == "sqlite" else kept).append(item)
+        off_matrix = version not in (None, host) and backend == "sqlite"
+        # asked for the host's release only: tests of several releases at once are not part of the run
+        alone = not several and item.get_closest_marker("slurm_several_versions") is not None
+        (dropped if off_matrix or alone else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
