@@ -22,6 +22,7 @@ from app.slurm.parse import (
     parse_sinfo_node_names,
     parse_snapshot,
 )
+from app.slurm.records import AccountingRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 REFERENCE = Path("/work/shared/reference/slurm-json")
@@ -471,7 +472,8 @@ def test_captured_job_listings_of_every_release(path: Path) -> None:
     assert (signalled.state, signalled.exit_signal) == ("FAILED", 9) and signalled.end_time is not None
     completed = jobs[roles["completed"]]
     assert (completed.state, completed.exit_code, completed.exit_signal) == ("COMPLETED", 0, 0)
-    assert completed.end_time is not None and completed.end_time >= completed.start_time
+    assert completed.start_time is not None and completed.end_time is not None
+    assert completed.end_time >= completed.start_time
     running = jobs[roles["running"]]
     assert running.state == "RUNNING" and running.nodes and running.start_time and running.end_time is None
     assert running.requeue is True and running.held is False
@@ -489,7 +491,7 @@ def test_captured_accounting_of_every_release(path: Path) -> None:
     version = path.parent.name
     roles = _roles(path)
     records = parse_sacct_json(path.read_bytes())
-    by_job: dict[int, list] = {}
+    by_job: dict[int, list[AccountingRecord]] = {}
     for record in records:
         by_job.setdefault(record.job_id, []).append(record)
     attempts = by_job[roles["failed_then_held"]]
