@@ -694,6 +694,14 @@ do_build() {
   log "root of Slurm $VERSION: $ROOT ($(cat "$ROOT/.recovery-lab-root"))"
 }
 
+# One `up`/`down` at a time per lab dir (several test sessions share a lab): the lock is held by
+# flock(1) itself (-o), so the daemons this script starts never inherit it.
+if [ "$ACTION" = up ] || [ "$ACTION" = down ]; then
+  if [ -z "${RECOVERY_LAB_LOCKED:-}" ] && command -v flock >/dev/null && mkdir -p "$DIR" 2>/dev/null; then
+    RECOVERY_LAB_LOCKED=1 exec flock -o -w 600 "$DIR/.lab.lock" bash "$0" "$@"
+  fi
+fi
+
 case $ACTION in
   up) do_up ;;
   down) do_down ;;
