@@ -198,7 +198,12 @@ mirror() {
 ROOT_PKGS="munge,slurmctld,slurmd,slurm-client,slurmdbd,slurm-wlm-mysql-plugin,slurmrestd,slurm-wlm-jwt-plugin"
 build_root() {
   local stamp=$ROOT/.recovery-lab-root tmp script="" rc started
-  [ -e "$stamp" ] && return 0
+  if [ -e "$stamp" ]; then
+    # a testing suite moves on: a root built later may hold another release than the one asked for
+    grep -q "^slurm-wlm $VERSION\." "$stamp" ||
+      die "$ROOT holds $(cat "$stamp"), not Slurm $VERSION (Debian $SUITE moved on?); remove it to rebuild"
+    return 0
+  fi
   mkdir -p "$ROOTS"
   exec 9>"$ROOTS/.$SUITE.lock"
   log "waiting for the build lock of the $SUITE root"
@@ -224,6 +229,8 @@ build_root() {
   printf '#!/bin/sh\nexit 101\n' > "$tmp/usr/sbin/policy-rc.d" && chmod 755 "$tmp/usr/sbin/policy-rc.d"
   [ -e "$tmp/etc/hosts" ] || cp /etc/hosts "$tmp/etc/hosts"
   chroot "$tmp" slurmctld -V > "$tmp/.recovery-lab-root.new"
+  grep -q "^slurm-wlm $VERSION\." "$tmp/.recovery-lab-root.new" ||
+    die "Debian $SUITE now ships $(cat "$tmp/.recovery-lab-root.new"), not Slurm $VERSION (left in $tmp)"
   mv "$tmp/.recovery-lab-root.new" "$tmp/.recovery-lab-root"
   mv "$tmp" "$ROOT"
   log "root ready: $(cat "$stamp") in $(( $(date +%s) - started )) s, $(du -sh "$ROOT" | cut -f1)"
