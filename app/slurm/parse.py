@@ -195,6 +195,11 @@ def parse_job(record: dict) -> SlurmJob:
     nodes_raw = get("nodes")
     excluded_raw = get("excluded_nodes")
     nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
+    if state == "PENDING":
+        # not placed yet: right after a requeue the job is ["PENDING", "COMPLETING"] for a few seconds
+        # (seen on 26.05) and still lists the nodes cleaning up its PREVIOUS attempt, with the restart
+        # count already raised; those nodes are not the new attempt's
+        nodes = ()
     excluded = expand_hostlist(excluded_raw) if isinstance(excluded_raw, str) else ()
 
     waiting = state in states.HELD

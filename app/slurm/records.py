@@ -12,7 +12,9 @@ class SlurmJob:
 
     Conventions: node lists are expanded tuples; times are aware UTC datetimes or None
     (`start_time` is None while PENDING and `end_time` is None until the job has ended, because
-    Slurm fills both with estimates there); `state_reason` is None when Slurm says "None".
+    Slurm fills both with estimates there; `nodes` is empty while PENDING, because a requeued job
+    still lists its previous attempt's nodes while they finish cleaning up); `state_reason` is None
+    when Slurm says "None".
     """
 
     job_id: int

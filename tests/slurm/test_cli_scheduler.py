@@ -66,6 +66,10 @@ async def test_list_jobs_sees_a_submitted_job_with_its_comment(slurm_lab: SlurmL
     assert job.state == "RUNNING" and job.requeue and not job.held and job.restart_count == 0
     assert job.nodes and job.nodes[0] in {"node1", "node2", "node3"} and job.batch_host == job.nodes[0]
     assert job.stdout == str(slurm_lab.test_dir() / f"out-sleeper-{job_id}.log")
+    # slurmstepd creates the file a moment after squeue shows RUNNING (24.11 lets that moment show)
+    deadline = time.monotonic() + 30
+    while not Path(job.stdout).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert Path(job.stdout).exists()
     assert job.start_time is not None and job.end_time is None and job.cluster == slurm_lab.cluster
     assert snapshot.problems == () and snapshot.duration > 0

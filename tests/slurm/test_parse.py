@@ -324,8 +324,9 @@ def test_ten_thousand_jobs_parse_in_one_snapshot() -> None:
     raw = json.dumps(template).encode()
     snapshot = parse_snapshot(raw)
     assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()
-    last = snapshot.get(1_000_005)
-    assert last is not None and last.nodes[0] == "gpu05"
+    placed = next(job for job in snapshot.jobs if job.state != "PENDING")
+    assert placed.nodes[0] == f"gpu{(placed.job_id - 1_000_000) % 90:02d}"
+    assert all(job.nodes == () for job in snapshot.jobs if job.state == "PENDING")  # not placed yet
 
 
 # ---------------------------------------------------------------- accounting
@@ -533,3 +534,14 @@ def test_captured_outage_answer_of_every_release_is_could_not_observe(version: s
         stderr = text.split("stderr: ", 1)[1]
         assert isinstance(classify(("squeue", "--json"), code, stderr), TransientSchedulerError)
     assert (code == 0) == (version == "22.05")
+
+
+def test_a_requeued_job_still_completing_lists_no_nodes_for_its_new_attempt() -> None:
+    """26.05 right after requeuehold: ["PENDING", "COMPLETING"], restart count 1, and attempt 0's nodes."""
+    data = json.loads((FIXTURES / "26.05" / "squeue.json").read_text())
+    roles = json.loads((FIXTURES / "26.05" / "roles.json").read_text())
+    [record] = [job for job in data["jobs"] if job["job_id"] == roles["failed_then_held"]]
+    record = {**record, "job_state": ["PENDING", "COMPLETING"], "nodes": "node1", "batch_host": "node1"}
+    job = parse_snapshot({"jobs": [record]}).jobs[0]
+    assert (job.state, job.state_flags, job.restart_count) == ("PENDING", ("COMPLETING",), 1)
+    assert job.nodes == () and job.start_time is None
