@@ -243,7 +243,9 @@ async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, obse
 OUTAGE_2205 = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "22.05" / "squeue-outage.json"
 
 
-async def test_an_answer_with_slurm_errors_is_an_outage(ctx, observer, scheduler, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_an_answer_with_slurm_errors_is_an_outage(
+    ctx: AppContext, observer: Observer, scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """22.05's real answer during a slurmctld outage: exit 0, `errors`, no jobs. Not "every job left"."""
     scheduler.add(make_job(22, comment=_comment()))
     scheduler.start(22)
