@@ -179,9 +179,9 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
-    from app.lab.cli import run
+    from app.lab.cli import run_args
 
-    return run(args.lab_action, nodes=args.nodes, dbd=args.dbd, lab_dir=args.lab_dir)
+    return run_args(args.lab_action, args)
 
 
 def _cmd_check_policy(args: argparse.Namespace, settings: Settings) -> int:
@@ -240,10 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     db = command("db", _cmd_db, "database migrations")
     db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
     lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")
-    lab.add_argument("lab_action", choices=["up", "down", "status"])
-    lab.add_argument("--nodes", type=int, default=3, help="emulated slurmd nodes (default 3)")
-    lab.add_argument("--dbd", action="store_true", help="also run slurmdbd so that sacct works")
-    lab.add_argument("--lab-dir", default=None, help="state directory (default /tmp/recovery-lab)")
+    lab.add_argument("lab_action", choices=["up", "down", "status", "build"])
+    from app.lab.cli import add_arguments as add_lab_arguments
+
+    add_lab_arguments(lab)
     cp = command("check-policy", _cmd_check_policy, "validate an APS policy JSON (as given in --comment)")
     cp.add_argument("policy", help="the comment text, e.g. '{\"APS\":{...}}'")
     cp.add_argument("--json", action="store_true", help="machine-readable output")

@@ -60,7 +60,7 @@ from app.domain.reconcile import (
 from app.jobs import queries as job_queries
 from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, Scheduler
-from app.slurm.errors import OperationDisabled, SchedulerError
+from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
 from worker.milestones import Sent, run_command
 from worker.service import Service
@@ -179,7 +179,7 @@ class Controller(Service):
             return 0
         self.passes += 1
         try:
-            snapshot = await self.scheduler.list_jobs()
+            snapshot = require_observation(await self.scheduler.list_jobs())
         except SchedulerError as exc:
             log.warning("controller: Slurm did not answer (%s); %d Advice wait", exc, len(due))
             for advice_id in due:

@@ -21,7 +21,7 @@ from app.domain.policy import parse_comment
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from app.slurm.adapter import Scheduler
-from app.slurm.errors import SchedulerError
+from app.slurm.errors import SchedulerError, require_observation
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 from worker.service import Service
 
@@ -94,7 +94,8 @@ class Observer(Service):
     async def tick(self) -> None:
         taken_at = utcnow()
         try:
-            snapshot = await self.scheduler.list_jobs()
+            # an answer with Slurm's own errors is an outage too (22.05 exits 0 then), never "no jobs"
+            snapshot = require_observation(await self.scheduler.list_jobs())
         except SchedulerError as exc:
             await self._scheduler_unreachable(exc)
             raise
@@ -272,7 +273,7 @@ class Observer(Service):
             if attempt.end_time is None:
                 await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
             return
-        final = _final_record(await self._history(record.slurm_job_id), attempt.attempt_index)
+        final = _final_record(await self._history(record.slurm_job_id, comment=record.comment), attempt.attempt_index)
         if final is not None and final.state not in ("REQUEUED", "PENDING"):
             await jobs.update_attempt(
                 session,
@@ -312,7 +313,7 @@ class Observer(Service):
                     continue
                 if not missing.asked_accounting:
                     missing.asked_accounting = True
-                    history = await self._history(job_id)
+                    history = await self._history(job_id, comment=record.comment if record else None)
                     final = _final_record(history, attempt.attempt_index)
                     if final is not None:
                         await jobs.update_attempt(
@@ -342,12 +343,22 @@ class Observer(Service):
             self.state.missing.pop(job_id, None)
         return work
 
-    async def _history(self, job_id: int) -> list[AccountingRecord] | None:
+    async def _history(self, job_id: int, *, comment: str | None = None) -> list[AccountingRecord] | None:
+        """This submission's attempts in accounting (None when it cannot be asked).
+
+        Accounting keeps every job that ever had this id: after slurmctld lost its state (or its
+        ids wrapped) `sacct -j ID` also lists earlier submissions' rows, oldest first. Rows whose
+        stored comment (AccountingStoreFlags=job_comment) is not this job's belong to another
+        submission and are dropped, so that attempt N means this job's attempt N.
+        """
         try:
-            return await self.scheduler.job_history(job_id)
+            history = await self.scheduler.job_history(job_id)
         except SchedulerError as exc:
             log.warning("accounting lookup for job %s failed: %s", job_id, exc)
             return None
+        if history is None or not comment:
+            return history
+        return [record for record in history if not record.comment or record.comment == comment]
 
     async def _scheduler_unreachable(self, exc: SchedulerError) -> None:
         if self.state.unreachable_since is not None:

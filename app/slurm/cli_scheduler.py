@@ -47,10 +47,11 @@ class CliScheduler:
     # ------------------------------------------------------------ plumbing
 
     def binary(self, tool: str) -> str:
-        """Absolute path of a Slurm tool: from slurm_bin_dir when set, else from PATH."""
+        """Absolute path of a Slurm tool: from slurm_bin_dir when set, else from PATH (the given env's, if any)."""
         if self.bin_dir:
             return os.path.join(self.bin_dir, tool)
-        return shutil.which(tool) or tool
+        path = self.env.get("PATH") if self.env is not None else None
+        return shutil.which(tool, path=path) or tool
 
     async def run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
         """Run one command with a timeout; on failure raise the classified SchedulerError."""
@@ -103,9 +104,12 @@ class CliScheduler:
     # ------------------------------------------------------------ Scheduler
 
     async def list_jobs(self) -> Snapshot:
-        """All jobs in slurmctld's memory from one `squeue --json` (which ignores filters anyway)."""
+        """All jobs in slurmctld's memory, finished ones included, from one `squeue --json --states=all`."""
         taken_at = datetime.now(UTC)
-        result = await self.run("squeue", "--json")
+        # 22.05 ignores filters and always lists every job; 23.02+ apply squeue's default filter
+        # (pending, running, completing) to --json as well, so without --states=all a FAILED job
+        # would vanish from the answer the moment it ends
+        result = await self.run("squeue", "--json", "--states=all")
         try:
             return parse_snapshot(result.stdout, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
@@ -153,8 +157,9 @@ class CliScheduler:
         job_id = int(job_id)
         job = None
         try:
-            # 22.05 ignores -j and lists everything; newer versions filter; either way pick ours
-            result = await self.run("squeue", "--json", "-j", str(job_id))
+            # 22.05 ignores -j and lists everything; newer versions filter (and hide ended jobs
+            # without --states=all); either way pick ours
+            result = await self.run("squeue", "--json", "--states=all", "-j", str(job_id))
             job = parse_snapshot(result.stdout).get(job_id)
         except JobNotFound:
             job = None
@@ -175,7 +180,12 @@ class CliScheduler:
                 pass  # a JSON shape we do not know (later releases group by partition): ask plainly instead
         # The one plain-output read: with -N each line is one node name, which cannot be misread.
         # -a includes hidden partitions, which -p alone would not show.
-        result = await self.run("sinfo", "-h", "-a", "-N", "-p", partition, "-o", "%N")
+        result = await self.run("sinfo", "-h", "-a", "-N", "-p", partition, "-o", "%N", check=False)
+        if result.returncode != 0 and _mentions(result, ("conflicting options",)):
+            # 24.11+ refuse -a together with -p ("Conflicting options, -a and -p"); a named partition shows anyway
+            result = await self.run("sinfo", "-h", "-N", "-p", partition, "-o", "%N", check=False)
+        if result.returncode != 0:
+            raise classify(result.command, result.returncode, result.stderr or result.stdout, duration=result.duration)
         return parse_sinfo_node_names(result.stdout)
 
 

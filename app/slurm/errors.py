@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.slurm.records import Snapshot
+
 
 class SchedulerError(Exception):
     """A scheduler command failed; carries the argv, exit code, stderr and how long it took."""
@@ -51,6 +53,7 @@ _CLASSIFICATION: tuple[tuple[str, type[SchedulerError]], ...] = (
     ("unable to contact slurm controller", TransientSchedulerError),
     ("socket timed out", TransientSchedulerError),
     ("connection refused", TransientSchedulerError),
+    ("connection reset by peer", TransientSchedulerError),  # slurmctld going down mid-request
     ("slurm_persist_conn_open", TransientSchedulerError),
     ("job has already finished", JobStateConflict),
     ("already completing or completed", JobStateConflict),
@@ -74,3 +77,21 @@ def classify(
         stderr=stderr,
         duration=duration,
     )
+
+
+def require_observation(snapshot: Snapshot) -> Snapshot:
+    """The snapshot, unless Slurm answered with errors: then TransientSchedulerError ("could not observe").
+
+    During a slurmctld outage 22.05's `squeue --json` exits 0 with `errors: [{"source":
+    "slurm_load_jobs", "description": "Failed while looking for jobs"}]` and `jobs: []`, while
+    24.11 and 26.05 exit 1 ("Unable to contact slurm controller"). Both are the same outage: an
+    answer that carries Slurm's own errors is never taken as the list of jobs, whatever its exit code.
+    """
+    errors = snapshot.slurm_errors
+    if errors:
+        raise TransientSchedulerError(
+            f"Slurm answered with errors instead of its jobs ({len(snapshot.jobs)} listed)",
+            stderr="; ".join(errors),
+            duration=snapshot.duration,
+        )
+    return snapshot

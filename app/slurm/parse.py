@@ -1,4 +1,4 @@
-"""Pure parsers of Slurm's job JSON (squeue/slurmrestd, 22.05 to 25.x) and accounting output (sacct)."""
+"""Pure parsers of Slurm's job JSON (squeue/slurmrestd, 22.05 to 26.05) and accounting output (sacct)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ BASE_STATES = frozenset(
     }
 )
 _NONE_WORDS = frozenset({"", "None", "none", "(null)", "Unknown", "N/A"})
+# what accounting says for an attempt that never got nodes (a pending or held row), on every release
+_NO_NODES = frozenset({"None assigned", *_NONE_WORDS})
 
 
 class ParseError(ValueError):
@@ -56,7 +58,7 @@ class ParseError(ValueError):
 
 
 def _number(value: Any) -> int | None:
-    """A count from a plain int (<= v0.0.38) or a {set, infinite, number} object (v0.0.39+)."""
+    """A count from a plain int (22.05, <= v0.0.38) or a {set, infinite, number} object (v0.0.39+: 24.11, 26.05)."""
     if value is None or value is True or value is False:
         return None
     if isinstance(value, int):
@@ -89,13 +91,20 @@ def _text(value: Any) -> str | None:
     return value
 
 
+def _accounting_nodes(value: Any) -> tuple[str, ...]:
+    """A node list from accounting; "None assigned" (a row that never ran) is no node."""
+    if not isinstance(value, str) or value.strip() in _NO_NODES:
+        return ()
+    return expand_hostlist(value)
+
+
 def decode_wait_status(status: int) -> tuple[int, int]:
     """(exit code, signal) from a raw wait status, as Slurm prints `ExitCode=code:signal` (256 -> (1, 0))."""
     return (status >> 8) & 0xFF, status & 0x7F
 
 
 def _exit(value: Any) -> tuple[int | None, int | None]:
-    """Exit code and signal from any version's exit_code field."""
+    """Exit code and signal from any version's exit_code field (22.05: raw wait status; 24.11+: an object)."""
     if isinstance(value, int) and not isinstance(value, bool):  # <= v0.0.38: raw wait status
         return decode_wait_status(value)
     if isinstance(value, dict):
@@ -112,7 +121,7 @@ def _exit(value: Any) -> tuple[int | None, int | None]:
 
 
 def _state(value: Any) -> tuple[str, tuple[str, ...]]:
-    """Primary state and flags from a string (<= v0.0.39) or a list (v0.0.40+)."""
+    """Primary state and flags from a string (22.05, <= v0.0.39) or a list (v0.0.40+: 24.11 and 26.05)."""
     if isinstance(value, str):
         return value or "UNKNOWN", ()
     if isinstance(value, list) and value:
@@ -152,6 +161,20 @@ def _load(raw: bytes | str | dict) -> dict:
     return data
 
 
+# What changed between the releases the lab runs (real captures in tests/fixtures/slurm/<version>/):
+# * 22.05 (openapi/v0.0.38): plain values. `job_state` a string, `exit_code` the raw wait status
+#   (exit 1 = 256), `priority` an int (0 when held), `hold` always null, `standard_output` the
+#   unexpanded pattern (%x, %j); `--json` ignores -j/-t and lists every job; during a slurmctld
+#   outage it exits 0 with `errors: [{"source": "slurm_load_jobs", ...}]` and `jobs: []`.
+# * 24.11 (data_parser v0.0.40-v0.0.42): counts and times are number objects {set, infinite,
+#   number}; `job_state` a list (base state + flags such as REQUEUED); `exit_code` an object
+#   {status: [...], return_code: {number}, signal: {id: {number}}}; `hold` true when held;
+#   `standard_output` already expanded; `--json` applies squeue's default state filter (so the
+#   CLI asks --states=all); an outage exits 1 ("Unable to contact slurm controller").
+# * 26.05 (v0.0.42-v0.0.45, default v0.0.45): as 24.11, plus `stdout_expanded`/`stderr_expanded`
+#   beside the pattern in `standard_output`, `submit_line`, `step_id`.
+# Accounting (`sacct --json`): 22.05's exit codes are always SUCCESS/0; 24.11 marks an attempt
+# ended by a requeue as state ["PENDING", "REQUEUED"], 26.05 as the state it ended in.
 def parse_job(record: dict) -> SlurmJob:
     """One job object of any version; raises (KeyError, TypeError, ValueError) only when it has no usable id."""
     get = record.get
@@ -172,6 +195,11 @@ def parse_job(record: dict) -> SlurmJob:
     nodes_raw = get("nodes")
     excluded_raw = get("excluded_nodes")
     nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
+    if state == "PENDING":
+        # not placed yet: right after a requeue the job is ["PENDING", "COMPLETING"] for a few seconds
+        # (seen on 26.05) and still lists the nodes cleaning up its PREVIOUS attempt, with the restart
+        # count already raised; those nodes are not the new attempt's
+        nodes = ()
     excluded = expand_hostlist(excluded_raw) if isinstance(excluded_raw, str) else ()
 
     waiting = state in states.HELD
@@ -316,14 +344,19 @@ def parse_partition_nodes(raw: bytes | str | dict, partition: str) -> tuple[str,
     """The nodes of one partition from `sinfo --json` (22.05) or slurmrestd's nodes; None when no node is in it.
 
     22.05's `sinfo --json` ignores `-p` and lists every node with the partitions it belongs to, so
-    the partition is picked here. Raises ParseError when the answer has no such node list (e.g. the
-    per-partition `sinfo` shape of later releases); the caller then falls back to plain output.
+    the partition is picked here. 24.11 and 26.05 (data_parser v0.0.40-v0.0.45) answer in another
+    shape: a top-level `sinfo` list with one entry per group of like nodes, each naming its
+    `partition.name` and its `nodes.nodes` (node names); a partition may span several entries.
+    Raises ParseError when the answer has neither shape; the caller then falls back to plain output.
     """
     data = _load(raw)
+    wanted = partition.strip()
+    entries = data.get("sinfo")
+    if isinstance(entries, list) and entries:
+        return _sinfo_entries_nodes(entries, wanted)
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise ParseError("no `nodes` list with node partitions")
-    wanted = partition.strip()
     found: set[str] = set()
     for node in nodes:
         if not isinstance(node, dict):
@@ -331,6 +364,26 @@ def parse_partition_nodes(raw: bytes | str | dict, partition: str) -> tuple[str,
         name, partitions = node.get("name"), node.get("partitions")
         if isinstance(name, str) and name.strip() and isinstance(partitions, list) and wanted in partitions:
             found.add(name.strip())
+    return tuple(sorted(found)) or None
+
+
+def _sinfo_entries_nodes(entries: list, wanted: str) -> tuple[str, ...] | None:
+    """Nodes of one partition from the `sinfo` list of 23.x+ answers (see parse_partition_nodes)."""
+    found: set[str] = set()
+    understood = False
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        part, nodes = entry.get("partition"), entry.get("nodes")
+        name = part.get("name") if isinstance(part, dict) else None
+        names = nodes.get("nodes") if isinstance(nodes, dict) else None
+        if not isinstance(name, str) or not isinstance(names, list):
+            continue
+        understood = True
+        if name.strip() == wanted:
+            found.update(host for item in names if isinstance(item, str) for host in expand_hostlist(item.strip()))
+    if not understood:
+        raise ParseError("`sinfo` entries without partition.name and nodes.nodes")
     return tuple(sorted(found)) or None
 
 
@@ -416,7 +469,7 @@ def parse_sacct_pipe(text: str, *, source: str = "sacct") -> list[AccountingReco
                 state=state,
                 exit_code=code,
                 exit_signal=signal,
-                nodes=expand_hostlist(cell(row, "nodelist")),
+                nodes=_accounting_nodes(cell(row, "nodelist")),
                 start=start,
                 end=_local_time(cell(row, "end")),
                 submit=_local_time(cell(row, "submit")),
@@ -442,7 +495,11 @@ def parse_sacct_json(raw: bytes | str | dict) -> list[AccountingRecord]:
         try:
             job_id = int(record["job_id"])
             state_obj = record.get("state") or {}
-            state, _ = _state(state_obj.get("current"))
+            state, flags = _state(state_obj.get("current"))
+            # 24.11 (v0.0.40-v0.0.42) records an attempt ended by a requeue as ["PENDING", "REQUEUED"];
+            # 22.05 says "REQUEUED", 26.05 the state it ended in (["FAILED"]): all mean "this attempt is over"
+            if state == "PENDING" and "REQUEUED" in flags:
+                state = "REQUEUED"
             times = record.get("time") or {}
             if exit_codes_broken:
                 code, signal = None, None
@@ -461,7 +518,7 @@ def parse_sacct_json(raw: bytes | str | dict) -> list[AccountingRecord]:
                 state=state,
                 exit_code=code,
                 exit_signal=signal,
-                nodes=expand_hostlist(record.get("nodes") or ""),
+                nodes=_accounting_nodes(record.get("nodes")),
                 start=_time(times.get("start")),
                 end=_time(times.get("end")),
                 submit=_time(times.get("submission")),

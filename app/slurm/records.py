@@ -12,7 +12,9 @@ class SlurmJob:
 
     Conventions: node lists are expanded tuples; times are aware UTC datetimes or None
     (`start_time` is None while PENDING and `end_time` is None until the job has ended, because
-    Slurm fills both with estimates there); `state_reason` is None when Slurm says "None".
+    Slurm fills both with estimates there; `nodes` is empty while PENDING, because a requeued job
+    still lists its previous attempt's nodes while they finish cleaning up); `state_reason` is None
+    when Slurm says "None".
     """
 
     job_id: int
@@ -87,6 +89,11 @@ class Snapshot:
     def get(self, job_id: int) -> SlurmJob | None:
         """The job with this id, or None when slurmctld no longer lists it."""
         return self.by_id.get(int(job_id))
+
+    @property
+    def slurm_errors(self) -> tuple[str, ...]:
+        """Errors Slurm itself put in the answer (its `errors` array), as opposed to records we could not read."""
+        return tuple(problem for problem in self.problems if problem.startswith("slurm reported"))
 
 
 @dataclass(frozen=True, slots=True)

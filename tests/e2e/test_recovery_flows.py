@@ -44,6 +44,7 @@ echo "attempt $SLURM_RESTART_COUNT on $SLURMD_NODENAME"
 """
 
 
+@pytest.mark.slurm_versions
 async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContext, slurm_lab: SlurmLab) -> None:
     env = unique_environment()
     wctx = lab_context(ctx, env)
@@ -109,6 +110,7 @@ async def test_act_without_the_ceiling_stays_observe_and_touches_nothing(ctx: Ap
     assert (shown["Restarts"], shown["JobState"]) == ("0", "FAILED")
 
 
+@pytest.mark.slurm_versions
 async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:
     env = unique_environment()
     wctx = lab_context(ctx, env)
@@ -133,6 +135,7 @@ async def test_crash_naming_a_node_excludes_it_from_the_retry(ctx: AppContext, s
     assert [m.step for m in await milestones(wctx, job_id)] == ["requeue_hold", "update_exclusions", "release"]
 
 
+@pytest.mark.slurm_versions
 async def test_hung_job_is_ended_by_requeue_hold_and_requeued(ctx: AppContext, slurm_lab: SlurmLab) -> None:
     env = unique_environment()
     wctx = lab_context(ctx, env)

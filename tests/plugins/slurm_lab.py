@@ -1,11 +1,21 @@
-"""The `slurm_lab` fixture: the real Slurm lab (`recovery lab up`), started once per test session.
+"""The `slurm_lab` fixture: the real Slurm lab (`recovery lab up`), started once per test session and version.
 
 Register with `pytest_plugins = ["tests.plugins.slurm_lab"]` (tests/conftest.py) or import the
 fixture in a conftest. The lab is left running after the session (the next `up` takes ~0.3 s);
 jobs submitted through the helper are cancelled at the end so no slurmstepd lingers.
 Unavailable lab (not root, no apt, daemons fail): the fixture FAILS when CI=true, else skips
-with the reason. Environment: RECOVERY_LAB_DIR (default /tmp/recovery-lab), RECOVERY_LAB_DBD=1
-for slurmdbd accounting (default off: jobcomp/filetxt gives per-attempt history via sacct -c).
+with the reason.
+
+Versions: a test marked `@pytest.mark.slurm_versions` runs once per Slurm release in
+RECOVERY_TEST_SLURM_VERSIONS (default "22.05,24.11,26.05"; ids `[22.05]`, ...); every other lab
+test runs on the host's own Slurm only. The host's release (22.05 on Debian 12) is the lab at
+RECOVERY_LAB_DIR (default /tmp/recovery-lab, accounting per RECOVERY_LAB_DBD=1, default off:
+jobcomp/filetxt gives per-attempt history via sacct -c); any other release is the lab at
+`$RECOVERY_LAB_DIR-<version>` run from a cached Debian root, always with slurmdbd (on the
+MariaDB at 127.0.0.1:3306), on its own ports. On those releases the tests run on PostgreSQL only
+(the host release covers SQLite), which keeps the added suite time within a few minutes.
+`slurm_scratch_lab` is a 1-node lab per version (`...-scratch`, slurmdbd, its own ports) for
+tests that wipe slurmctld's state (jobs leaving squeue, job-id reuse): never the shared lab.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -39,14 +50,66 @@ class SlurmLab:
     slurm_conf: str
     accounting: bool
     session_dir: Path
+    version: str = "host"
+    release: str = "host"  # "22.05", "24.11", "26.05": what slurm_versions tests are parametrised with
+    nodes: int = 3
+    port_offset: int | None = None
+    restd_url: str | None = None  # slurmrestd (JWT) of releases other than the host's
+    jwt: str | None = None  # a root token for it (24 h), as `scontrol token` printed it
     submitted: list[int] = field(default_factory=list)
 
+    @property
+    def cluster(self) -> str:
+        """ClusterName of the lab's slurm.conf (lab, lab2411, lab2605: each release is its own cluster)."""
+        match = re.search(r"^ClusterName=(\S+)$", Path(self.slurm_conf).read_text(), re.M)
+        return match.group(1) if match else ""
+
+    @property
+    def bin_dir(self) -> Path:
+        """The lab's wrappers (squeue, scontrol, ...) of its own Slurm release: RECOVERY_SLURM_BIN_DIR."""
+        return self.lab_dir / "bin"
+
     def env(self, **extra: str) -> dict[str, str]:
-        """The environment Slurm commands need (SLURM_CONF) plus `extra`."""
+        """The environment Slurm commands need (SLURM_CONF; the lab's bin/ first on PATH) plus `extra`."""
         env = dict(os.environ)
         env["SLURM_CONF"] = self.slurm_conf
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}"
+        env["RECOVERY_SLURM_BIN_DIR"] = str(self.bin_dir)
         env.update({key: str(value) for key, value in extra.items()})
         return env
+
+    def up(self) -> int:
+        """`recovery lab up` again with this lab's options (after a test stopped a daemon); the exit code."""
+        return lab_run(
+            "up",
+            nodes=self.nodes,
+            dbd=self.accounting,
+            lab_dir=str(self.lab_dir),
+            slurm=self.version,
+            restd=self.restd_url is not None,
+            port_offset=self.port_offset,
+            out=io.StringIO(),
+        )
+
+    def daemon_pid(self, name: str) -> int:
+        """The pid of one of the lab's daemons (slurmctld, slurmdbd, slurmd-node1, ...) from its pid file."""
+        return int((self.lab_dir / "run" / f"{name}.pid").read_text().strip())
+
+    def wipe_state(self) -> None:
+        """Stop the lab, delete slurmctld's saved state (jobs, the job-id counter) and start it again.
+
+        What a controller that lost StateSaveLocation does: every job leaves squeue at once, job ids
+        start again at 1, and only accounting (slurmdbd) remembers the earlier jobs. Scratch labs only.
+        """
+        assert "scratch" in self.lab_dir.name, "wipe_state is for the scratch lab, never the shared one"
+        pid = self.daemon_pid("slurmctld")
+        os.kill(pid, signal.SIGTERM)  # slurmd and slurmdbd keep running, as at a site
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline, f"slurmctld {pid} did not stop"
+            time.sleep(0.1)
+        shutil.rmtree(self.lab_dir / "state", ignore_errors=True)
+        assert self.up() == 0
 
     def test_dir(self) -> Path:
         """A directory of its own for the currently running test (from PYTEST_CURRENT_TEST)."""
@@ -61,7 +124,7 @@ class SlurmLab:
         script = directory / f"job-{uuid.uuid4().hex[:8]}.sh"
         script.write_text(script_text)
         result = subprocess.run(
-            ["sbatch", "--parsable", f"--chdir={directory}", *sbatch_args, str(script)],
+            [str(self.bin_dir / "sbatch"), "--parsable", f"--chdir={directory}", *sbatch_args, str(script)],
             env=self.env(**env),
             capture_output=True,
             text=True,
@@ -77,7 +140,7 @@ class SlurmLab:
     def state(self, job_id: int) -> str:
         """The job's state as `squeue -t all` prints it ('' when unknown)."""
         result = subprocess.run(
-            ["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"],
+            [str(self.bin_dir / "squeue"), "-h", "-t", "all", "-j", str(job_id), "-o", "%T"],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -105,7 +168,7 @@ class SlurmLab:
     def scontrol_show(self, job_id: int) -> dict[str, str]:
         """`scontrol show job -o` as a dict, for assertions only (values with ' Key=' inside are split)."""
         result = subprocess.run(
-            ["scontrol", "show", "job", "-o", str(job_id)],
+            [str(self.bin_dir / "scontrol"), "show", "job", "-o", str(job_id)],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -123,53 +186,158 @@ class SlurmLab:
         """Cancel every job this session submitted (finished ones are ignored by scancel)."""
         if self.submitted:
             subprocess.run(
-                ["scancel", *map(str, self.submitted)], env=self.env(), capture_output=True, timeout=30, check=False
+                [str(self.bin_dir / "scancel"), *map(str, self.submitted)],
+                env=self.env(),
+                capture_output=True,
+                timeout=30,
+                check=False,
             )
 
 
-_LAB: SlurmLab | None = None
-_LAB_ERROR: str | None = None
+VERSIONS = ("22.05", "24.11", "26.05")
+_HOST_SUITES = {"bookworm": "22.05", "trixie": "24.11", "forky": "26.05"}
+_LABS: dict[str, SlurmLab] = {}
+_LAB_ERRORS: dict[str, str] = {}
 
 
-def _start() -> SlurmLab:
-    """Bring the lab up once per process (memoised, so two registrations never start it twice)."""
-    global _LAB, _LAB_ERROR
-    if _LAB is not None:
-        return _LAB
-    if _LAB_ERROR is not None:
-        raise RuntimeError(_LAB_ERROR)
+def host_version() -> str:
+    """The Slurm release of the host's own Debian packages ("host" on an unknown release)."""
+    try:
+        fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    except OSError:
+        return "host"
+    return _HOST_SUITES.get(fields.get("VERSION_CODENAME", "").strip('"'), "host")
+
+
+def versions_under_test() -> list[str]:
+    """The releases `slurm_versions` tests run on: RECOVERY_TEST_SLURM_VERSIONS, default all three."""
+    raw = os.environ.get("RECOVERY_TEST_SLURM_VERSIONS", ",".join(VERSIONS))
+    wanted = [item.strip() for item in raw.split(",") if item.strip()]
+    unknown = [item for item in wanted if item not in (*VERSIONS, "host")]
+    if unknown:
+        raise pytest.UsageError(f"RECOVERY_TEST_SLURM_VERSIONS: unknown {unknown}; known {', '.join(VERSIONS)}")
+    return [host_version() if item == "host" else item for item in dict.fromkeys(wanted)]
+
+
+def _lab_dir(version: str, *, scratch: bool) -> str:
+    base = default_lab_dir().rstrip("/")
+    if version != host_version():
+        base = f"{base}-{version}"
+    return f"{base}-scratch" if scratch else base
+
+
+def _start(version: str, *, scratch: bool = False) -> SlurmLab:
+    """Bring one lab up once per process (memoised per version, so two registrations never start it twice)."""
+    key = f"{version}{'-scratch' if scratch else ''}"
+    if key in _LABS:
+        return _LABS[key]
+    if key in _LAB_ERRORS:
+        raise RuntimeError(_LAB_ERRORS[key])
+    lab_dir = _lab_dir(version, scratch=scratch)
+    host = version == host_version()
+    slurm = None if host and not scratch else (None if version == "host" else version)
+    # the scratch lab sits 50 ports above its version's lab, whatever RECOVERY_LAB_PORT_OFFSET adds
+    offset = int(os.environ.get("RECOVERY_LAB_PORT_OFFSET", "0") or 0) + (50 if scratch else 0)
+    nodes = 1 if scratch else 3
     try:
         if os.geteuid() != 0:
             raise RuntimeError("the Slurm lab needs root (apt-get, /run/munge); run the tests as root or with sudo -E")
         if not shutil.which("bash"):
             raise RuntimeError("the Slurm lab needs bash")
-        lab_dir = default_lab_dir()
-        accounting = os.environ.get("RECOVERY_LAB_DBD", "0").lower() in {"1", "true", "yes"}
+        dbd_env = os.environ.get("RECOVERY_LAB_DBD", "0").lower() in {"1", "true", "yes"}
+        accounting = dbd_env if host and not scratch else True
+        # newer releases also run slurmrestd, so that REST clients can be tested against the same labs
+        restd = not host and not scratch
         out = io.StringIO()
-        rc = lab_run("up", nodes=3, dbd=accounting, lab_dir=lab_dir, out=out)
+        rc = lab_run(
+            "up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, restd=restd, port_offset=offset, out=out
+        )
         if rc != 0:
-            raise RuntimeError(f"`recovery lab up` failed with exit code {rc} (see its stderr above and {lab_dir}/log)")
+            raise RuntimeError(
+                f"`recovery lab up --slurm {version}` failed with exit code {rc} "
+                f"(see its stderr above and {lab_dir}/log)"
+            )
         match = re.search(r"^export SLURM_CONF=(\S+)$", out.getvalue(), re.M)
         if not match:
             raise RuntimeError(f"`recovery lab up` printed no SLURM_CONF: {out.getvalue()!r}")
     except Exception as exc:
-        _LAB_ERROR = f"Slurm lab unavailable: {exc}"
-        raise RuntimeError(_LAB_ERROR) from None
-    os.environ["SLURM_CONF"] = match.group(1)
-    os.environ["RECOVERY_LAB_DIR"] = lab_dir
+        _LAB_ERRORS[key] = f"Slurm lab {key} unavailable: {exc}"
+        raise RuntimeError(_LAB_ERRORS[key]) from None
+    if host and not scratch:
+        os.environ["SLURM_CONF"] = match.group(1)
+        os.environ["RECOVERY_LAB_DIR"] = lab_dir
     session_dir = Path(lab_dir) / "tests" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
     session_dir.mkdir(parents=True, exist_ok=True)
-    _LAB = SlurmLab(lab_dir=Path(lab_dir), slurm_conf=match.group(1), accounting=accounting, session_dir=session_dir)
-    return _LAB
+    exports = dict(re.findall(r"^export (\w+)=(\S*)$", out.getvalue(), re.M))
+    _LABS[key] = SlurmLab(
+        lab_dir=Path(lab_dir),
+        slurm_conf=match.group(1),
+        accounting=accounting,
+        session_dir=session_dir,
+        version=slurm or "host",
+        release=version,
+        nodes=nodes,
+        port_offset=offset,
+        restd_url=exports.get("SLURMRESTD_URL"),
+        jwt=exports.get("SLURM_JWT"),
+    )
+    return _LABS[key]
+
+
+def start_lab(version: str) -> SlurmLab:
+    """The shared lab of one release (started once per process), for tests that need several at once."""
+    return _start(version)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked `slurm_versions` run once per release in RECOVERY_TEST_SLURM_VERSIONS."""
+    if "slurm_version" in metafunc.fixturenames and metafunc.definition.get_closest_marker("slurm_versions"):
+        metafunc.parametrize("slurm_version", versions_under_test(), indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On releases other than the host's, lab tests run on PostgreSQL only (the host's covers SQLite);
+    tests marked `slurm_several_versions` run only when RECOVERY_TEST_SLURM_VERSIONS names another release."""
+    host = host_version()
+    several = len(versions_under_test()) > 1 and any(v != host for v in versions_under_test())
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        version, backend = params.get("slurm_version"), params.get("database")
+        off_matrix = version not in (None, host) and backend == "sqlite"
+        # asked for the host's release only: tests of several releases at once are not part of the run
+        alone = not several and item.get_closest_marker("slurm_several_versions") is not None
+        (dropped if off_matrix or alone else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")
-def slurm_lab() -> Iterator[SlurmLab]:
-    """The running lab (3 nodes); fails in CI and skips elsewhere when it cannot start."""
+def slurm_version(request: pytest.FixtureRequest) -> str:
+    """The Slurm release of this test's lab (the host's unless the test is marked `slurm_versions`)."""
+    return str(getattr(request, "param", host_version()))
+
+
+@pytest.fixture(scope="session")
+def slurm_lab(slurm_version: str) -> Iterator[SlurmLab]:
+    """The running lab of this release (3 nodes); fails in CI and skips elsewhere when it cannot start."""
     try:
-        lab = _start()
+        lab = _start(slurm_version)
     except RuntimeError as exc:
-        require("the Slurm lab", str(exc))
+        require(f"the Slurm {slurm_version} lab", str(exc))
+    yield lab
+    lab.cancel_submitted()
+
+
+@pytest.fixture(scope="session")
+def slurm_scratch_lab(slurm_version: str) -> Iterator[SlurmLab]:
+    """A 1-node lab of this release with slurmdbd whose state tests may wipe (never the shared lab)."""
+    try:
+        lab = _start(slurm_version, scratch=True)
+    except RuntimeError as exc:
+        require(f"the Slurm {slurm_version} scratch lab", str(exc))
     yield lab
     lab.cancel_submitted()
 
@@ -177,8 +345,15 @@ def slurm_lab() -> Iterator[SlurmLab]:
 @pytest.fixture(autouse=True)
 def _cancel_jobs_of_each_test() -> Iterator[None]:
     """Cancel what a test submitted when it ends, so its leftovers never hold the lab's few CPUs."""
-    before = len(_LAB.submitted) if _LAB is not None else 0
+    before = {key: len(lab.submitted) for key, lab in _LABS.items()}
     yield
-    if _LAB is not None and len(_LAB.submitted) > before:
-        leftovers = _LAB.submitted[before:]
-        subprocess.run(["scancel", *map(str, leftovers)], env=_LAB.env(), capture_output=True, timeout=30, check=False)
+    for key, lab in list(_LABS.items()):
+        leftovers = lab.submitted[before.get(key, 0) :]
+        if leftovers:
+            subprocess.run(
+                [str(lab.bin_dir / "scancel"), *map(str, leftovers)],
+                env=lab.env(),
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )

@@ -43,7 +43,8 @@ sleep "${SLEEP:-60}"
 
 @pytest.fixture
 def scheduler(slurm_lab: SlurmLab) -> CliScheduler:
-    return CliScheduler(timeout=15)
+    # through the lab's wrappers, as RECOVERY_SLURM_BIN_DIR would: each release's own commands
+    return CliScheduler(timeout=15, bin_dir=str(slurm_lab.bin_dir), env=slurm_lab.env())
 
 
 def test_cli_scheduler_implements_the_interface() -> None:
@@ -54,6 +55,7 @@ def test_cli_scheduler_implements_the_interface() -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_list_jobs_sees_a_submitted_job_with_its_comment(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(SLEEPER, sbatch_args=["--requeue", f"--comment={json.dumps(COMMENT)}"], SLEEP="30")
     slurm_lab.wait_state(job_id, "RUNNING")
@@ -64,15 +66,20 @@ async def test_list_jobs_sees_a_submitted_job_with_its_comment(slurm_lab: SlurmL
     assert job.state == "RUNNING" and job.requeue and not job.held and job.restart_count == 0
     assert job.nodes and job.nodes[0] in {"node1", "node2", "node3"} and job.batch_host == job.nodes[0]
     assert job.stdout == str(slurm_lab.test_dir() / f"out-sleeper-{job_id}.log")
+    # slurmstepd creates the file a moment after squeue shows RUNNING (24.11 lets that moment show)
+    deadline = time.monotonic() + 30
+    while not Path(job.stdout).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert Path(job.stdout).exists()
-    assert job.start_time is not None and job.end_time is None and job.cluster == "lab"
+    assert job.start_time is not None and job.end_time is None and job.cluster == slurm_lab.cluster
     assert snapshot.problems == () and snapshot.duration > 0
-    assert snapshot.slurm_release and snapshot.slurm_release.startswith("22.05")
+    assert snapshot.slurm_release and snapshot.slurm_release.startswith(slurm_lab.release)
     await scheduler.cancel(job_id)
     slurm_lab.wait_state(job_id, "CANCELLED")
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_failed_job_is_requeued_held_excluded_and_released(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(FAIL_ONCE)
     slurm_lab.wait_state(job_id, "FAILED")
@@ -114,6 +121,7 @@ async def test_failed_job_is_requeued_held_excluded_and_released(slurm_lab: Slur
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_set_excluded_nodes_with_empty_list_clears(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(SLEEPER, sbatch_args=["--hold"])
     await scheduler.set_excluded_nodes(job_id, ["node1", "node3"])
@@ -126,6 +134,7 @@ async def test_set_excluded_nodes_with_empty_list_clears(slurm_lab: SlurmLab, sc
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_requeue_of_a_no_requeue_job_is_operation_disabled(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(SLEEPER, sbatch_args=["--no-requeue"], SLEEP="30")
     slurm_lab.wait_state(job_id, "RUNNING")
@@ -139,6 +148,7 @@ async def test_requeue_of_a_no_requeue_job_is_operation_disabled(slurm_lab: Slur
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_unknown_job_raises_job_not_found(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     unknown = 99_999_999
     for action in (scheduler.requeue_hold, scheduler.release, scheduler.cancel):
@@ -152,6 +162,7 @@ async def test_unknown_job_raises_job_not_found(slurm_lab: SlurmLab, scheduler: 
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_actions_on_a_finished_job(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     job_id = slurm_lab.submit(SLEEPER, SLEEP="0")
     slurm_lab.wait_state(job_id, "COMPLETED")
@@ -165,6 +176,7 @@ async def test_actions_on_a_finished_job(slurm_lab: SlurmLab, scheduler: CliSche
 
 
 @pytest.mark.slurm
+@pytest.mark.slurm_versions
 async def test_partition_nodes_of_the_lab(slurm_lab: SlurmLab, scheduler: CliScheduler) -> None:
     assert await scheduler.partition_nodes("debug") == ("node1", "node2", "node3")
     assert await scheduler.partition_nodes("no-such-partition") is None

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app.slurm.errors import TransientSchedulerError, classify, require_observation
 from app.slurm.parse import (
     ParseError,
     decode_wait_status,
@@ -21,6 +22,7 @@ from app.slurm.parse import (
     parse_sinfo_node_names,
     parse_snapshot,
 )
+from app.slurm.records import AccountingRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 REFERENCE = Path("/work/shared/reference/slurm-json")
@@ -322,8 +324,9 @@ def test_ten_thousand_jobs_parse_in_one_snapshot() -> None:
     raw = json.dumps(template).encode()
     snapshot = parse_snapshot(raw)
     assert len(snapshot.jobs) == 10_000 and snapshot.problems == ()
-    last = snapshot.get(1_000_005)
-    assert last is not None and last.nodes[0] == "gpu05"
+    placed = next(job for job in snapshot.jobs if job.state != "PENDING")
+    assert placed.nodes[0] == f"gpu{(placed.job_id - 1_000_000) % 90:02d}"
+    assert all(job.nodes == () for job in snapshot.jobs if job.state == "PENDING")  # not placed yet
 
 
 # ---------------------------------------------------------------- accounting
@@ -417,3 +420,128 @@ def test_sinfo_json_in_an_unknown_shape_is_a_parse_error() -> None:
 def test_plain_sinfo_node_names() -> None:
     assert parse_sinfo_node_names("node2\nnode1\n\nnode2\n") == ("node1", "node2")
     assert parse_sinfo_node_names("") is None
+
+
+# ---------------------------------------------------------------- real captures of every release the lab runs
+# tests/fixtures/slurm/<version>/ (capture.sh on `recovery lab up --slurm <version> --dbd`): the same
+# seven jobs on each release, in the default data_parser and every other one the release offers.
+
+CAPTURED = ("22.05", "24.11", "26.05")
+DATA_PARSERS = {
+    "22.05": (),
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
+    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
+
+
+def _captured(prefix: str) -> list[Path]:
+    return sorted(p for v in CAPTURED for p in (FIXTURES / v).glob(f"{prefix}*.json") if "outage" not in p.name)
+
+
+def _roles(path: Path) -> dict[str, int]:
+    return json.loads((path.parent / "roles.json").read_text())
+
+
+def test_every_release_offers_the_data_parsers_we_captured() -> None:
+    for version, parsers in DATA_PARSERS.items():
+        found = {p.stem.removeprefix("squeue-") for p in (FIXTURES / version).glob("squeue-v*.json")}
+        assert found == set(parsers), version
+
+
+@pytest.mark.parametrize(
+    "path", _captured("squeue") + _captured("scontrol-job"), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_captured_job_listings_of_every_release(path: Path) -> None:
+    version = path.parent.name
+    roles = _roles(path)
+    snapshot = parse_snapshot(path.read_bytes())
+    assert snapshot.problems == () and snapshot.slurm_errors == ()
+    assert snapshot.slurm_release and snapshot.slurm_release.startswith(version)
+    parser = path.stem.rsplit("-", 1)[-1]
+    if parser.startswith("v0.0."):
+        assert snapshot.data_parser == f"data_parser/{parser}"
+    jobs = {job.job_id: job for job in snapshot.jobs}
+    held = jobs[roles["failed_then_held"]]
+    assert (held.state, held.held, held.restart_count, held.hold_reason) == ("PENDING", True, 1, "JobHeldUser")
+    assert held.excluded_nodes == ("node1", "node3") and held.nodes == () and held.start_time is None
+    assert json.loads(held.comment)["APS"]["workflow_id"] == "capture"
+    assert held.stdout and held.stdout.endswith(f"/out-failed_then_held-{held.job_id}.log")
+    if path.name.startswith("scontrol-job"):
+        assert set(jobs) == {held.job_id}
+        return
+    signalled = jobs[roles["killed_by_signal_9"]]
+    assert (signalled.state, signalled.exit_signal) == ("FAILED", 9) and signalled.end_time is not None
+    completed = jobs[roles["completed"]]
+    assert (completed.state, completed.exit_code, completed.exit_signal) == ("COMPLETED", 0, 0)
+    assert completed.start_time is not None and completed.end_time is not None
+    assert completed.end_time >= completed.start_time
+    running = jobs[roles["running"]]
+    assert running.state == "RUNNING" and running.nodes and running.start_time and running.end_time is None
+    assert running.requeue is True and running.held is False
+    assert jobs[roles["no_requeue"]].requeue is False
+    submitted_held = jobs[roles["submitted_held"]]
+    assert (submitted_held.state, submitted_held.held, submitted_held.restart_count) == ("PENDING", True, 0)
+    tasks = sorted((job.array_task_id, job.job_id) for job in snapshot.jobs if job.array_job_id == roles["array_1_3"])
+    assert [task for task, _ in tasks] == [1, 2, 3]
+    assert dict(tasks)[3] == roles["array_1_3"]  # the last task carries the array's own id
+    assert all(job.cluster for job in snapshot.jobs)
+
+
+@pytest.mark.parametrize("path", _captured("sacct"), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_captured_accounting_of_every_release(path: Path) -> None:
+    version = path.parent.name
+    roles = _roles(path)
+    records = parse_sacct_json(path.read_bytes())
+    by_job: dict[int, list[AccountingRecord]] = {}
+    for record in records:
+        by_job.setdefault(record.job_id, []).append(record)
+    attempts = by_job[roles["failed_then_held"]]
+    # every attempt (-D): the failed one ended by our requeue-hold, then the held one that never ran
+    assert [r.attempt for r in attempts] == [0, 1]
+    assert attempts[0].state in {"REQUEUED", "FAILED"} and len(attempts[0].nodes) == 1
+    assert attempts[1].state == "PENDING" and attempts[1].nodes == ()
+    [signalled] = by_job[roles["killed_by_signal_9"]]
+    [completed] = by_job[roles["completed"]]
+    assert signalled.state == "FAILED" and completed.state == "COMPLETED"
+    assert completed.comment and json.loads(completed.comment)["APS"]["workflow_id"] == "capture"
+    if version == "22.05":  # openapi/dbv0.0.38 reports every exit code as SUCCESS/0: not trusted
+        assert attempts[0].exit_code is None and signalled.exit_code is None
+    else:
+        assert (attempts[0].exit_code, signalled.exit_signal, completed.exit_code) == (1, 9, 0)
+    [held] = by_job[roles["submitted_held"]] if roles["submitted_held"] in by_job else [None]
+    assert held is None or (held.state == "PENDING" and held.nodes == ())
+
+
+@pytest.mark.parametrize("path", _captured("sinfo"), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_captured_sinfo_of_every_release(path: Path) -> None:
+    assert parse_partition_nodes(path.read_bytes(), "debug") == ("node1", "node2", "node3")
+    assert parse_partition_nodes(path.read_bytes(), "nosuch") is None
+
+
+@pytest.mark.parametrize("version", CAPTURED)
+def test_captured_outage_answer_of_every_release_is_could_not_observe(version: str) -> None:
+    """22.05 exits 0 with an `errors` array and no jobs; 24.11 and 26.05 exit 1. Either is an outage."""
+    text = (FIXTURES / version / "squeue-outage.txt").read_text()
+    code = int(text.split()[2])
+    answer = FIXTURES / version / "squeue-outage.json"
+    if code == 0:
+        snapshot = parse_snapshot(answer.read_bytes())
+        assert snapshot.jobs == () and snapshot.slurm_errors
+        with pytest.raises(TransientSchedulerError, match="answered with errors"):
+            require_observation(snapshot)
+    else:
+        assert not answer.exists()
+        stderr = text.split("stderr: ", 1)[1]
+        assert isinstance(classify(("squeue", "--json"), code, stderr), TransientSchedulerError)
+    assert (code == 0) == (version == "22.05")
+
+
+def test_a_requeued_job_still_completing_lists_no_nodes_for_its_new_attempt() -> None:
+    """26.05 right after requeuehold: ["PENDING", "COMPLETING"], restart count 1, and attempt 0's nodes."""
+    data = json.loads((FIXTURES / "26.05" / "squeue.json").read_text())
+    roles = json.loads((FIXTURES / "26.05" / "roles.json").read_text())
+    [record] = [job for job in data["jobs"] if job["job_id"] == roles["failed_then_held"]]
+    record = {**record, "job_state": ["PENDING", "COMPLETING"], "nodes": "node1", "batch_host": "node1"}
+    job = parse_snapshot({"jobs": [record]}).jobs[0]
+    assert (job.state, job.state_flags, job.restart_count) == ("PENDING", ("COMPLETING",), 1)
+    assert job.nodes == () and job.start_time is None

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -11,6 +12,8 @@ from app.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.errors import TransientSchedulerError
 from app.slurm.fake import FakeScheduler, make_job
+from app.slurm.parse import parse_snapshot
+from app.slurm.records import Snapshot
 from worker.observer import Observer
 
 POLICY = {
@@ -235,3 +238,35 @@ async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, obse
     assert observer.state.missing == {}
     [a21] = await _attempts(ctx, 21)
     assert a21.state == "RUNNING"
+
+
+OUTAGE_2205 = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "22.05" / "squeue-outage.json"
+
+
+async def test_an_answer_with_slurm_errors_is_an_outage(
+    ctx: AppContext, observer: Observer, scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """22.05's real answer during a slurmctld outage: exit 0, `errors`, no jobs. Not "every job left"."""
+    scheduler.add(make_job(22, comment=_comment()))
+    scheduler.start(22)
+    await observer.tick()
+    real_list_jobs = scheduler.list_jobs
+    outage = parse_snapshot(OUTAGE_2205.read_bytes())
+    assert outage.jobs == () and outage.slurm_errors
+
+    async def answer_with_errors() -> Snapshot:
+        return outage
+
+    monkeypatch.setattr(scheduler, "list_jobs", answer_with_errors)
+    for _ in range(3):
+        with pytest.raises(TransientSchedulerError, match="answered with errors"):
+            await observer.tick()
+    assert observer.state.missing == {}
+    [a22] = await _attempts(ctx, 22)
+    assert a22.state == "RUNNING"
+    [down] = await _events(ctx, "scheduler.unreachable")
+    assert "Failed while looking for jobs" in down.message
+    monkeypatch.setattr(scheduler, "list_jobs", real_list_jobs)
+    await observer.tick()
+    assert len(await _events(ctx, "scheduler.reachable")) == 1
+    assert len(await _events(ctx, "scheduler.unreachable")) == 1
