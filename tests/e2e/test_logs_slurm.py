@@ -253,11 +253,10 @@ async def test_silent_job_raises_no_progress_and_a_printing_one_does_not(stack: 
         )
     assert anomaly is not None
     assert anomaly.kind == "NO_PROGRESS" and anomaly.category == "NO_OUTPUT_TRAININGLOOP"
-    assert anomaly is not None
     last_output = dt.datetime.fromisoformat(anomaly.details["lastOutputAt"])
-    assert anomaly is not None
     delay = (anomaly.detected_at - last_output).total_seconds()
-    assert 5 + 2 <= delay <= 5 + 2 + 5, delay  # shortly after threshold + query delay
+    # Never before threshold + query delay; how soon after is a speed figure (bench/), not a test bound.
+    assert delay >= 5 + 2, delay
     until = time.monotonic() + 10
     while time.monotonic() < until:  # the printing job stays quiet in the anomaly table
         await stack.tick()
