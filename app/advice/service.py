@@ -327,7 +327,12 @@ def shadow_key(advice: Advice, step: StepKind) -> str:
 
 
 async def record_shadow(
-    session: AsyncSession, *, advice: Advice, steps: Sequence[Step], now: dt.datetime | None = None
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    steps: Sequence[Step],
+    now: dt.datetime | None = None,
+    target: int | str | None = None,
 ) -> int:
     """Record the commands observe mode would have sent (SHADOW rows, once per generation); returns rows added."""
     now = now or utcnow()
@@ -353,7 +358,7 @@ async def record_shadow(
                 idempotency_key=shadow_key(advice, step.kind),
                 status=SHADOW,
                 actor="controller",
-                command=command_text(step, advice.slurm_job_id),
+                command=command_text(step, target or advice.slurm_job_id),
                 detail=step.message,
                 started_at=now,
                 finished_at=now,
@@ -368,7 +373,7 @@ async def record_shadow(
             component="controller",
             event_type="reconciliation.shadow",
             message=f"observe mode: Advice {advice.id} generation {advice.generation} would run "
-            + ", then ".join(command_text(s, advice.slurm_job_id) for s in added),
+            + ", then ".join(command_text(s, target or advice.slurm_job_id) for s in added),
             payload={
                 "adviceId": advice.id,
                 "generation": advice.generation,
@@ -382,8 +387,8 @@ async def record_shadow(
     return len(added)
 
 
-def command_text(step: Step, job_id: int) -> str:
-    """The Slurm command line a step stands for (shown in milestones and audit events)."""
+def command_text(step: Step, job_id: int | str) -> str:
+    """The Slurm command line a step stands for (shown in milestones and audit events); job_id may be `151_4`."""
     if step.kind is StepKind.REQUEUE_HOLD:
         return f"scontrol requeuehold {job_id}"
     if step.kind is StepKind.SET_EXCLUSIONS:

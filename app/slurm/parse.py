@@ -169,6 +169,11 @@ def parse_job(record: dict) -> SlurmJob:
     cwd = _text(get("current_working_directory"))
     array_job_id = _number(get("array_job_id")) or None
     array_task_id = _number(get("array_task_id"))
+    # squeue of a job that is no array says array_job_id 0 and array_task_id NO_VAL (a number
+    # object unset on v0.0.39+); a heterogeneous component has het_job_id (the leader's id, also 0
+    # when none) and het_job_offset (0 for the leader)
+    het_job_id = _number(get("het_job_id")) or None
+    het_job_offset = _number(get("het_job_offset")) if het_job_id else None
     nodes_raw = get("nodes")
     excluded_raw = get("excluded_nodes")
     nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
@@ -243,6 +248,8 @@ def parse_job(record: dict) -> SlurmJob:
         array_task_string=_text(get("array_task_string")),
         cluster=_text(get("cluster")),
         tasks_per_node=task_layout(_number(get("tasks_per_node")), _number(get("tasks")), len(nodes)),
+        het_job_id=het_job_id,
+        het_job_offset=het_job_offset,
     )
 
 
