@@ -1,3 +1,8 @@
 """Test configuration shared by every test folder."""
 
-pytest_plugins = ["tests.plugins.database", "tests.plugins.slurm_lab", "tests.plugins.oidc_provider"]
+pytest_plugins = [
+    "tests.plugins.database",
+    "tests.plugins.slurm_lab",
+    "tests.plugins.slurmrestd",
+    "tests.plugins.oidc_provider",
+]

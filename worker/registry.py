@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.context import AppContext
 from app.slurm.adapter import Scheduler
-from app.slurm.cli_scheduler import CliScheduler
+from app.slurm.factory import build_scheduler
 from worker.advisor import Advisor
 from worker.collector import Collector
 from worker.controller import Controller
@@ -17,7 +17,7 @@ from worker.watcher import Watcher
 
 def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """Every background service of the worker, in start order."""
-    scheduler = scheduler or CliScheduler(ctx.settings)
+    scheduler = scheduler or build_scheduler(ctx.settings)
     # Changes wake the next stage at once: observer -> advisor -> controller (each also polls).
     controller = Controller(ctx, scheduler)
     advisor = Advisor(ctx, scheduler, on_change=controller.wake)
@@ -41,4 +41,4 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
 
 def build_watchdog(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """The watchdog alone, for `recovery watchdog` (its own process and lease, so a dead worker fails open)."""
-    return [Watchdog(ctx, scheduler or CliScheduler(ctx.settings))]
+    return [Watchdog(ctx, scheduler or build_scheduler(ctx.settings))]
