@@ -42,6 +42,15 @@ NODES = ("rnode1", "rnode2")
 _JWT_PLUGIN_GLOB = "/usr/lib/*/slurm-wlm/auth_jwt.so"
 
 
+class TwinLab(SlurmLab):
+    """The SlurmLab handle of the twin: its test directories are writable by USER, who owns the jobs."""
+
+    def test_dir(self) -> Path:
+        path = super().test_dir()
+        path.chmod(0o1777)
+        return path
+
+
 @dataclass
 class RestLab:
     """The twin cluster: its SlurmLab handle (submit, scontrol_show), slurmrestd's addresses and the JWT key."""
@@ -193,7 +202,7 @@ class _Twin:
         session_dir = self.dir / "tests" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
         session_dir.mkdir(parents=True, exist_ok=True)
         session_dir.chmod(0o1777)  # jobs of USER (not root) run here
-        slurm = SlurmLab(lab_dir=self.dir, slurm_conf=str(self.conf), accounting=False, session_dir=session_dir)
+        slurm = TwinLab(lab_dir=self.dir, slurm_conf=str(self.conf), accounting=False, session_dir=session_dir)
         return RestLab(
             slurm=slurm,
             cluster=CLUSTER,

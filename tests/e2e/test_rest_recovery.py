@@ -1,0 +1,92 @@
+"""The recovery path through slurmrestd (22.05, JWT): crash -> requeue-hold -> exclusions -> release -> CONVERGED."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.context import AppContext
+from app.slurm.cli_scheduler import CliScheduler
+from app.slurm.rest_scheduler import RestScheduler
+from tests.advice.factories import add_anomaly
+from tests.e2e.harness import (
+    advice_done,
+    attempt_running,
+    attempts,
+    batch_script,
+    eventually,
+    lab_context,
+    milestones,
+    policy_comment,
+    unique_environment,
+)
+from tests.plugins.slurmrestd import RestLab
+from worker.registry import build_services
+from worker.runner import WorkerRunner
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+LONG_FIRST_ATTEMPT = """\
+if [ -z "$SLURM_RESTART_COUNT" ]; then echo "attempt 0 on $SLURMD_NODENAME"; sleep 120; exit 0; fi
+echo "attempt $SLURM_RESTART_COUNT on $SLURMD_NODENAME"
+"""
+
+
+@contextlib.asynccontextmanager
+async def rest_worker(ctx: AppContext, restlab: RestLab) -> AsyncIterator[RestScheduler]:
+    """The real services with the slurmrestd adapter (its scontrol fallback pointed at the same cluster)."""
+    rest = RestScheduler(ctx.settings, fallback=CliScheduler(ctx.settings, env=restlab.slurm.env()))
+    runner = WorkerRunner(ctx, build_services(ctx, scheduler=rest))
+    task = asyncio.create_task(runner.run())
+    try:
+        yield rest
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 30)
+        await rest.aclose()
+
+
+async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd: RestLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(
+        ctx,
+        env,
+        cluster=slurmrestd.cluster,
+        slurm_api="rest",
+        slurmrestd_url=slurmrestd.url,
+        slurmrestd_jwt_key=slurmrestd.jwt_key,
+        slurmrestd_user=slurmrestd.user,
+    )
+    lab = slurmrestd.slurm
+    async with rest_worker(wctx, slurmrestd) as rest:
+        job_id = lab.submit(
+            batch_script(policy_comment(env), LONG_FIRST_ATTEMPT, name="e2e-rest"), sbatch_args=slurmrestd.as_user
+        )
+        a0 = await eventually(lambda: attempt_running(wctx, job_id, 0), what="attempt 0 running (seen over REST)")
+        bad = a0.nodes[0]
+        await add_anomaly(wctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")
+        advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
+
+        async def second_ran():  # type: ignore[no-untyped-def]
+            found = await attempts(wctx, job_id)
+            return len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} and found[1].nodes and found
+
+        _, a1 = await eventually(second_ran, timeout=180, what="attempt 1 ran")
+    assert rest.version == "v0.0.38" and rest.tokens is not None
+    assert (advice.operation, advice.disposition, advice.disposition_reason) == (
+        "RESTART",
+        "CONVERGED",
+        "DESIRED_STATE_OBSERVED",
+    )
+    assert advice.exclusions == [bad] and bad not in a1.nodes
+    assert [(m.step, m.status) for m in await milestones(wctx, job_id)] == [
+        ("requeue_hold", "SUCCEEDED"),
+        ("update_exclusions", "SUCCEEDED"),
+        ("release", "SUCCEEDED"),
+    ]
+    shown = lab.scontrol_show(job_id)
+    assert shown["Restarts"] == "1" and shown["ExcNodeList"] == bad
