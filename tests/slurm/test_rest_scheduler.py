@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 
 import pytest
 
 from app.config import Settings
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
-from app.slurm.rest_auth import SignedTokens
+from app.slurm.rest_auth import SignedTokens, TokenFile
 from app.slurm.rest_scheduler import RestScheduler, RestUnsupported
 from tests.plugins.slurmrestd import RestLab
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.slurm]
 
 def _settings(restlab: RestLab, **changes: object) -> Settings:
     base = Settings.build(cluster=restlab.cluster, slurmrestd_url=restlab.url, slurmrestd_jwt_key=restlab.jwt_key)
-    return dataclasses.replace(base, slurmrestd_user=restlab.user, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **{"slurmrestd_user": restlab.user, **changes})  # type: ignore[arg-type]
 
 
 def _rest(restlab: RestLab, **changes: object) -> RestScheduler:
@@ -101,3 +102,21 @@ async def test_array_task_is_named_in_the_path(slurmrestd: RestLab) -> None:
     lab.wait_state(tasks[2].job_id, "CANCELLED")
     assert lab.state(tasks[1].job_id) == "RUNNING"
     await rest.aclose()
+
+
+async def test_token_file_from_scontrol_token(slurmrestd: RestLab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = subprocess.run(
+        ["scontrol", "token", f"username={slurmrestd.user}", "lifespan=600"],
+        env=slurmrestd.slurm.env(),
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=True,
+    )
+    token_file = tmp_path / "slurm_jwt"
+    token_file.write_text(result.stdout)  # "SLURM_JWT=eyJ..."
+    rest = _rest(slurmrestd, slurmrestd_jwt_key="", slurmrestd_token_file=str(token_file), slurmrestd_user="")
+    snapshot = await rest.list_jobs()
+    await rest.aclose()
+    assert isinstance(rest.tokens, TokenFile) and rest.tokens.token().user == slurmrestd.user  # from claim `sun`
+    assert snapshot.data_parser == "openapi/v0.0.38"
