@@ -204,6 +204,18 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("slurm_bin_dir", "", _str, "Directory holding squeue/scontrol/sacct/scancel (default: found on PATH)."),
     Setting(
+        "slurm_conf",
+        "",
+        _str,
+        "slurm.conf the CLI adapter's commands read (sets SLURM_CONF for them; default: Slurm's own default).",
+    ),
+    Setting(
+        "clusters_file",
+        "",
+        _str,
+        "TOML file of per-cluster settings ([clusters.NAME] tables) for several clusters in one installation.",
+    ),
+    Setting(
         "slurm_api",
         "cli",
         _choice("cli", "rest"),
@@ -397,6 +409,8 @@ class Settings:
     poll_interval: float = 1.0
     slurm_command_timeout: float = 15.0
     slurm_bin_dir: str = ""
+    slurm_conf: str = ""
+    clusters_file: str = ""
     slurm_api: str = "cli"
     slurmrestd_url: str = ""
     slurmrestd_token_file: str = ""

@@ -19,6 +19,7 @@ from app.evidence import queries as evidence_queries
 from app.domain.identity import parse_scheduler_job_id
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
+from app.leases import queries as lease_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
@@ -113,8 +114,11 @@ async def workflows(request: Request) -> Response:
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
             clusters, environments = await job_queries.workflow_filter_choices(session)
+            overview = await lease_queries.cluster_overview(session)
             extra = {
-                "clusters": clusters,
+                "clusters": sorted(set(clusters) | {c.name for c in overview}),
+                "cluster_overview": overview,
+                "now": utcnow(),
                 "environments": environments,
                 "not_enrolled": await job_queries.not_enrolled_jobs(session),
             }

@@ -14,10 +14,12 @@ from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
+from app.api.types.cluster import Cluster, cluster_of
 from app.audit import queries as audit_queries
 from app.domain import bounds
 from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
 from app.jobs import queries as job_queries
+from app.leases import queries as lease_queries
 
 Info = strawberry.Info
 
@@ -268,6 +270,15 @@ class Query:
         service_filter = audit_filter(filter)
         fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
+
+    @strawberry.field(
+        description="Every cluster of this installation (recorded jobs, or a worker that held its lease), by name."
+    )
+    async def clusters(self, info: Info, name: str | None = None) -> list[Cluster]:
+        info.context.viewer()
+        async with info.context.loaders.sessions() as session:
+            rows = await lease_queries.cluster_overview(session, cluster=name)
+        return [cluster_of(row) for row in rows]
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> Viewer:

@@ -29,6 +29,7 @@ from app.domain.identity import (
 from app.domain.mode import ModeSettings, effective_mode
 from app.domain.timefmt import iso_utc_or_none
 from app.jobs import queries as job_queries
+from app.leases import queries as lease_queries
 from app.pagination import PageRequest
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -295,6 +296,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         Route("/advice", endpoint(list_advice), methods=["GET"]),
         Route("/workflows", endpoint(list_workflows), methods=["GET"]),
         Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
+        Route("/clusters", endpoint(list_clusters), methods=["GET"]),
     ]
 
 
@@ -381,3 +383,37 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
             session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc"
         )
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})
+
+
+def _lease_json(row: Any) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "holder": row.holder,
+        "epoch": row.epoch,
+        "acquiredAt": _iso(row.acquired_at),
+        "renewedAt": _iso(row.renewed_at),
+        "expiresAt": _iso(row.expires_at),
+        "active": row.expires_at > dt.datetime.now(dt.UTC),
+    }
+
+
+async def list_clusters(request: Request, ctx: AppContext) -> Response:
+    """Every cluster of the installation: {"clusters": [{name, jobCount, ..., worker, watchdog}]}; ?cluster= one."""
+    async with ctx.sessions() as session:
+        rows = await lease_queries.cluster_overview(session, cluster=_text(request, "cluster"))
+    return JSONResponse(
+        {
+            "clusters": [
+                {
+                    "name": row.name,
+                    "jobCount": row.counts.jobs,
+                    "enrolledJobCount": row.counts.enrolled_jobs,
+                    "workflowCount": row.counts.workflows,
+                    "worker": _lease_json(row.worker),
+                    "watchdog": _lease_json(row.watchdog),
+                }
+                for row in rows
+            ]
+        }
+    )

@@ -319,6 +319,37 @@ async def workflow_filter_choices(session: AsyncSession) -> tuple[list[str], lis
     return list(clusters), list(environments)
 
 
+@dataclass(frozen=True)
+class ClusterCounts:
+    """How much of one cluster Recovery has recorded."""
+
+    cluster: str
+    jobs: int = 0
+    enrolled_jobs: int = 0
+    workflows: int = 0
+
+
+async def cluster_counts(session: AsyncSession) -> dict[str, ClusterCounts]:
+    """Every cluster with recorded jobs or workflows, and their counts (two GROUP BY statements)."""
+    jobs = (
+        await session.execute(
+            select(Job.cluster, func.count(), func.count().filter(Job.enrolment == "ENROLLED")).group_by(Job.cluster)
+        )
+    ).all()
+    workflows = dict((await session.execute(select(Workflow.cluster, func.count()).group_by(Workflow.cluster))).all())
+    names = {row[0] for row in jobs} | set(workflows)
+    by_cluster = {row[0]: (row[1], row[2]) for row in jobs}
+    return {
+        name: ClusterCounts(
+            cluster=name,
+            jobs=by_cluster.get(name, (0, 0))[0],
+            enrolled_jobs=by_cluster.get(name, (0, 0))[1],
+            workflows=workflows.get(name, 0),
+        )
+        for name in sorted(names)
+    }
+
+
 async def workflow_job_ids(session: AsyncSession, *, workflow_id: int) -> list[tuple[str, int]]:
     """(cluster, Slurm job id) of every job of a workflow, so live streams can match Advice changes."""
     rows = await session.execute(select(Job.cluster, Job.slurm_job_id).where(Job.workflow_id == workflow_id))

@@ -41,6 +41,8 @@ class CliScheduler:
         settings = settings or Settings.from_env()
         self.bin_dir = bin_dir if bin_dir is not None else settings.slurm_bin_dir
         self.timeout = timeout if timeout is not None else settings.slurm_command_timeout
+        if env is None and settings.slurm_conf:
+            env = {**os.environ, "SLURM_CONF": settings.slurm_conf}  # this cluster's slurm.conf
         self.env = dict(env) if env is not None else None  # None: inherit os.environ at call time
         self.last_result: CommandResult | None = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from app.jobs import service as jobs
+from app.leases import service as leases
 from tests.factories import dashboard_registration, seed_history
 from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
@@ -206,3 +207,19 @@ async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) 
     assert bad.status_code == 400 and "12345_7" in parse(bad.text).find("main").text
     overview = parse((await viewer.get("/dashboard/workflow")).text)
     assert overview.by_id("job-jump").attrs["action"] == "/dashboard/jobs"
+
+
+async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+    async with sessions() as session, session.begin():
+        await jobs.register_job(session, registration=dashboard_registration(500, cluster="alpha", workflow_key="wf-alpha"))
+        await jobs.register_job(session, registration=dashboard_registration(500, cluster="beta", workflow_key="wf-beta"))
+    await leases.try_acquire(sessions, name="worker:alpha", holder="a:1", seconds=60)
+    doc = parse((await viewer.get("/dashboard/workflow")).text)
+    items = {li.attrs["data-cluster"]: li for li in doc.by_id("clusters").find_all("li")}
+    assert set(items) == {"alpha", "beta"}
+    assert "worker running" in items["alpha"].text and "no worker yet" in items["beta"].text
+    assert items["beta"].find("a").attrs["href"] == "/dashboard/workflow?cluster=beta"
+    beta = parse((await viewer.get("/dashboard/workflow", params={"cluster": "beta"})).text)
+    assert [tr.attrs["data-workflow"] for tr in beta.find_all("tr", data_workflow=True)] == ["wf-beta"]
+    options = [o.text for o in beta.find("select", name="cluster").find_all("option")]
+    assert options == ["any", "alpha", "beta"]

@@ -1,0 +1,79 @@
+"""RECOVERY_CLUSTERS_FILE: each cluster's own settings from one TOML file, and the worker's --cluster choice."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from app.cli import _selected_clusters
+from app.clusters import cluster_settings, every_cluster, load_clusters
+from app.config import Settings, SettingsError
+
+FILE = """
+[clusters.alpha]
+environment = "prod-a"
+slurm_conf = "/etc/slurm-alpha/slurm.conf"
+managed_partitions = ["gpu", "gpu-long"]
+acknowledge_scheduler_actions = true
+
+[clusters.beta]
+slurm_api = "rest"
+slurmrestd_url = "http://beta-ctl:6820"
+slurmrestd_jwt_key = "/etc/recovery/beta-jwt.key"
+poll_interval = 2
+"""
+
+
+def _settings(tmp_path, text: str = FILE) -> Settings:  # type: ignore[no-untyped-def]
+    path = tmp_path / "clusters.toml"
+    path.write_text(text)
+    return Settings.build(data_dir=str(tmp_path), environment="shared", clusters_file=str(path))
+
+
+def test_each_cluster_gets_its_table_over_the_installation_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = _settings(tmp_path)
+    alpha, beta = every_cluster(settings)
+    assert (alpha.cluster, alpha.environment, alpha.slurm_conf, alpha.slurm_api) == (
+        "alpha",
+        "prod-a",
+        "/etc/slurm-alpha/slurm.conf",
+        "cli",
+    )
+    assert alpha.managed_partitions == ("gpu", "gpu-long") and alpha.acknowledge_scheduler_actions is True
+    assert (beta.cluster, beta.environment, beta.slurm_api, beta.poll_interval) == ("beta", "shared", "rest", 2.0)
+    assert beta.database_url == alpha.database_url == settings.database_url  # one database for all
+    assert cluster_settings(settings, "beta") == beta
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[clusters.a]\ndatabase_url = 'sqlite://'\n", "installation-wide"),
+        ("[clusters.a]\noidc_issuer = 'x'\n", "not a per-cluster setting"),
+        ("[clusters.a]\nno_such = 1\n", "not a per-cluster setting"),
+        ("[clusters.a]\nslurm_api = 'soap'\n", "expected one of cli, rest"),
+        ("[other]\nx = 1\n", r"no \[clusters.NAME\] table"),
+        ("[clusters.a\n", "is not TOML"),
+    ],
+)
+def test_bad_files_are_refused_with_the_reason(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SettingsError, match=message):
+        load_clusters(_settings(tmp_path, text).clusters_file)
+
+
+def test_worker_cluster_choice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = _settings(tmp_path)
+    assert [s.cluster for s in _selected_clusters(argparse.Namespace(cluster=None, all_clusters=True), settings)] == [
+        "alpha",
+        "beta",
+    ]
+    with pytest.raises(SettingsError, match="not in RECOVERY_CLUSTERS_FILE"):
+        _selected_clusters(argparse.Namespace(cluster="gamma", all_clusters=False), settings)
+    assert [
+        s.cluster for s in _selected_clusters(argparse.Namespace(cluster="beta", all_clusters=False), settings)
+    ] == ["beta"]
+    plain = Settings.build(data_dir=str(tmp_path))
+    assert _selected_clusters(argparse.Namespace(cluster="solo", all_clusters=False), plain)[0].cluster == "solo"
+    with pytest.raises(SettingsError, match="needs RECOVERY_CLUSTERS_FILE"):
+        _selected_clusters(argparse.Namespace(cluster=None, all_clusters=True), plain)
