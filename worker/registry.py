@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from app.config import Settings
 from app.context import AppContext
 from app.slurm.adapter import Scheduler
 from app.slurm.factory import build_scheduler
@@ -10,6 +13,7 @@ from worker.collector import Collector
 from worker.controller import Controller
 from worker.notifier import Notifier
 from worker.observer import Observer
+from worker.runner import WorkerRunner
 from worker.service import Service
 from worker.watchdog import Watchdog
 from worker.watcher import Watcher
@@ -42,3 +46,13 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
 def build_watchdog(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """The watchdog alone, for `recovery watchdog` (its own process and lease, so a dead worker fails open)."""
     return [Watchdog(ctx, scheduler or build_scheduler(ctx.settings))]
+
+
+def cluster_runners(ctx: AppContext, clusters: Sequence[Settings], *, role: str = "worker") -> list[WorkerRunner]:
+    """One WorkerRunner per cluster (its own settings, scheduler and `role:<cluster>` lease), one database."""
+    runners = []
+    for settings in clusters:
+        cctx = AppContext(settings=settings, engine=ctx.engine, sessions=ctx.sessions)
+        services = build_watchdog(cctx) if role == "watchdog" else build_services(cctx)
+        runners.append(WorkerRunner(cctx, services, role=role))
+    return runners

@@ -99,12 +99,24 @@ class WorkerRunner:
                     pass
         finally:
             await asyncio.gather(*(s.stop() for s in self.services))
+            await self._close_schedulers()
             if self.has_lease:
                 try:
                     await leases.release(self.ctx.sessions, name=self.lease, holder=self.holder)
                 except Exception:
                     log.exception("could not release lease %s", self.lease)
             self.has_lease = False
+
+    async def _close_schedulers(self) -> None:
+        """Close what the services' schedulers hold open (the slurmrestd adapter's HTTP connections)."""
+        schedulers = {id(s.scheduler): s.scheduler for s in self.services if getattr(s, "scheduler", None)}
+        for scheduler in schedulers.values():
+            close = getattr(scheduler, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("could not close scheduler %r", scheduler)
 
     def stop(self) -> None:
         """Ask run() to finish."""
