@@ -17,6 +17,7 @@ __all__ = [
     "decode_wait_status",
     "expand_filename",
     "expand_hostlist",
+    "load_json",
     "parse_job",
     "parse_jobs",
     "parse_partition_nodes",
@@ -150,6 +151,11 @@ def _load(raw: bytes | str | dict) -> dict:
     if not isinstance(data, dict):
         raise ParseError("top level is not a JSON object")
     return data
+
+
+def load_json(raw: bytes | str) -> dict:
+    """A JSON object of Slurm's (the GC paused meanwhile, as for squeue); ParseError when it is not one."""
+    return _load(raw)
 
 
 def parse_job(record: dict) -> SlurmJob:

@@ -49,7 +49,7 @@ from app.slurm.errors import (
     TransientSchedulerError,
     classify,
 )
-from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_json, parse_snapshot
+from app.slurm.parse import ParseError, load_json, parse_partition_nodes, parse_sacct_json, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 from app.slurm.rest_auth import SignedTokens, TokenFile, TokenSource
 
@@ -152,8 +152,9 @@ class RestScheduler:
             ) from None
         duration = time.monotonic() - started
         try:
-            data = response.json()
-        except ValueError:
+            # the bulk jobs answer is megabytes: parse it as squeue's is (GC paused), once
+            data: dict | None = load_json(response.content)
+        except ParseError:
             data = None
         errors = _error_texts(data)
         result = CommandResult(
