@@ -479,7 +479,14 @@ async def record_reconcile_failure(
 
 
 async def record_would_release(
-    session: AsyncSession, *, advice: Advice, key: str, reason: str, message: str, now: dt.datetime | None = None
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    key: str,
+    reason: str,
+    message: str,
+    now: dt.datetime | None = None,
+    target: int | str | None = None,
 ) -> bool:
     """The watchdog in observe mode: say once per hold (a SHADOW row keyed `key`) what act mode would release."""
     if await queries.action_recorded(session, key=key):
@@ -493,7 +500,7 @@ async def record_would_release(
             idempotency_key=key,
             status=SHADOW,
             actor="watchdog",
-            command=f"scontrol release {advice.slurm_job_id}",
+            command=f"scontrol release {target or advice.slurm_job_id}",
             detail=message,
             started_at=now,
             finished_at=now,
