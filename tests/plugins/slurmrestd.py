@@ -15,6 +15,7 @@ them, or without the lab, the fixture fails under CI=true and skips elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -237,12 +238,30 @@ def _running(pid: int, program: str) -> bool:
 
 
 _RESTLAB: RestLab | None = None
+_TWIN: _Twin | None = None
+
+
+@contextlib.contextmanager
+def controller_outage() -> Iterator[None]:
+    """The twin's slurmctld stopped (by its pid) for the block, then started again (slurmd and slurmrestd stay)."""
+    assert _TWIN is not None, "needs the slurmrestd fixture"
+    pid_file = _TWIN.dir / "run" / "slurmctld.pid"
+    pid = _pid_alive(pid_file, "slurmctld")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while _running(pid, "slurmctld") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        yield
+    finally:
+        _TWIN.start()
 
 
 @pytest.fixture(scope="session")
 def slurmrestd() -> Iterator[RestLab]:
     """slurmrestd of 22.05 on the lab's twin cluster, JWT and unix socket; fails in CI and skips elsewhere."""
-    global _RESTLAB
+    global _RESTLAB, _TWIN
     twin: _Twin | None = None
     try:
         if not shutil.which("slurmrestd"):
@@ -251,6 +270,7 @@ def slurmrestd() -> Iterator[RestLab]:
             raise RuntimeError("Slurm's auth/jwt plugin is not installed (apt-get install slurm-wlm-jwt-plugin)")
         twin = _Twin(_start())
         _RESTLAB = twin.start()
+        _TWIN = twin
     except RuntimeError as exc:
         if twin is not None:
             twin.stop()
@@ -259,4 +279,4 @@ def slurmrestd() -> Iterator[RestLab]:
     yield _RESTLAB
     _RESTLAB.slurm.cancel_submitted()
     twin.stop()
-    _RESTLAB = None
+    _RESTLAB = _TWIN = None

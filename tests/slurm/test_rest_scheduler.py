@@ -12,7 +12,7 @@ from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
 from app.slurm.rest_auth import SignedTokens, TokenFile
 from app.slurm.rest_scheduler import RestScheduler, RestUnsupported
-from tests.plugins.slurmrestd import RestLab
+from tests.plugins.slurmrestd import RestLab, controller_outage
 
 pytestmark = [pytest.mark.slurm]
 
@@ -120,3 +120,16 @@ async def test_token_file_from_scontrol_token(slurmrestd: RestLab, tmp_path) -> 
     await rest.aclose()
     assert isinstance(rest.tokens, TokenFile) and rest.tokens.token().user == slurmrestd.user  # from claim `sun`
     assert snapshot.data_parser == "openapi/v0.0.38"
+
+
+async def test_slurmctld_outage_is_could_not_observe_not_an_empty_cluster(slurmrestd: RestLab) -> None:
+    rest = _rest(slurmrestd)
+    job_id = slurmrestd.slurm.submit("#!/bin/bash\nsleep 60\n", sbatch_args=[*slurmrestd.as_user, "-o", "/dev/null"])
+    assert (await rest.list_jobs()).get(job_id) is not None
+    with controller_outage():
+        # slurmrestd 22.05 answers HTTP 500 with Slurm's error ("Failed while looking for jobs") instead
+        # of jobs: transient, so the observer records scheduler.unreachable and marks nothing gone
+        with pytest.raises(TransientSchedulerError, match="Failed while looking for jobs"):
+            await rest.list_jobs()
+    assert (await rest.list_jobs()).get(job_id) is not None
+    await rest.aclose()
