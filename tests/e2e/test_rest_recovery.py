@@ -88,5 +88,8 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
         ("update_exclusions", "SUCCEEDED"),
         ("release", "SUCCEEDED"),
     ]
+    details = {m.step: m.detail for m in await milestones(wctx, job_id)}
+    assert f"slurmrestd: POST {slurmrestd.url}/slurm/v0.0.38/job/{job_id}" in details["release"]
+    assert "slurmrestd" not in details["requeue_hold"]  # no REST form: scontrol (the fallback) ran it
     shown = lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1" and shown["ExcNodeList"] == bad
