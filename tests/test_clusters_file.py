@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from app.cli import _selected_clusters
 from app.clusters import cluster_settings, every_cluster, load_clusters
 from app.config import Settings, SettingsError
+from app.context import AppContext
+from app.leases.models import WorkerLease
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FILE = """
 [clusters.alpha]
@@ -77,3 +89,51 @@ def test_worker_cluster_choice(tmp_path) -> None:  # type: ignore[no-untyped-def
     assert _selected_clusters(argparse.Namespace(cluster="solo", all_clusters=False), plain)[0].cluster == "solo"
     with pytest.raises(SettingsError, match="needs RECOVERY_CLUSTERS_FILE"):
         _selected_clusters(argparse.Namespace(cluster=None, all_clusters=True), plain)
+
+
+@pytest.mark.slurm
+def test_recovery_worker_all_clusters_runs_one_worker_per_cluster(tmp_path, slurm_lab) -> None:  # type: ignore[no-untyped-def]
+    clusters = tmp_path / "clusters.toml"
+    clusters.write_text(
+        f'[clusters.east]\nslurm_conf = "{slurm_lab.slurm_conf}"\nenvironment = "e-{tmp_path.name}"\n'
+        f'[clusters.west]\nslurm_conf = "{slurm_lab.slurm_conf}"\nenvironment = "w-{tmp_path.name}"\n'
+    )
+    env = {
+        **os.environ,
+        "RECOVERY_DATA_DIR": str(tmp_path),
+        "RECOVERY_CLUSTERS_FILE": str(clusters),
+        "RECOVERY_LEASE_SECONDS": "2",
+    }
+    env.pop("SLURM_CONF", None)  # each cluster's slurm_conf says which slurm.conf its commands read
+    upgrade = subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, env=env, timeout=60)
+    assert upgrade.returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker", "--all-clusters"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    async def holders() -> dict[str, str]:
+        context = AppContext.open(Settings.build(data_dir=str(tmp_path)))
+        try:
+            async with context.sessions() as session:
+                return {row.name: row.holder for row in (await session.scalars(select(WorkerLease))).all()}
+        finally:
+            await context.close()
+
+    try:
+        deadline = time.monotonic() + 60
+        while set(asyncio.run(holders())) != {"worker:east", "worker:west"}:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the two workers took no leases"
+            time.sleep(0.2)
+        held = asyncio.run(holders())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    assert "worker for cluster 'east' running" in output and "worker for cluster 'west' running" in output
+    assert held["worker:east"] != held["worker:west"]  # each its own runner and holder

@@ -109,7 +109,8 @@ class WorkerRunner:
 
     async def _close_schedulers(self) -> None:
         """Close what the services' schedulers hold open (the slurmrestd adapter's HTTP connections)."""
-        schedulers = {id(s.scheduler): s.scheduler for s in self.services if getattr(s, "scheduler", None)}
+        found = [getattr(service, "scheduler", None) for service in self.services]
+        schedulers = {id(scheduler): scheduler for scheduler in found if scheduler is not None}
         for scheduler in schedulers.values():
             close = getattr(scheduler, "aclose", None)
             if close is not None:
