@@ -215,20 +215,42 @@ class RestScheduler:
         return await self._without_rest_form("requeue_hold", job, lambda cli: cli.requeue_hold(job))
 
     async def set_excluded_nodes(self, job: JobTarget, nodes: Sequence[str]) -> CommandResult:
-        version = await self.discover()
+        await self.discover()
         if self.excluded_nodes_field is None:
             return await self._without_rest_form(
                 "set_excluded_nodes", job, lambda cli: cli.set_excluded_nodes(job, nodes)
             )
         value: Any = list(nodes) if self.excluded_nodes_field == "list" else ",".join(nodes)
-        _, result = await self.request(
-            "POST", f"/slurm/{version}/job/{target_text(job)}", body={"excluded_nodes": value}
-        )
-        return result
+        return await self._update(job, {"excluded_nodes": value}, lambda seen: set(seen.excluded_nodes) == set(nodes))
 
     async def release(self, job: JobTarget) -> CommandResult:
+        return await self._update(job, {"hold": False}, lambda seen: not seen.held)
+
+    async def _update(self, job: JobTarget, body: dict[str, Any], took_effect: Any) -> CommandResult:
+        """POST /slurm/vX/job/{id}; for an array task, 22.05's answer may claim failure after success.
+
+        slurmrestd v0.0.36-v0.0.38 answer "job array update from ... failed" to every update named
+        `<array id>_<task id>` although slurmctld applied it (its log: "_slurm_rpc_update_job:
+        complete JobId=52_2"). Then the adapter looks at the job once (the bulk listing) and
+        reports success when the change shows, else the error as transient.
+        """
         version = await self.discover()
-        _, result = await self.request("POST", f"/slurm/{version}/job/{target_text(job)}", body={"hold": False})
+        text = target_text(job)
+        try:
+            _, result = await self.request("POST", f"/slurm/{version}/job/{text}", body=body)
+        except TransientSchedulerError as exc:
+            if "_" not in text or "job array update" not in exc.stderr:
+                raise
+            seen = next((j for j in (await self.list_jobs()).jobs if j.scheduler_id == text), None)
+            if seen is None or not took_effect(seen):
+                raise
+            return CommandResult(
+                command=exc.command,
+                returncode=exc.returncode or 200,
+                stdout="",
+                stderr=f"slurmrestd reported {exc.stderr.strip()!r}, but the job shows the change",
+                duration=exc.duration or 0.0,
+            )
         return result
 
     async def cancel(self, job: JobTarget) -> CommandResult:

@@ -13,6 +13,7 @@ from app.context import AppContext
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
 from tests.advice.factories import add_anomaly
+from tests.e2e.test_arrays import ARRAY_BODY, array_tasks
 from tests.e2e.harness import (
     advice_done,
     attempt_running,
@@ -93,3 +94,40 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
     assert "slurmrestd" not in details["requeue_hold"]  # no REST form: scontrol (the fallback) ran it
     shown = lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1" and shown["ExcNodeList"] == bad
+
+
+async def test_crashed_master_id_array_task_is_recovered_alone_through_slurmrestd(
+    ctx: AppContext, slurmrestd: RestLab
+) -> None:
+    env = unique_environment()
+    wctx = lab_context(
+        ctx,
+        env,
+        cluster=slurmrestd.cluster,
+        slurm_api="rest",
+        slurmrestd_url=slurmrestd.url,
+        slurmrestd_jwt_key=slurmrestd.jwt_key,
+        slurmrestd_user=slurmrestd.user,
+    )
+    lab = slurmrestd.slurm
+    async with rest_worker(wctx, slurmrestd):
+        array_id = lab.submit(
+            batch_script(policy_comment(env), ARRAY_BODY, name="e2e-rest-array"),
+            sbatch_args=[*slurmrestd.as_user, "--array=1-3"],
+            CRASH_TASK="3",
+            SIBLING_SECONDS="90",
+        )
+
+        async def split() -> dict[int, dict[str, str]] | None:
+            tasks = array_tasks(lab, array_id)
+            return tasks if set(tasks) == {1, 2, 3} else None
+
+        await eventually(split, timeout=180, what="the three tasks split into their own records")
+        advice = await eventually(lambda: advice_done(wctx, array_id, 0), what="the master-id task's Advice converged")
+        after = array_tasks(lab, array_id)
+    assert advice.disposition == "CONVERGED" and after[3]["JobId"] == str(array_id) and after[3]["Restarts"] == "1"
+    assert [after[task]["Restarts"] for task in (1, 2)] == ["0", "0"]
+    assert [m.command for m in await milestones(wctx, array_id)] == [
+        f"scontrol requeuehold {array_id}_3",
+        f"scontrol release {array_id}_3",
+    ]

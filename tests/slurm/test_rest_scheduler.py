@@ -133,3 +133,23 @@ async def test_slurmctld_outage_is_could_not_observe_not_an_empty_cluster(slurmr
             await rest.list_jobs()
     assert (await rest.list_jobs()).get(job_id) is not None
     await rest.aclose()
+
+
+async def test_array_task_with_the_array_id_is_held_and_released_alone(slurmrestd: RestLab) -> None:
+    lab = slurmrestd.slurm
+    rest = _rest(slurmrestd)
+    array_id = lab.submit(
+        "#!/bin/bash\nsleep 60\n", sbatch_args=[*slurmrestd.as_user, "--requeue", "--array=1-2", "-o", "/dev/null"]
+    )
+    lab.wait_state(array_id, "RUNNING")
+    snapshot = await rest.list_jobs()
+    tasks = {j.array_task_id: j for j in snapshot.jobs if j.array_job_id == array_id}
+    assert tasks[2].job_id == array_id  # the last task keeps the array's id
+    await rest.requeue_hold(tasks[2].scheduler_id)  # scontrol requeuehold <array>_2 (fallback)
+    await rest.release(tasks[2].scheduler_id)  # POST /slurm/v0.0.38/job/<array>_2 {"hold": false}
+    # `scontrol show job <array id>` lists every task: ask for the task by its pair
+    shown = lab.scontrol_show(tasks[2].scheduler_id)  # type: ignore[arg-type]
+    assert (shown["JobId"], shown["Restarts"]) == (str(array_id), "1") and shown["Priority"] != "0"
+    sibling = lab.scontrol_show(tasks[1].job_id)
+    assert sibling["Restarts"] == "0" and sibling["JobState"] == "RUNNING"
+    await rest.aclose()
