@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -212,6 +214,7 @@ class RestScheduler:
 
     async def requeue_hold(self, job: JobTarget) -> CommandResult:
         # no slurmrestd version has a requeue operation
+        await self.discover()
         return await self._without_rest_form("requeue_hold", job, lambda cli: cli.requeue_hold(job))
 
     async def set_excluded_nodes(self, job: JobTarget, nodes: Sequence[str]) -> CommandResult:
@@ -299,6 +302,14 @@ class RestScheduler:
         if self.fallback is None:
             raise RestUnsupported(
                 f"slurmrestd {self.version or ''} has no form for {action} and RECOVERY_SLURMRESTD_CLI_FALLBACK is off",
+                command=("slurmrestd", action, target_text(job)),
+            )
+        scontrol = self.fallback.binary("scontrol")
+        if not (os.path.isfile(scontrol) and os.access(scontrol, os.X_OK)) and not shutil.which(scontrol):
+            # e.g. Slinky without Slurm's client commands: retrying would never help
+            raise RestUnsupported(
+                f"slurmrestd {self.version or ''} has no form for {action} and scontrol is not installed here "
+                "(install Slurm's client commands, or set RECOVERY_SLURM_BIN_DIR)",
                 command=("slurmrestd", action, target_text(job)),
             )
         result: CommandResult = await run(self.fallback)

@@ -89,6 +89,14 @@ async def test_without_cli_fallback_requeue_hold_is_refused_with_the_reason(slur
     assert "no form for requeue_hold" in str(caught.value)
 
 
+async def test_without_scontrol_on_the_host_requeue_hold_is_refused_not_retried(slurmrestd: RestLab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = _settings(slurmrestd, slurm_bin_dir=str(tmp_path))  # a directory without Slurm's commands
+    rest = RestScheduler(settings)
+    with pytest.raises(RestUnsupported, match="scontrol is not installed"):
+        await rest.requeue_hold(1)
+    await rest.aclose()
+
+
 async def test_array_task_is_named_in_the_path(slurmrestd: RestLab) -> None:
     lab = slurmrestd.slurm
     rest = _rest(slurmrestd)
