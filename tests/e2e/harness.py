@@ -71,7 +71,10 @@ def lab_context(ctx: AppContext, environment: str, **changes: Any) -> AppContext
 @contextlib.asynccontextmanager
 async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None = None) -> AsyncIterator[WorkerRunner]:
     """The real services (observer, advisor, controller, watchdog) under a WorkerRunner, in this process."""
-    runner = WorkerRunner(ctx, build_services(ctx, scheduler=CliScheduler(ctx.settings, env=lab.env())), holder=holder)
+    # the slurmrestd twin (RECOVERY_TEST_SLURM_API=rest) brings its REST adapter
+    make = getattr(lab, "scheduler", None)
+    scheduler = make(ctx.settings) if make else CliScheduler(ctx.settings, env=lab.env())
+    runner = WorkerRunner(ctx, build_services(ctx, scheduler=scheduler), holder=holder)
     task = asyncio.create_task(runner.run())
     try:
         yield runner

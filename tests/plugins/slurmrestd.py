@@ -5,7 +5,7 @@ slurm.conf would make every `recovery lab up` from a worktree without that chang
 slurmctld (and kill the jobs of other tests), so this plugin runs a small TWIN of the lab instead:
 the default lab's generated slurm.conf with its own cluster name (`restlab`), free ports, its own
 state/spool/log directories under RECOVERY_RESTLAB_DIR (default /tmp/recovery-restlab), two nodes
-(rnode1, rnode2) and the JWT lines; munged is the lab's. Daemons are started once per session
+(node8, node9) and the JWT lines; munged is the lab's. Daemons are started once per session
 and stopped at its end by the pids in their pid files (checked against /proc/PID/exe), never by
 name. The twin doubles as a second live cluster (tests of several clusters in one installation).
 
@@ -16,6 +16,7 @@ them, or without the lab, the fixture fails under CI=true and skips elsewhere.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import secrets
@@ -25,12 +26,15 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from app.config import Settings
+from app.slurm.cli_scheduler import CliScheduler
+from app.slurm.rest_scheduler import RestScheduler
 from tests.plugins import require
 from tests.plugins.slurm_lab import SlurmLab, _start
 
@@ -39,17 +43,37 @@ CLUSTER = "restlab"
 # slurmdbd there is no AdminLevel, so the REST tests' jobs belong to this user and so do the tokens
 USER = "nobody"
 AS_USER = ("--uid=65534", "--gid=65534")
-NODES = ("rnode1", "rnode2")
+# named like the lab's (tests match "on node"), beyond the 3 the lab runs by default
+NODES = ("node8", "node9")
 _JWT_PLUGIN_GLOB = "/usr/lib/*/slurm-wlm/auth_jwt.so"
 
 
 class TwinLab(SlurmLab):
-    """The SlurmLab handle of the twin: its test directories are writable by USER, who owns the jobs."""
+    """The SlurmLab handle of the twin: jobs are USER's (their directories writable by USER), and a worker
+    on it talks to slurmrestd (`scheduler`), so the lab tests can run unchanged through the REST adapter."""
+
+    rest: RestLab | None = None
 
     def test_dir(self) -> Path:
         path = super().test_dir()
         path.chmod(0o1777)
         return path
+
+    def submit(self, script_text: str, *, sbatch_args: Sequence[str] = (), **env: str) -> int:
+        extra = [arg for arg in AS_USER if arg not in sbatch_args]
+        return super().submit(script_text, sbatch_args=[*extra, *sbatch_args], **env)
+
+    def scheduler(self, settings: Settings) -> RestScheduler:
+        """The slurmrestd adapter (signed JWT) with its scontrol fallback pointed at the twin."""
+        assert self.rest is not None
+        settings = dataclasses.replace(
+            settings,
+            slurm_api="rest",
+            slurmrestd_url=self.rest.url,
+            slurmrestd_jwt_key=self.rest.jwt_key,
+            slurmrestd_user=self.rest.user,
+        )
+        return RestScheduler(settings, fallback=CliScheduler(settings, env=self.env()))
 
 
 @dataclass
@@ -137,7 +161,12 @@ class _Twin:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(48))
         key.chmod(0o600)
-        if not self.conf.exists():
+        if not self.conf.exists() or f"NodeName={NODES[0]} " not in self.conf.read_text():
+            # first start, or a twin of an older layout: new ports, and no saved state of other nodes;
+            # job ids start again, so the old jobcomp records would pass for the new jobs' history
+            shutil.rmtree(self.dir / "state", ignore_errors=True)
+            (self.dir / "state").mkdir()
+            (self.dir / "log" / "jobcomp.txt").unlink(missing_ok=True)
             ports = [_free_port() for _ in range(2 + len(NODES))]
             self.conf.write_text(_twin_conf(self.lab.slurm_conf, self.dir, ports[0], ports[1], ports[2:]))
         if not _pid_alive(self.dir / "run" / "slurmctld.pid", "slurmctld"):
@@ -204,7 +233,7 @@ class _Twin:
         session_dir.mkdir(parents=True, exist_ok=True)
         session_dir.chmod(0o1777)  # jobs of USER (not root) run here
         slurm = TwinLab(lab_dir=self.dir, slurm_conf=str(self.conf), accounting=False, session_dir=session_dir)
-        return RestLab(
+        slurm.rest = RestLab(
             slurm=slurm,
             cluster=CLUSTER,
             url=f"http://127.0.0.1:{port}",
@@ -212,6 +241,7 @@ class _Twin:
             jwt_key=str(key),
             directory=self.dir,
         )
+        return slurm.rest
 
     def stop(self) -> None:
         """Stop what this plugin started, by pid: slurmrestd and slurmd first, slurmctld last (SIGTERM, then

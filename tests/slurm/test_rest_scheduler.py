@@ -67,8 +67,8 @@ async def test_release_and_cancel_over_rest_classify_errors_like_the_cli(slurmre
     await rest.requeue_hold(job_id)  # no REST form: the CLI fallback runs scontrol requeuehold
     shown = lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1" and shown["Priority"] == "0"
-    await rest.set_excluded_nodes(job_id, ["rnode1"])  # v0.0.38 has no excluded_nodes: CLI fallback
-    assert lab.scontrol_show(job_id)["ExcNodeList"] == "rnode1"
+    await rest.set_excluded_nodes(job_id, ["node8"])  # v0.0.38 has no excluded_nodes: CLI fallback
+    assert lab.scontrol_show(job_id)["ExcNodeList"] == "node8"
     await rest.release(job_id)  # POST /slurm/v0.0.38/job/{id} {"hold": false}
     assert lab.scontrol_show(job_id)["Priority"] != "0"
     with pytest.raises(JobNotFound):
