@@ -164,15 +164,8 @@ def _start() -> SlurmLab:
 
 
 @pytest.fixture(scope="session")
-def slurm_lab(request: pytest.FixtureRequest) -> Iterator[SlurmLab]:
-    """The running lab (3 nodes); fails in CI and skips elsewhere when it cannot start.
-
-    RECOVERY_TEST_SLURM_API=rest: the lab's slurmrestd twin instead (tests/plugins/slurmrestd.py), whose
-    workers talk to slurmrestd, so every lab test runs unchanged through the REST adapter.
-    """
-    if os.environ.get("RECOVERY_TEST_SLURM_API", "cli") == "rest":
-        yield request.getfixturevalue("slurmrestd").slurm
-        return
+def slurm_lab() -> Iterator[SlurmLab]:
+    """The running lab (3 nodes); fails in CI and skips elsewhere when it cannot start."""
     try:
         lab = _start()
     except RuntimeError as exc:
