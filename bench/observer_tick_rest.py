@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import statistics
 import sys
@@ -24,8 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
-from observer_tick import build_snapshot  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.context import AppContext  # noqa: E402
@@ -57,6 +56,8 @@ def serve(raw: bytes) -> ThreadingHTTPServer:
 
 
 async def main(args: argparse.Namespace) -> None:
+    # the very snapshot of bench/observer_tick.py (a sibling script, not a package)
+    build_snapshot = importlib.import_module("observer_tick").build_snapshot
     raw = json.dumps(build_snapshot(args.jobs, args.enrolled)).encode()
     print(f"snapshot: {args.jobs} jobs ({args.enrolled} enrolled), {len(raw) / 1e6:.1f} MB of JSON over HTTP")
     server = serve(raw)

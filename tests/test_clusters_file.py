@@ -37,13 +37,13 @@ poll_interval = 2
 """
 
 
-def _settings(tmp_path, text: str = FILE) -> Settings:  # type: ignore[no-untyped-def]
+def _settings(tmp_path, text: str = FILE) -> Settings:
     path = tmp_path / "clusters.toml"
     path.write_text(text)
     return Settings.build(data_dir=str(tmp_path), environment="shared", clusters_file=str(path))
 
 
-def test_each_cluster_gets_its_table_over_the_installation_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_each_cluster_gets_its_table_over_the_installation_settings(tmp_path) -> None:
     settings = _settings(tmp_path)
     alpha, beta = every_cluster(settings)
     assert (alpha.cluster, alpha.environment, alpha.slurm_conf, alpha.slurm_api) == (
@@ -69,12 +69,12 @@ def test_each_cluster_gets_its_table_over_the_installation_settings(tmp_path) ->
         ("[clusters.a\n", "is not TOML"),
     ],
 )
-def test_bad_files_are_refused_with_the_reason(tmp_path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_files_are_refused_with_the_reason(tmp_path, text: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_clusters(_settings(tmp_path, text).clusters_file)
 
 
-def test_worker_cluster_choice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_worker_cluster_choice(tmp_path) -> None:
     settings = _settings(tmp_path)
     assert [s.cluster for s in _selected_clusters(argparse.Namespace(cluster=None, all_clusters=True), settings)] == [
         "alpha",
@@ -92,7 +92,7 @@ def test_worker_cluster_choice(tmp_path) -> None:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.slurm
-def test_recovery_worker_all_clusters_runs_one_worker_per_cluster(tmp_path, slurm_lab) -> None:  # type: ignore[no-untyped-def]
+def test_recovery_worker_all_clusters_runs_one_worker_per_cluster(tmp_path, slurm_lab) -> None:
     clusters = tmp_path / "clusters.toml"
     clusters.write_text(
         f'[clusters.east]\nslurm_conf = "{slurm_lab.slurm_conf}"\nenvironment = "e-{tmp_path.name}"\n'

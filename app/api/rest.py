@@ -391,9 +391,9 @@ def _lease_json(row: Any) -> dict[str, Any] | None:
     return {
         "holder": row.holder,
         "epoch": row.epoch,
-        "acquiredAt": _iso(row.acquired_at),
-        "renewedAt": _iso(row.renewed_at),
-        "expiresAt": _iso(row.expires_at),
+        "acquiredAt": iso_utc_or_none(row.acquired_at),
+        "renewedAt": iso_utc_or_none(row.renewed_at),
+        "expiresAt": iso_utc_or_none(row.expires_at),
         "active": row.expires_at > dt.datetime.now(dt.UTC),
     }
 

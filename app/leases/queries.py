@@ -46,6 +46,13 @@ async def leases_of_clusters(
     return {names[row.name]: row for row in rows}
 
 
+async def worker_leases(session: AsyncSession, *, role: str = "worker") -> dict[str, WorkerLease]:
+    """{cluster: its `role` lease} for every cluster whose worker ever held one, in one statement."""
+    prefix = f"{role}:"
+    rows = (await session.scalars(select(WorkerLease).where(WorkerLease.name.like(f"{prefix}%")))).all()
+    return {row.name[len(prefix) :]: row for row in rows}
+
+
 async def lease_clusters(session: AsyncSession, *, role: str = "worker") -> list[str]:
     """Clusters that have (or had) a lease for `role`: a worker that has started but seen no job yet."""
     prefix = f"{role}:"

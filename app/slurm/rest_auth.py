@@ -32,9 +32,10 @@ def _claims(token: str) -> dict[str, object]:
     """The token's claims without verifying it (slurmctld verifies; we only need `exp` and `sun`)."""
     try:
         payload = token.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))  # type: ignore[no-any-return]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except (IndexError, ValueError):
         return {}
+    return claims if isinstance(claims, dict) else {}
 
 
 def _due(token: Token, now: float) -> bool:

@@ -5,9 +5,6 @@ own job id, and `scontrol requeuehold <that id>` requeues EVERY task of the arra
 therefore names an array task `<array id>_<task id>` in every command.
 """
 
-import re
-import subprocess
-
 import pytest
 from sqlalchemy import select
 
@@ -15,7 +12,9 @@ from app.audit.models import AuditEvent
 from app.context import AppContext
 from app.jobs import queries as job_queries
 from tests.e2e.harness import (
+    ARRAY_BODY,
     advice_done,
+    array_tasks,
     attempts,
     batch_script,
     eventually,
@@ -28,35 +27,6 @@ from tests.e2e.harness import (
 from tests.plugins.slurm_lab import SlurmLab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-_KEY_SPLIT = re.compile(r" (?=[A-Za-z][\w:/]*=)")
-
-# Task $CRASH_TASK fails on its first attempt; every other task (and the retry) runs for a while and succeeds.
-ARRAY_BODY = """\
-if [ "$SLURM_ARRAY_TASK_ID" = "$CRASH_TASK" ] && [ -z "$SLURM_RESTART_COUNT" ]; then
-  echo "task $SLURM_ARRAY_TASK_ID crashing"; sleep 1; exit 1
-fi
-echo "task $SLURM_ARRAY_TASK_ID attempt ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME"
-sleep "$SIBLING_SECONDS"
-"""
-
-
-def array_tasks(lab: SlurmLab, array_id: int) -> dict[int, dict[str, str]]:
-    """`scontrol show job -o <array id>`: one line per task, keyed by task id."""
-    result = subprocess.run(
-        ["scontrol", "show", "job", "-o", str(array_id)],
-        env=lab.env(),
-        capture_output=True,
-        text=True,
-        timeout=15,
-        check=True,
-    )
-    tasks: dict[int, dict[str, str]] = {}
-    for line in result.stdout.splitlines():
-        fields = dict(part.partition("=")[::2] for part in _KEY_SPLIT.split(line.strip()) if "=" in part)
-        if fields.get("ArrayTaskId", "").isdigit():
-            tasks[int(fields["ArrayTaskId"])] = fields
-    return tasks
 
 
 @pytest.mark.parametrize("crash_task", [4, 3], ids=["master-id-task", "middle-task"])

@@ -17,7 +17,7 @@ from app.advice.models import Advice
 from app.clusters import every_cluster
 from app.context import AppContext
 from app.main import create_app
-from tests.api.conftest import run_graphql
+from tests.api.helpers import run_graphql
 from tests.e2e.harness import batch_script, eventually, lab_context, policy_comment, unique_environment
 from tests.plugins.slurm_lab import SlurmLab
 from tests.plugins.slurmrestd import RestLab
@@ -38,7 +38,7 @@ async def converged(ctx: AppContext, cluster: str, job_id: int) -> Advice | None
 
 async def test_two_clusters_each_with_its_own_worker_one_api(
     ctx: AppContext, slurm_lab: SlurmLab, slurmrestd: RestLab, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     env_a, env_b = unique_environment(), unique_environment()
     clusters_file = tmp_path / "clusters.toml"
     clusters_file.write_text(

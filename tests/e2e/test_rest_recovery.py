@@ -13,9 +13,10 @@ from app.context import AppContext
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
 from tests.advice.factories import add_anomaly
-from tests.e2e.test_arrays import ARRAY_BODY, array_tasks
 from tests.e2e.harness import (
+    ARRAY_BODY,
     advice_done,
+    array_tasks,
     attempt_running,
     attempts,
     batch_script,
@@ -72,7 +73,7 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
         await add_anomaly(wctx, job_id, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")
         advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="Advice converged")
 
-        async def second_ran():  # type: ignore[no-untyped-def]
+        async def second_ran():
             found = await attempts(wctx, job_id)
             return len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} and found[1].nodes and found
 

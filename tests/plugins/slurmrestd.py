@@ -132,7 +132,7 @@ def _twin_conf(lab_conf: str, directory: Path, ctld_port: int, slurmd_port: int,
     )
 
 
-def _wait(what: str, probe, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(what: str, probe, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if probe():

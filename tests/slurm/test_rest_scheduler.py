@@ -49,7 +49,7 @@ async def test_unix_socket_needs_no_token(slurmrestd: RestLab) -> None:
     assert rest.tokens is None and snapshot.data_parser == "openapi/v0.0.38"
 
 
-async def test_bad_token_is_refused_not_mistaken_for_an_empty_cluster(slurmrestd: RestLab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_token_is_refused_not_mistaken_for_an_empty_cluster(slurmrestd: RestLab, tmp_path) -> None:
     wrong = tmp_path / "wrong.key"
     wrong.write_bytes(b"x" * 48)
     rest = _rest(slurmrestd, slurmrestd_jwt_key=str(wrong))
@@ -89,7 +89,7 @@ async def test_without_cli_fallback_requeue_hold_is_refused_with_the_reason(slur
     assert "no form for requeue_hold" in str(caught.value)
 
 
-async def test_without_scontrol_on_the_host_requeue_hold_is_refused_not_retried(slurmrestd: RestLab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_without_scontrol_on_the_host_requeue_hold_is_refused_not_retried(slurmrestd: RestLab, tmp_path) -> None:
     settings = _settings(slurmrestd, slurm_bin_dir=str(tmp_path))  # a directory without Slurm's commands
     rest = RestScheduler(settings)
     with pytest.raises(RestUnsupported, match="scontrol is not installed"):
@@ -112,7 +112,7 @@ async def test_array_task_is_named_in_the_path(slurmrestd: RestLab) -> None:
     await rest.aclose()
 
 
-async def test_token_file_from_scontrol_token(slurmrestd: RestLab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_token_file_from_scontrol_token(slurmrestd: RestLab, tmp_path) -> None:
     result = subprocess.run(
         ["scontrol", "token", f"username={slurmrestd.user}", "lifespan=600"],
         env=slurmrestd.slurm.env(),

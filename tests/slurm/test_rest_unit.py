@@ -76,7 +76,7 @@ def test_url_forms() -> None:
             parse_rest_url(bad)
 
 
-def test_signed_tokens_carry_exp_iat_sun_and_are_renewed_before_expiry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_signed_tokens_carry_exp_iat_sun_and_are_renewed_before_expiry(tmp_path) -> None:
     key = tmp_path / "jwt_hs256.key"
     key.write_bytes(KEY)
     tokens = SignedTokens(str(key), user="alice", lifetime=600)
@@ -88,7 +88,7 @@ def test_signed_tokens_carry_exp_iat_sun_and_are_renewed_before_expiry(tmp_path)
     assert renewed is not first and jwt.decode(renewed.value, OctKey.import_key(KEY)).claims["iat"] == 1_000_481
 
 
-def test_token_file_is_read_again_when_it_changes_or_nears_expiry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_token_file_is_read_again_when_it_changes_or_nears_expiry(tmp_path) -> None:
     def token(iat: int, exp: int, user: str = "bob") -> str:
         return jwt.encode({"alg": "HS256"}, {"iat": iat, "exp": exp, "sun": user}, OctKey.import_key(KEY))
 

@@ -106,7 +106,7 @@ async def test_oldest_first_order(viewer, sessions) -> None:
     assert oldest == list(reversed(newest))
 
 
-async def test_job_box_takes_an_array_task_name(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_job_box_takes_an_array_task_name(viewer, sessions) -> None:
     async with sessions() as session, session.begin():
         await jobs.register_job(session, registration=dashboard_registration(556, array_job_id=555, array_task_id=1))
     await _many_events(sessions, 4)

@@ -179,7 +179,7 @@ async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, 
         assert (await client.get(srcs[0])).status_code == 200
 
 
-async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) -> None:
     # array 151: tasks 1-2 got ids 152-153, the last task (3) kept the array's id 151
     async with sessions() as session, session.begin():
         for job_id, task in ((152, 1), (153, 2), (151, 3)):
@@ -209,7 +209,7 @@ async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) 
     assert overview.by_id("job-jump").attrs["action"] == "/dashboard/jobs"
 
 
-async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:  # type: ignore[no-untyped-def]
+async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:
     async with sessions() as session, session.begin():
         await jobs.register_job(session, registration=dashboard_registration(500, cluster="alpha", workflow_key="wf-alpha"))
         await jobs.register_job(session, registration=dashboard_registration(500, cluster="beta", workflow_key="wf-beta"))

@@ -237,7 +237,7 @@ async def test_partial_answer_with_slurm_errors_is_not_a_disappearance(ctx, obse
     assert a21.state == "RUNNING"
 
 
-async def test_heterogeneous_job_is_refused_with_a_reason(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_heterogeneous_job_is_refused_with_a_reason(ctx, observer, scheduler) -> None:
     scheduler.add(make_job(40, comment=_comment(environment=ctx.settings.environment), het_job_id=40, het_job_offset=0))
     scheduler.add(make_job(41, comment=_comment(environment=ctx.settings.environment), het_job_id=40, het_job_offset=1))
     scheduler.start(40, ["node1"])
@@ -251,7 +251,7 @@ async def test_heterogeneous_job_is_refused_with_a_reason(ctx, observer, schedul
     assert await _attempts(ctx, 40) == []
 
 
-async def test_array_task_position_is_recorded_and_follows_the_split(ctx, observer, scheduler) -> None:  # type: ignore[no-untyped-def]
+async def test_array_task_position_is_recorded_and_follows_the_split(ctx, observer, scheduler) -> None:
     comment = _comment(environment=ctx.settings.environment)
     # the array's record while tasks 3-4 wait, then (same id) the last task once it started
     scheduler.add(make_job(60, comment=comment, array_job_id=60, array_task_id=None, array_task_string="3-4"))

@@ -96,7 +96,7 @@ async def test_idle_watchdog_does_not_call_slurm(ctx, fake) -> None:
     assert await advice_of(ctx, 1) == []
 
 
-async def test_releases_an_array_task_by_its_array_and_task_id(ctx, fake) -> None:  # type: ignore[no-untyped-def]
+async def test_releases_an_array_task_by_its_array_and_task_id(ctx, fake) -> None:
     ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act", watchdog_hold_bound=0.0)
     advice = await failed_job(ctx, fake, 90)
     # job 90 is the last task (4) of array 90: the bare "90" would release every task of the array
