@@ -9,7 +9,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import utcnow
 from app.leases import service as leases
-from tests.api.helpers import operation, run_graphql, seed_job
+from tests.api.helpers import operation, run_graphql
+from tests.factories import seed_job
 
 
 async def _two_clusters(sessions: async_sessionmaker[AsyncSession]) -> None:

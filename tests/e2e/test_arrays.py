@@ -11,6 +11,7 @@ from sqlalchemy import select
 from app.audit.models import AuditEvent
 from app.context import AppContext
 from app.jobs import queries as job_queries
+from app.jobs.models import Attempt, Job
 from tests.e2e.harness import (
     ARRAY_BODY,
     advice_done,
@@ -56,7 +57,7 @@ async def test_crashed_array_task_is_requeued_alone(ctx: AppContext, slurm_lab: 
             lambda: advice_done(wctx, crashed_id, 0), timeout=180, what="the crashed task's Advice converged"
         )
 
-        async def retried() -> list | None:  # type: ignore[type-arg]
+        async def retried() -> list[Attempt] | None:
             found = await attempts(wctx, crashed_id)
             return found if len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} else None
 
@@ -86,15 +87,16 @@ async def test_heterogeneous_job_is_refused_with_an_audit_event(ctx: AppContext,
     async with running_worker(wctx, slurm_lab):
         leader = slurm_lab.submit(batch_script(policy_comment(env), body, name="e2e-het"))
 
-        async def refused() -> list | None:  # type: ignore[type-arg]
+        async def refused() -> list[Job] | None:
             async with wctx.sessions() as session:
                 found = [await job_queries.find_job(session, slurm_job_id=leader + offset) for offset in (0, 1)]
-            return found if all(found) else None
+            rows = [row for row in found if row is not None]
+            return rows if len(rows) == 2 else None
 
         rows = await eventually(refused, timeout=180, what="both components registered")
         events = await audit_events(wctx, "job.refused")
     assert [r.enrolment for r in rows] == ["HETEROGENEOUS_JOB", "HETEROGENEOUS_JOB"]
-    assert f"heterogeneous job {leader}+1" in rows[1].enrolment_reason
+    assert f"heterogeneous job {leader}+1" in (rows[1].enrolment_reason or "")
     assert {e.slurm_job_id for e in events} == {leader, leader + 1}
     assert await attempts(wctx, leader) == [] and await milestones(wctx, leader) == []
     assert slurm_lab.scontrol_show(leader)["Restarts"] == "0"

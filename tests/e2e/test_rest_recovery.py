@@ -12,7 +12,6 @@ import pytest
 from app.context import AppContext
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
-from tests.advice.factories import add_anomaly
 from tests.e2e.harness import (
     ARRAY_BODY,
     advice_done,
@@ -26,6 +25,7 @@ from tests.e2e.harness import (
     policy_comment,
     unique_environment,
 )
+from tests.factories import add_anomaly
 from tests.plugins.slurmrestd import RestLab
 from worker.registry import build_services
 from worker.runner import WorkerRunner
@@ -91,8 +91,8 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
         ("release", "SUCCEEDED"),
     ]
     details = {m.step: m.detail for m in await milestones(wctx, job_id)}
-    assert f"slurmrestd: POST {slurmrestd.url}/slurm/v0.0.38/job/{job_id}" in details["release"]
-    assert "slurmrestd" not in details["requeue_hold"]  # no REST form: scontrol (the fallback) ran it
+    assert f"slurmrestd: POST {slurmrestd.url}/slurm/v0.0.38/job/{job_id}" in (details["release"] or "")
+    assert "slurmrestd" not in (details["requeue_hold"] or "")  # no REST form: scontrol (the fallback) ran it
     shown = lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1" and shown["ExcNodeList"] == bad
 

@@ -39,7 +39,7 @@ async def test_discovers_the_newest_api_and_lists_jobs_with_a_signed_jwt(slurmre
     assert isinstance(rest.tokens, SignedTokens)
     job = snapshot.get(job_id)
     assert job is not None and job.cluster == "restlab"
-    assert snapshot.data_parser == "openapi/v0.0.38" and snapshot.slurm_release.startswith("22.05")
+    assert snapshot.data_parser == "openapi/v0.0.38" and (snapshot.slurm_release or "").startswith("22.05")
 
 
 async def test_unix_socket_needs_no_token(slurmrestd: RestLab) -> None:

@@ -185,7 +185,7 @@ async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) 
         for job_id, task in ((152, 1), (153, 2), (151, 3)):
             await jobs.register_job(
                 session,
-                registration=registration(job_id, workflow_key="arr", array_job_id=151, array_task_id=task),
+                registration=dashboard_registration(job_id, workflow_key="arr", array_job_id=151, array_task_id=task),
             )
     jump = await viewer.get("/dashboard/jobs", params={"job": "151_2"}, follow_redirects=False)
     assert jump.status_code == 303 and jump.headers["location"] == "/dashboard/jobs/153"
@@ -211,8 +211,12 @@ async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) 
 
 async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:
     async with sessions() as session, session.begin():
-        await jobs.register_job(session, registration=dashboard_registration(500, cluster="alpha", workflow_key="wf-alpha"))
-        await jobs.register_job(session, registration=dashboard_registration(500, cluster="beta", workflow_key="wf-beta"))
+        await jobs.register_job(
+            session, registration=dashboard_registration(500, cluster="alpha", workflow_key="wf-alpha")
+        )
+        await jobs.register_job(
+            session, registration=dashboard_registration(500, cluster="beta", workflow_key="wf-beta")
+        )
     await leases.try_acquire(sessions, name="worker:alpha", holder="a:1", seconds=60)
     doc = parse((await viewer.get("/dashboard/workflow")).text)
     items = {li.attrs["data-cluster"]: li for li in doc.by_id("clusters").find_all("li")}

@@ -245,9 +245,9 @@ async def test_heterogeneous_job_is_refused_with_a_reason(ctx, observer, schedul
     async with ctx.sessions() as session:
         rows = (await session.scalars(select(Job).order_by(Job.slurm_job_id))).all()
     assert [(r.slurm_job_id, r.enrolment) for r in rows] == [(40, "HETEROGENEOUS_JOB"), (41, "HETEROGENEOUS_JOB")]
-    assert "heterogeneous job 40+1" in rows[1].enrolment_reason and rows[1].workflow_id is None
+    assert "heterogeneous job 40+1" in (rows[1].enrolment_reason or "") and rows[1].workflow_id is None
     refused = await _events(ctx, "job.refused")
-    assert sorted(e.slurm_job_id for e in refused) == [40, 41] and refused[0].level == "WARNING"
+    assert sorted(e.slurm_job_id or 0 for e in refused) == [40, 41] and refused[0].level == "WARNING"
     assert await _attempts(ctx, 40) == []
 
 
