@@ -1,7 +1,7 @@
 """Job arrays: the array id and task index of each job record, to name one task in Slurm's commands.
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0008
 Create Date: 2026-12-01 09:10:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0003"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
