@@ -188,9 +188,12 @@ class _Twin:
             for node, state in states.items():
                 if state.startswith(("drain", "drng", "down")):
                     self.run("scontrol", "update", f"nodename={node}", "state=resume")
-            return len(states) == len(NODES) and all(s in {"idle", "mix", "alloc"} for s in states.values())
+            usable = {"idle", "mix", "alloc", "comp"}  # completing: a leftover job is still being cleaned up
+            return len(states) == len(NODES) and all(s.rstrip("*") in usable for s in states.values())
 
-        _wait("twin nodes idle", nodes_idle)
+        # the twin is this plugin's own cluster: jobs left by an earlier, interrupted session only take CPUs
+        self.run("scancel", "--user", USER)
+        _wait("twin nodes idle", nodes_idle, timeout=120)
         return self._restd(key)
 
     def _daemon(self, name: str, auth: str, listen: str, env: dict[str, str]) -> None:
