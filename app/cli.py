@@ -64,22 +64,32 @@ async def _require_head(settings: Settings) -> None:
         )
 
 
-async def _run_alone(settings: Settings, role: str) -> None:
-    """Run worker services without HTTP under the cluster's lease for `role` until SIGINT/SIGTERM."""
+async def _run_alone(settings: Settings, role: str, clusters: Sequence[Settings] | None = None) -> None:
+    """Run worker services without HTTP, under each cluster's lease for `role`, until SIGINT/SIGTERM."""
     from app.context import AppContext
-    from worker.registry import build_services, build_watchdog
-    from worker.runner import WorkerRunner
+    from worker.registry import cluster_runners
 
     start_metrics(settings)
     ctx = AppContext.open(settings)
-    services = build_watchdog(ctx) if role == "watchdog" else build_services(ctx)
-    runner = WorkerRunner(ctx, services, role=role)
+    runners = cluster_runners(ctx, clusters or [settings], role=role)
     loop = asyncio.get_running_loop()
+
+    def stop_all() -> None:
+        for runner in runners:
+            runner.stop()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, runner.stop)
-    log.info("%s for cluster %r running (holder %s, lease %s)", role, settings.cluster, runner.holder, runner.lease)
+        loop.add_signal_handler(sig, stop_all)
+    for runner in runners:
+        log.info(
+            "%s for cluster %r running (holder %s, lease %s)",
+            role,
+            runner.ctx.settings.cluster,
+            runner.holder,
+            runner.lease,
+        )
     try:
-        await runner.run()
+        await asyncio.gather(*(runner.run() for runner in runners))
     finally:
         await ctx.close()
 
@@ -87,20 +97,20 @@ async def _run_alone(settings: Settings, role: str) -> None:
 async def _serve(settings: Settings, *, with_worker: bool) -> None:
     import uvicorn
 
+    from app.clusters import every_cluster
     from app.context import AppContext
     from app.main import create_app
-    from worker.registry import build_services
-    from worker.runner import WorkerRunner
+    from worker.registry import cluster_runners
 
     start_metrics(settings)
     ctx = AppContext.open(settings)
-    runner = WorkerRunner(ctx, build_services(ctx)) if with_worker else None
+    # with RECOVERY_CLUSTERS_FILE: one worker per cluster in this process (each under its own lease)
+    runners = cluster_runners(ctx, every_cluster(settings)) if with_worker else []
 
     async def background() -> None:
-        if runner is not None:
-            await runner.run()
+        await asyncio.gather(*(runner.run() for runner in runners))
 
-    app = create_app(settings, ctx=ctx, background=background if runner else None)
+    app = create_app(settings, ctx=ctx, background=background if runners else None)
     # log_config=None: uvicorn's loggers go through the one handler app.logformat installs (text or json).
     config = uvicorn.Config(
         app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on", log_config=None
@@ -139,19 +149,36 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _selected_clusters(args: argparse.Namespace, settings: Settings) -> list[Settings]:
+    """--cluster NAME (its table of RECOVERY_CLUSTERS_FILE), --all-clusters, or RECOVERY_CLUSTER alone."""
+    from app.clusters import cluster_settings, every_cluster
+
+    if getattr(args, "all_clusters", False):
+        if not settings.clusters_file:
+            raise SettingsError("--all-clusters needs RECOVERY_CLUSTERS_FILE")
+        return every_cluster(settings)
+    if getattr(args, "cluster", None):
+        return [cluster_settings(settings, args.cluster)]
+    return [settings]
+
+
 def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    clusters = _selected_clusters(args, settings)
+
     async def main() -> None:
         await _require_head(settings)
-        await _run_alone(settings, "worker")
+        await _run_alone(settings, "worker", clusters)
 
     asyncio.run(main())
     return 0
 
 
 def _cmd_watchdog(args: argparse.Namespace, settings: Settings) -> int:
+    clusters = _selected_clusters(args, settings)
+
     async def main() -> None:
         await _require_head(settings)
-        await _run_alone(settings, "watchdog")
+        await _run_alone(settings, "watchdog", clusters)
 
     asyncio.run(main())
     return 0
@@ -231,12 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("up", _cmd_up, "run the API, dashboard and worker in one process (migrates the database first)")
     command("serve", _cmd_serve, "run only the API and dashboard (stateless; any number of replicas)")
-    command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
-    command(
+    worker = command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
+    watchdog = command(
         "watchdog",
         _cmd_watchdog,
         "run only the watchdog, under its own lease (with RECOVERY_WATCHDOG_PROCESS=separate)",
     )
+    for p in (worker, watchdog):
+        p.add_argument("--cluster", help="only this cluster (its table of RECOVERY_CLUSTERS_FILE, or just its name)")
+        p.add_argument("--all-clusters", action="store_true", help="one per cluster of RECOVERY_CLUSTERS_FILE")
     db = command("db", _cmd_db, "database migrations")
     db.add_argument("db_action", choices=["upgrade", "current"], help="upgrade to head, or show the revision")
     lab = command("lab", _cmd_lab, "a real single-machine Slurm for development, demos and tests")

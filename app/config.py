@@ -204,6 +204,66 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("slurm_bin_dir", "", _str, "Directory holding squeue/scontrol/sacct/scancel (default: found on PATH)."),
     Setting(
+        "slurm_conf",
+        "",
+        _str,
+        "slurm.conf the CLI adapter's commands read (sets SLURM_CONF for them; default: Slurm's own default).",
+    ),
+    Setting(
+        "clusters_file",
+        "",
+        _str,
+        "TOML file of per-cluster settings ([clusters.NAME] tables) for several clusters in one installation.",
+    ),
+    Setting(
+        "slurm_api",
+        "cli",
+        _choice("cli", "rest"),
+        "How the worker talks to Slurm: `cli` (squeue/scontrol/sacct) or `rest` (slurmrestd, e.g. Slinky).",
+    ),
+    Setting(
+        "slurmrestd_url",
+        "",
+        _str,
+        "slurmrestd address for RECOVERY_SLURM_API=rest: `http://host:6820` or `unix:/path/slurmrestd.socket`.",
+    ),
+    Setting(
+        "slurmrestd_token_file",
+        "",
+        _str,
+        "File holding a slurmrestd JWT (`SLURM_JWT=...` or the bare token); re-read when it changes or nears expiry.",
+    ),
+    Setting(
+        "slurmrestd_jwt_key",
+        "",
+        _str,
+        "Slurm's jwt_key file (AuthAltParameters=jwt_key=...): Recovery then signs its own HS256 tokens.",
+    ),
+    Setting(
+        "slurmrestd_user",
+        "",
+        _str,
+        "User name the slurmrestd tokens speak for (X-SLURM-USER-NAME, claim `sun`; default: the worker's user).",
+    ),
+    Setting(
+        "slurmrestd_token_lifetime",
+        "1800",
+        _float,
+        "Seconds a token signed with RECOVERY_SLURMRESTD_JWT_KEY is valid; renewed when a fifth of it is left.",
+    ),
+    Setting(
+        "slurmrestd_api_version",
+        "",
+        _str,
+        "Force a slurmrestd API version such as v0.0.40 (default: the newest the server offers that Recovery reads).",
+    ),
+    Setting(
+        "slurmrestd_cli_fallback",
+        "true",
+        _bool,
+        "Run scontrol for actions slurmrestd has no form for (requeuehold; ExcNodeList before v0.0.39); false: refuse.",
+    ),
+    Setting(
         "unknown_grace_seconds",
         "120",
         _float,
@@ -349,6 +409,16 @@ class Settings:
     poll_interval: float = 1.0
     slurm_command_timeout: float = 15.0
     slurm_bin_dir: str = ""
+    slurm_conf: str = ""
+    clusters_file: str = ""
+    slurm_api: str = "cli"
+    slurmrestd_url: str = ""
+    slurmrestd_token_file: str = ""
+    slurmrestd_jwt_key: str = ""
+    slurmrestd_user: str = ""
+    slurmrestd_token_lifetime: float = 1800.0
+    slurmrestd_api_version: str = ""
+    slurmrestd_cli_fallback: bool = True
     unknown_grace_seconds: float = 120.0
     hang_query_delay: float = 60.0
     straggler_enabled: bool = False

@@ -4,5 +4,6 @@ pytest_plugins = [
     "tests.plugins.database",
     "tests.plugins.own_postgres",
     "tests.plugins.slurm_lab",
+    "tests.plugins.slurmrestd",
     "tests.plugins.oidc_provider",
 ]

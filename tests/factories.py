@@ -353,6 +353,7 @@ async def seed_job(
     anomalies: int = 0,
     advice: bool = False,
     cluster: str = CLUSTER,
+    array: tuple[int, int] | None = None,
 ) -> tuple[Job, list[Attempt], list[Advice]]:
     """A job registered through the jobs service with `attempts` attempts; evidence and Advice by ORM inserts."""
     job = await jobs.register_job(
@@ -360,6 +361,8 @@ async def seed_job(
         registration=registration(
             slurm_job_id,
             cluster=cluster,
+            array_job_id=array[0] if array else None,
+            array_task_id=array[1] if array else None,
             workflow_key=workflow_key,
             name=name,
             partition="gpu",

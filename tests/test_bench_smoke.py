@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
     [
         ("bench/ingest.py", "ratio reader/grep:"),
         ("bench/observer_tick.py", "ratio tick / json.loads:"),
+        ("bench/observer_tick_rest.py", "figure observer_tick_rest_ratio"),
         ("bench/collector_files.py", "ratio changed tick / baseline:"),
         ("bench/detection.py", "figure crash_recall "),
     ],

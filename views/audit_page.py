@@ -12,6 +12,8 @@ from app.audit import queries as audit_queries
 from app.audit.queries import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
 from app.domain.bounds import check_time
 from app.domain.cursor import CursorError
+from app.domain.identity import parse_scheduler_job_id
+from app.jobs import queries as job_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.pages import audit_views_off
@@ -73,13 +75,35 @@ def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[
         return values, None, {"job": str(exc)}
 
 
+async def _array_task_as_job_id(dashboard: Any, query: Any) -> tuple[dict[str, str], str | None]:
+    """The filters with `151_2` (or `151_2/0`) in the job box replaced by that task's own job id.
+
+    Returns (params, the task's name when no such task is recorded)."""
+    params = {key: query.get(key) or "" for key in query.keys()}
+    job, sep, attempt = (params.get("job") or "").strip().partition("/")
+    ref = parse_scheduler_job_id(job) if "_" in job else None
+    if ref is None:
+        return params, None
+    async with dashboard.ctx.sessions() as session:
+        found = await job_queries.find_job_by_scheduler_id(session, ref=ref)
+    if found is None:
+        return params, str(ref)
+    params["job"] = f"{found.slurm_job_id}{sep}{attempt}"
+    return params, None
+
+
 @guarded()
 async def audit_events(request: Request) -> Response:
     """Audit Events page (full, or the `_audit.html` partial for htmx); filters always restart at the first page."""
     dashboard = dashboard_of(request)
     if not dashboard.settings.audit_views_enabled:
         return audit_views_off(request, "Audit Events")
-    values, flt, errors = read_filters(request.query_params)
+    params, unknown_task = await _array_task_as_job_id(dashboard, request.query_params)
+    values, flt, errors = read_filters(params)
+    if unknown_task:
+        values["job"], flt, errors["job"] = unknown_task, None, f"no array task {unknown_task} is recorded"
+    elif params.get("job") != request.query_params.get("job"):
+        values["job"] = (request.query_params.get("job") or "").strip()[:200]
     page = None
     before = request.query_params.get("before") or None
     after = request.query_params.get("after") or None

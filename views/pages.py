@@ -15,9 +15,11 @@ from app.audit import queries as audit_queries
 from app.db import Session, utcnow
 from app.domain import bounds
 from app.domain.cursor import CursorError
+from app.domain.identity import parse_scheduler_job_id
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
+from app.leases import queries as lease_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
@@ -112,8 +114,13 @@ async def workflows(request: Request) -> Response:
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
             clusters, environments = await job_queries.workflow_filter_choices(session)
+            # one statement: the overview's query count stays fixed (tests/views/test_scale.py)
+            workers = await lease_queries.worker_leases(session)
+            every = sorted(set(clusters) | set(workers))
             extra = {
-                "clusters": clusters,
+                "clusters": every,
+                "cluster_workers": [(name, workers.get(name)) for name in every],
+                "now": utcnow(),
                 "environments": environments,
                 "not_enrolled": await job_queries.not_enrolled_jobs(session),
             }
@@ -196,7 +203,7 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
 
 @guarded()
 async def job(request: Request) -> Response:
-    """A Slurm job id: its enrolment (or why it was refused) and its attempts."""
+    """A Slurm job id: its enrolment (or why it was refused), its attempts, and its array's other tasks."""
     dashboard = dashboard_of(request)
     slurm_job_id = request.path_params["job_id"]
     async with dashboard.ctx.sessions() as session:
@@ -207,10 +214,32 @@ async def job(request: Request) -> Response:
         workflow = (
             await job_queries.workflows_by_ids(session, ids=[found.workflow_id] if found.workflow_id else [])
         ).get(found.workflow_id or 0)
-    return render(request, "job.html", {"block": blocks[0], "workflow": workflow})
+        tasks = await job_queries.array_tasks(session, job=found)
+    return render(request, "job.html", {"block": blocks[0], "workflow": workflow, "array_tasks": tasks})
 
 
-def _unknown_job(request: Request, slurm_job_id: int, detail: str = "") -> Response:
+@guarded()
+async def find_job(request: Request) -> Response:
+    """The job box: `12345`, or `12345_7` for task 7 of array 12345, leads to that job's page."""
+    raw = (request.query_params.get("job") or request.path_params.get("ref") or "").strip()
+    ref = parse_scheduler_job_id(raw)
+    if ref is None:
+        return explain(
+            request,
+            title="Not a job id",
+            status=400,
+            message=f"{raw[:40]!r} is not a Slurm job id.",
+            hint="Enter a job id such as 12345, or 12345_7 for task 7 of job array 12345.",
+            links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+        )
+    async with dashboard_of(request).ctx.sessions() as session:
+        found = await job_queries.find_job_by_scheduler_id(session, ref=ref)
+    if found is None:
+        return _unknown_job(request, str(ref))
+    return RedirectResponse(request.url_for("dashboard:job", job_id=found.slurm_job_id).path, status_code=303)
+
+
+def _unknown_job(request: Request, slurm_job_id: int | str, detail: str = "") -> Response:
     return explain(
         request,
         title="Unknown job",

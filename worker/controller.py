@@ -59,7 +59,7 @@ from app.domain.reconcile import (
 )
 from app.jobs import queries as job_queries
 from app.logformat import bind, log_context
-from app.slurm.adapter import JobLookup, Scheduler
+from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
 from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
 from worker.milestones import Sent, run_command
@@ -127,6 +127,20 @@ def effect_observed(step: str, advice: AdviceState, obs: JobObservation | None) 
         if obs is None or obs.state.upper() in states.TERMINAL:
             return "the job has ended" if obs is not None else "Slurm no longer lists the job"
     return None
+
+
+def command_target(
+    slurm_job_id: int, seen: SlurmJob | None, recorded: tuple[int | None, int | None]
+) -> JobTarget | None:
+    """How to name the job in commands: `<array id>_<task id>` for an array task (never the bare id of an
+    array's last task, which Slurm reads as the whole array); None for an array record that still
+    stands for several pending tasks (no command can name just one of them)."""
+    array_job_id, array_task_id = (seen.array_job_id, seen.array_task_id) if seen is not None else recorded
+    if array_job_id and array_task_id is None:
+        return None
+    if not array_job_id:
+        return slurm_job_id
+    return job_target(slurm_job_id, array_job_id, array_task_id)
 
 
 def parse_faults(raw: str | None) -> frozenset[str]:
@@ -229,12 +243,21 @@ class Controller(Service):
                 return 0
             job = await job_queries.get_job(session, job_id=advice.job_id)
             now_mode = effective_mode(job, self.settings) if job else None
+            array = (job.array_job_id, job.array_task_id) if job else (None, None)
             state = advice_state(advice)
             bind(job_id=advice.slurm_job_id, attempt_index=advice.attempt_index, generation=advice.generation)
             review = advice.review
         observed, obs, note = await self._observe(advice, snapshot, complete)
         if not observed:
             await self._backoff(advice_id, note)
+            return 0
+        target = command_target(advice.slurm_job_id, snapshot.get(advice.slurm_job_id), array)
+        if target is None:
+            await self._backoff(
+                advice_id,
+                f"job {advice.slurm_job_id} is an array record that still stands for several pending tasks; "
+                "not acting until it is one task",
+            )
             return 0
         async with self.ctx.sessions() as session, session.begin():
             advice = await advice_queries.get_advice(session, advice_id=advice_id)
@@ -275,8 +298,8 @@ class Controller(Service):
             allowed, why_not = self.authorized(review=review, now=now_mode)
             if not allowed:
                 plan = shadow_plan(state, obs, now=now, milestones=milestones)
-                await advice_service.record_shadow(session, advice=advice, steps=plan, now=now)
-                would = ", then ".join(advice_service.command_text(s, advice.slurm_job_id) for s in plan if s.is_action)
+                await advice_service.record_shadow(session, advice=advice, steps=plan, now=now, target=target)
+                would = ", then ".join(advice_service.command_text(s, target) for s in plan if s.is_action)
                 await advice_service.set_status(
                     session,
                     advice=advice,
@@ -287,7 +310,7 @@ class Controller(Service):
                     now=now,
                 )
                 return 0
-        return await self.execute(advice_id, state, step)
+        return await self.execute(advice_id, state, step, target)
 
     def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]:
         """Act only while the job's mode is act NOW (requested, ceiling on, partition managed) and no veto was given.
@@ -304,7 +327,7 @@ class Controller(Service):
 
     # ------------------------------------------------------------ commands
 
-    async def execute(self, advice_id: int, state: AdviceState, step: Step) -> int:
+    async def execute(self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None) -> int:
         """STARTED milestone, the command, SUCCEEDED/FAILED milestone: each committed on its own."""
         if self.fence is not None and not await self.fence():
             log.warning("controller: lease no longer ours; not sending %s for Advice %s", step.kind.value, advice_id)
@@ -321,6 +344,8 @@ class Controller(Service):
             if sent.error is None:
                 result: CommandResult | None = sent.result
                 detail = (result.stderr or result.stdout).strip() if result else ""
+                if result and result.command[:1] and result.command[0] in {"GET", "POST", "DELETE"}:
+                    detail = f"slurmrestd: {' '.join(result.command[:2])}" + (f"; {detail}" if detail else "")
                 await advice_service.finish_action(
                     session,
                     action=action,
@@ -368,8 +393,9 @@ class Controller(Service):
             step=step.kind,
             key=step.idempotency_key,
             actor="controller",
-            command_of=lambda job_id: advice_service.command_text(step, job_id),
-            send=lambda job_id: self._send(step, job_id),
+            # an array task by <array id>_<task id> (see command_target), never the bare id
+            command_of=lambda job_id: advice_service.command_text(step, target if target is not None else job_id),
+            send=lambda job_id: self._send(step, target if target is not None else job_id),
             settle=settle,
             accept=accept,
             lock=True,
@@ -377,7 +403,7 @@ class Controller(Service):
             after=lambda: self._fault("after", step),
         )
 
-    async def _send(self, step: Step, job_id: int) -> CommandResult:
+    async def _send(self, step: Step, job_id: JobTarget) -> CommandResult:
         if step.kind is StepKind.REQUEUE_HOLD:
             return await self.scheduler.requeue_hold(job_id)
         if step.kind is StepKind.SET_EXCLUSIONS:

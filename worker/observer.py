@@ -16,7 +16,7 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
 from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
-from app.domain.mode import Requested, admission, effective_mode
+from app.domain.mode import Admission, Requested, admission, effective_mode
 from app.domain.policy import parse_comment
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
@@ -168,6 +168,7 @@ class Observer(Service):
             record = await self._register(session, job, incarnation=incarnation)
         if record is None or record.enrolment != "ENROLLED":
             return
+        await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
         if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
             record.submit_time, record.restart_count = job.submit_time, job.restart_count
             record.updated_at = utcnow()
@@ -183,6 +184,13 @@ class Observer(Service):
             self.state.ignored.add(job.job_id)
             return None
         policy = result.policy if result.valid else None
+        if job.het_job_id is not None and decision.status == "ENROLLED":
+            decision = Admission(
+                jobs.HETEROGENEOUS_JOB,
+                f"heterogeneous job {job.het_job_id}+{job.het_job_offset or 0}: its components share one "
+                "allocation and Slurm requeues or holds them only together, so Recovery does not act on it "
+                "(submit the components as separate jobs to have them recovered)",
+            )
         requested = policy.mode if policy else None
         mode = effective_mode(Requested(requested, job.partition), self.settings)  # stored: the mode at registration
         registration = jobs.JobRegistration(
@@ -210,6 +218,8 @@ class Observer(Service):
             policy_warnings=[w.to_dict() for w in result.warnings],
             policy_errors=[e.to_dict() for e in result.errors],
             shared_log_paths=policy.log_file_paths_shared_across_attempts if policy else False,
+            array_job_id=job.array_job_id,
+            array_task_id=job.array_task_id,
         )
         return await jobs.register_job(session, registration=registration)
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from app.config import Settings
 from app.context import AppContext
 from app.slurm.adapter import Scheduler
-from app.slurm.cli_scheduler import CliScheduler
+from app.slurm.factory import build_scheduler
 from worker.advisor import Advisor
 from worker.collector import Collector
 from worker.controller import Controller
 from worker.notifier import Notifier
 from worker.observer import Observer
+from worker.runner import WorkerRunner
 from worker.service import Service
 from worker.watchdog import Watchdog
 from worker.watcher import Watcher
@@ -17,7 +21,7 @@ from worker.watcher import Watcher
 
 def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """Every background service of the worker, in start order."""
-    scheduler = scheduler or CliScheduler(ctx.settings)
+    scheduler = scheduler or build_scheduler(ctx.settings)
     # Changes wake the next stage at once: observer -> advisor -> controller (each also polls).
     controller = Controller(ctx, scheduler)
     advisor = Advisor(ctx, scheduler, on_change=controller.wake)
@@ -41,4 +45,14 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
 
 def build_watchdog(ctx: AppContext, *, scheduler: Scheduler | None = None) -> list[Service]:
     """The watchdog alone, for `recovery watchdog` (its own process and lease, so a dead worker fails open)."""
-    return [Watchdog(ctx, scheduler or CliScheduler(ctx.settings))]
+    return [Watchdog(ctx, scheduler or build_scheduler(ctx.settings))]
+
+
+def cluster_runners(ctx: AppContext, clusters: Sequence[Settings], *, role: str = "worker") -> list[WorkerRunner]:
+    """One WorkerRunner per cluster (its own settings, scheduler and `role:<cluster>` lease), one database."""
+    runners = []
+    for settings in clusters:
+        cctx = AppContext(settings=settings, engine=ctx.engine, sessions=ctx.sessions)
+        services = build_watchdog(cctx) if role == "watchdog" else build_services(cctx)
+        runners.append(WorkerRunner(cctx, services, role=role))
+    return runners

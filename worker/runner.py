@@ -174,6 +174,7 @@ class WorkerRunner:
                     pass
         finally:
             await asyncio.gather(*(s.stop() for s in self.services))
+            await self._close_schedulers()
             if self.has_lease:
                 try:
                     await leases.release(self.ctx.sessions, name=self.lease, holder=self.holder)
@@ -182,6 +183,18 @@ class WorkerRunner:
             self.has_lease = False
             if self.identity is not None:
                 self.identity.close()
+
+    async def _close_schedulers(self) -> None:
+        """Close what the services' schedulers hold open (the slurmrestd adapter's HTTP connections)."""
+        found = [getattr(service, "scheduler", None) for service in self.services]
+        schedulers = {id(scheduler): scheduler for scheduler in found if scheduler is not None}
+        for scheduler in schedulers.values():
+            close = getattr(scheduler, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("could not close scheduler %r", scheduler)
 
     def stop(self) -> None:
         """Ask run() to finish."""

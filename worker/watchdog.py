@@ -26,8 +26,8 @@ from app.domain import states
 from app.domain.reconcile import StepKind
 from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
 from app.logformat import log_context
-from app.slurm.adapter import Scheduler
-from worker.controller import observation_of
+from app.slurm.adapter import JobTarget, Scheduler
+from worker.controller import command_target, observation_of
 from worker.milestones import Sent, run_command
 from worker.service import Service
 
@@ -100,6 +100,10 @@ class Watchdog(Service):
             verdict = judge_hold(held, hold_state, now=now, hold_bound=self.settings.watchdog_hold_bound)
             if not verdict.release:
                 continue
+            # an array task by <array id>_<task id>: the bare id of an array's last task releases every task
+            target = command_target(job.job_id, job, (None, None))
+            if target is None:
+                continue
             with log_context(
                 advice_id=advice.id,
                 generation=advice.generation,
@@ -107,11 +111,13 @@ class Watchdog(Service):
                 attempt_index=advice.attempt_index,
             ):
                 if self.settings.watchdog_mode == "act":
-                    await self._release(advice.id, hold_action.id, verdict.reason, verdict.message)
+                    await self._release(advice.id, hold_action.id, verdict.reason, verdict.message, target)
                 else:
-                    await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message)
+                    await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message, target)
 
-    async def _would_release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
+    async def _would_release(
+        self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget
+    ) -> None:
         """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
         async with self.ctx.sessions() as session, session.begin():
             advice = await advice_queries.get_advice(session, advice_id=advice_id)
@@ -122,9 +128,10 @@ class Watchdog(Service):
                 key=f"watchdog-shadow:{advice_id}:{hold_action_id}:release",
                 reason=reason,
                 message=message,
+                target=target,
             )
 
-    async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str) -> None:
+    async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget) -> None:
         """Act mode: release with the same write-ahead milestones as the controller."""
         if self.fence is not None and not await self.fence():
             log.warning("watchdog: lease no longer ours; not releasing for Advice %s", advice_id)
@@ -154,7 +161,7 @@ class Watchdog(Service):
             step=StepKind.RELEASE,
             key=f"watchdog:{advice_id}:{hold_action_id}:release",
             actor="watchdog",
-            command_of=lambda job_id: f"scontrol release {job_id}",
-            send=self.scheduler.release,
+            command_of=lambda job_id: f"scontrol release {target}",
+            send=lambda job_id: self.scheduler.release(target),
             settle=settle,
         )

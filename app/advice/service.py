@@ -345,7 +345,12 @@ def shadow_key(advice: Advice, step: StepKind) -> str:
 
 
 async def record_shadow(
-    session: AsyncSession, *, advice: Advice, steps: Sequence[Step], now: dt.datetime | None = None
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    steps: Sequence[Step],
+    now: dt.datetime | None = None,
+    target: int | str | None = None,
 ) -> int:
     """Record the commands observe mode would have sent (SHADOW rows, once per generation); returns rows added."""
     now = now or utcnow()
@@ -371,7 +376,7 @@ async def record_shadow(
                 idempotency_key=shadow_key(advice, step.kind),
                 status=SHADOW,
                 actor="controller",
-                command=command_text(step, advice.slurm_job_id),
+                command=command_text(step, target or advice.slurm_job_id),
                 detail=step.message,
                 started_at=now,
                 finished_at=now,
@@ -386,7 +391,7 @@ async def record_shadow(
             component="controller",
             event_type="reconciliation.shadow",
             message=f"observe mode: Advice {advice.id} generation {advice.generation} would run "
-            + ", then ".join(command_text(s, advice.slurm_job_id) for s in added),
+            + ", then ".join(command_text(s, target or advice.slurm_job_id) for s in added),
             payload={
                 "adviceId": advice.id,
                 "generation": advice.generation,
@@ -400,8 +405,8 @@ async def record_shadow(
     return len(added)
 
 
-def command_text(step: Step, job_id: int) -> str:
-    """The Slurm command line a step stands for (shown in milestones and audit events)."""
+def command_text(step: Step, job_id: int | str) -> str:
+    """The Slurm command line a step stands for (shown in milestones and audit events); job_id may be `151_4`."""
     if step.kind is StepKind.REQUEUE_HOLD:
         return f"scontrol requeuehold {job_id}"
     if step.kind is StepKind.SET_EXCLUSIONS:
@@ -492,7 +497,14 @@ async def record_reconcile_failure(
 
 
 async def record_would_release(
-    session: AsyncSession, *, advice: Advice, key: str, reason: str, message: str, now: dt.datetime | None = None
+    session: AsyncSession,
+    *,
+    advice: Advice,
+    key: str,
+    reason: str,
+    message: str,
+    now: dt.datetime | None = None,
+    target: int | str | None = None,
 ) -> bool:
     """The watchdog in observe mode: say once per hold (a SHADOW row keyed `key`) what act mode would release."""
     if await queries.action_recorded(session, key=key):
@@ -506,7 +518,7 @@ async def record_would_release(
             idempotency_key=key,
             status=SHADOW,
             actor="watchdog",
-            command=f"scontrol release {advice.slurm_job_id}",
+            command=f"scontrol release {target or advice.slurm_job_id}",
             detail=message,
             started_at=now,
             finished_at=now,

@@ -14,9 +14,12 @@ from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
+from app.api.types.cluster import Cluster, cluster_of
 from app.audit import queries as audit_queries
 from app.domain import bounds
+from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
 from app.jobs import queries as job_queries
+from app.leases import queries as lease_queries
 
 Info = strawberry.Info
 
@@ -146,11 +149,35 @@ class Query:
                 )
         return Workflow(row=row) if row else None
 
-    @strawberry.field(description="The current record of a Slurm job id (a live incarnation before retired ones).")
-    async def job(self, info: Info, job_id: int, cluster: str | None = None) -> Job | None:
+    @strawberry.field(
+        description="The current record of a Slurm job (a live incarnation before retired ones): by jobId, or by "
+        'schedulerJobId as Slurm users write it ("1234", or "1234_7" for task 7 of array 1234).'
+    )
+    async def job(
+        self,
+        info: Info,
+        job_id: int | None = None,
+        cluster: str | None = None,
+        scheduler_job_id: str | None = None,
+    ) -> Job | None:
         info.context.viewer()
+        if (job_id is None) == (scheduler_job_id is None):
+            raise bad_input("pass exactly one of jobId or schedulerJobId")
+        if job_id is not None:
+            if not 1 <= job_id <= MAX_SLURM_JOB_ID:
+                return None  # as before: no job has such an id
+            ref: SchedulerJobId | None = SchedulerJobId(job_id)
+        else:
+            ref = parse_scheduler_job_id(str(scheduler_job_id))
+        if ref is None:
+            raise bad_input(
+                f"schedulerJobId must be a Slurm job id (1..{MAX_SLURM_JOB_ID}) or <array id>_<task id>, "
+                f"got {str(scheduler_job_id)[:40]!r}"
+            )
         async with info.context.loaders.sessions() as session:
-            row = await job_queries.find_job(session, slurm_job_id=job_id, cluster=validation.text(cluster, "cluster"))
+            row = await job_queries.find_job_by_scheduler_id(
+                session, ref=ref, cluster=validation.text(cluster, "cluster")
+            )
         return Job(row=row) if row else None
 
     @strawberry.field(
@@ -243,6 +270,15 @@ class Query:
         service_filter = audit_filter(filter)
         fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
+
+    @strawberry.field(
+        description="Every cluster of this installation (recorded jobs, or a worker that held its lease), by name."
+    )
+    async def clusters(self, info: Info, name: str | None = None) -> list[Cluster]:
+        info.context.viewer()
+        async with info.context.loaders.sessions() as session:
+            rows = await lease_queries.cluster_overview(session, cluster=name)
+        return [cluster_of(row) for row in rows]
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> Viewer:

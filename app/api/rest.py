@@ -19,10 +19,17 @@ from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
 from app.domain import bounds
 from app.domain.cursor import MAX_CURSOR_LENGTH, CursorError
-from app.domain.identity import MAX_SLURM_JOB_ID, attempt_uuid, format_attempt_ref
+from app.domain.identity import (
+    MAX_SLURM_JOB_ID,
+    attempt_uuid,
+    format_attempt_ref,
+    format_scheduler_job_id,
+    parse_scheduler_job_id,
+)
 from app.domain.mode import ModeSettings, effective_mode
 from app.domain.timefmt import iso_utc_or_none
 from app.jobs import queries as job_queries
+from app.leases import queries as lease_queries
 from app.pagination import PageRequest
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -139,6 +146,11 @@ def attempt_json(
         "cluster": attempt.cluster,
         "workflowId": workflow.workflow_key if workflow else None,
         "jobName": job.name if job else None,
+        "arrayJobId": job.array_job_id if job else None,
+        "arrayTaskId": job.array_task_id if job else None,
+        "schedulerJobId": format_scheduler_job_id(
+            attempt.slurm_job_id, job.array_job_id if job else None, job.array_task_id if job else None
+        ),
         "state": attempt.state,
         "stateReason": attempt.state_reason,
         "exitCode": attempt.exit_code,
@@ -284,6 +296,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         Route("/advice", endpoint(list_advice), methods=["GET"]),
         Route("/workflows", endpoint(list_workflows), methods=["GET"]),
         Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
+        Route("/clusters", endpoint(list_clusters), methods=["GET"]),
     ]
 
 
@@ -292,19 +305,27 @@ def _next_token(page: Any) -> str | None:
 
 
 async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
-    """The attempts recorded under a Slurm job id: {"attempts": [...], "nextPageToken"}."""
+    """The attempts recorded under a Slurm job id or array task (`1234_7`): {"attempts": [...], "nextPageToken"}."""
     raw = request.path_params["job_id"]
-    try:
-        job_id = bounds.parse_int(raw, "job id", minimum=1, maximum=MAX_SLURM_JOB_ID)
-    except bounds.BoundsError:
-        raise BadRequest(f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}), got {raw[:20]!r}") from None
+    ref = parse_scheduler_job_id(raw)
+    if ref is None:
+        raise BadRequest(
+            f"job id must be a Slurm job id (1..{MAX_SLURM_JOB_ID}) or <array id>_<task id>, got {raw[:20]!r}"
+        )
     page_request = _page(request, JOBS_LIMITS)
+    cluster = _text(request, "cluster")
     async with ctx.sessions() as session:
+        slurm_job_id = ref.job_id
+        if ref.task is not None:
+            task = await job_queries.find_job_by_scheduler_id(session, ref=ref, cluster=cluster)
+            if task is None:
+                return error(404, "NOT_FOUND", f"no array task {ref} is recorded")
+            slurm_job_id, cluster = task.slurm_job_id, task.cluster
         page = await job_queries.list_attempts_by_slurm_id(
-            session, slurm_job_id=job_id, cluster=_text(request, "cluster"), page=page_request
+            session, slurm_job_id=slurm_job_id, cluster=cluster, page=page_request
         )
         if not page.items and not page_request.after:
-            return error(404, "NOT_FOUND", f"no attempts recorded for job {job_id}")
+            return error(404, "NOT_FOUND", f"no attempts recorded for job {ref}")
         jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
         workflows = await job_queries.workflows_by_ids(
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
@@ -362,3 +383,37 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
             session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc"
         )
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})
+
+
+def _lease_json(row: Any) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "holder": row.holder,
+        "epoch": row.epoch,
+        "acquiredAt": iso_utc_or_none(row.acquired_at),
+        "renewedAt": iso_utc_or_none(row.renewed_at),
+        "expiresAt": iso_utc_or_none(row.expires_at),
+        "active": row.expires_at > dt.datetime.now(dt.UTC),
+    }
+
+
+async def list_clusters(request: Request, ctx: AppContext) -> Response:
+    """Every cluster of the installation: {"clusters": [{name, jobCount, ..., worker, watchdog}]}; ?cluster= one."""
+    async with ctx.sessions() as session:
+        rows = await lease_queries.cluster_overview(session, cluster=_text(request, "cluster"))
+    return JSONResponse(
+        {
+            "clusters": [
+                {
+                    "name": row.name,
+                    "jobCount": row.counts.jobs,
+                    "enrolledJobCount": row.counts.enrolled_jobs,
+                    "workflowCount": row.counts.workflows,
+                    "worker": _lease_json(row.worker),
+                    "watchdog": _lease_json(row.watchdog),
+                }
+                for row in rows
+            ]
+        }
+    )

@@ -59,6 +59,41 @@ def parse_attempt_ref(text: str) -> AttemptRef | None:
     return None
 
 
+_SCHEDULER_ID = re.compile(r"([0-9]{1,10})(?:_([0-9]{1,10}))?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class SchedulerJobId:
+    """A job as Slurm users name it: `1234` (a job id) or `1234_7` (task 7 of array 1234)."""
+
+    job_id: int  # the job id, or the array's id when task is set
+    task: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.job_id}_{self.task}" if self.task is not None else str(self.job_id)
+
+
+def format_scheduler_job_id(job_id: int, array_job_id: int | None, array_task_id: int | None) -> str:
+    """How Slurm users name a job: `1234_7` for task 7 of array 1234 (whatever its own id), else `1234`."""
+    if array_job_id is not None and array_task_id is not None:
+        return f"{array_job_id}_{array_task_id}"
+    return str(job_id)
+
+
+def parse_scheduler_job_id(text: str) -> SchedulerJobId | None:
+    """Parse `1234` or `1234_7` (surrounding spaces allowed); None for anything else or out of range."""
+    if not isinstance(text, str):
+        return None
+    match = _SCHEDULER_ID.fullmatch(text.strip())
+    if not match:
+        return None
+    job_id = int(match.group(1))
+    task = int(match.group(2)) if match.group(2) is not None else None
+    if not 1 <= job_id <= MAX_SLURM_JOB_ID or (task is not None and task > MAX_ATTEMPT_INDEX):
+        return None
+    return SchedulerJobId(job_id, task)
+
+
 def _check_numbers(job_id: int, attempt_index: int) -> None:
     # bool is an int subclass; True as a job id is always a bug.
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_SLURM_JOB_ID:

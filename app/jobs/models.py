@@ -41,12 +41,17 @@ class Job(Base):
         UniqueConstraint("cluster", "slurm_job_id", "incarnation"),
         Index(None, "workflow_id", "id"),
         Index(None, "slurm_job_id"),
+        Index(None, "array_job_id", "array_task_id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     cluster: Mapped[str] = mapped_column(String(128))
     slurm_job_id: Mapped[int] = mapped_column(BigId)
     incarnation: Mapped[int] = mapped_column(Integer, default=0)
+    # One task of a job array: the array's id and the task's index (both None for other jobs;
+    # array_task_id None with array_job_id set while the record still stands for unsplit pending tasks).
+    array_job_id: Mapped[int | None] = mapped_column(BigId)
+    array_task_id: Mapped[int | None] = mapped_column(Integer)
     workflow_id: Mapped[int | None] = mapped_column(ForeignKey("workflows.id", ondelete="CASCADE"))
     name: Mapped[str | None] = mapped_column(String(256))
     user: Mapped[str | None] = mapped_column(String(128))

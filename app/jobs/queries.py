@@ -17,7 +17,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import states
-from app.domain.identity import parse_attempt_ref
+from app.domain.identity import SchedulerJobId, parse_attempt_ref
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.pagination import Page, PageRequest, paginate
 from app.sql import by_ids, chunks, first_per_group, scalars_in
@@ -41,6 +41,7 @@ class JobFilter:
     cluster: str | None = None
     workflow_id: int | None = None
     slurm_job_id: int | None = None
+    array_job_id: int | None = None
     include_retired: bool = True
 
 
@@ -116,6 +117,8 @@ async def list_jobs(session: AsyncSession, *, filter: JobFilter, page: PageReque
         query = query.where(Job.workflow_id == filter.workflow_id)
     if filter.slurm_job_id is not None:
         query = query.where(Job.slurm_job_id == filter.slurm_job_id)
+    if filter.array_job_id is not None:
+        query = query.where(Job.array_job_id == filter.array_job_id)
     if not filter.include_retired:
         query = query.where(Job.retired_at.is_(None))
     return await paginate(
@@ -131,6 +134,31 @@ async def find_job(session: AsyncSession, *, slurm_job_id: int, cluster: str | N
     # Live (retired_at NULL) first; among equals the newest record.
     query = query.order_by(Job.retired_at.is_not(None), Job.id.desc()).limit(1)
     return await session.scalar(query)
+
+
+async def find_job_by_scheduler_id(
+    session: AsyncSession, *, ref: SchedulerJobId, cluster: str | None = None
+) -> Job | None:
+    """The current record of `1234` (a job id) or `1234_7` (task 7 of array 1234, whatever its own job id)."""
+    if ref.task is None:
+        return await find_job(session, slurm_job_id=ref.job_id, cluster=cluster)
+    query = select(Job).where(Job.array_job_id == ref.job_id, Job.array_task_id == ref.task)
+    if cluster:
+        query = query.where(Job.cluster == cluster)
+    return await session.scalar(query.order_by(Job.retired_at.is_not(None), Job.id.desc()).limit(1))
+
+
+async def array_tasks(session: AsyncSession, *, job: Job, limit: int = 1000) -> list[Job]:
+    """The current records of every task of the job's array (itself included), by task id; [] for other jobs."""
+    if job.array_job_id is None:
+        return []
+    query = (
+        select(Job)
+        .where(Job.cluster == job.cluster, Job.array_job_id == job.array_job_id, Job.retired_at.is_(None))
+        .order_by(Job.array_task_id, Job.id)
+        .limit(limit)
+    )
+    return list((await session.scalars(query)).all())
 
 
 async def jobs_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Job]:
@@ -289,6 +317,37 @@ async def workflow_filter_choices(session: AsyncSession) -> tuple[list[str], lis
     clusters = (await session.scalars(select(Workflow.cluster).distinct().order_by(Workflow.cluster))).all()
     environments = (await session.scalars(select(Workflow.environment).distinct().order_by(Workflow.environment))).all()
     return list(clusters), list(environments)
+
+
+@dataclass(frozen=True)
+class ClusterCounts:
+    """How much of one cluster Recovery has recorded."""
+
+    cluster: str
+    jobs: int = 0
+    enrolled_jobs: int = 0
+    workflows: int = 0
+
+
+async def cluster_counts(session: AsyncSession) -> dict[str, ClusterCounts]:
+    """Every cluster with recorded jobs or workflows, and their counts (two GROUP BY statements)."""
+    jobs = (
+        await session.execute(
+            select(Job.cluster, func.count(), func.count().filter(Job.enrolment == "ENROLLED")).group_by(Job.cluster)
+        )
+    ).all()
+    workflows = dict((await session.execute(select(Workflow.cluster, func.count()).group_by(Workflow.cluster))).all())
+    names = {row[0] for row in jobs} | set(workflows)
+    by_cluster = {row[0]: (row[1], row[2]) for row in jobs}
+    return {
+        name: ClusterCounts(
+            cluster=name,
+            jobs=by_cluster.get(name, (0, 0))[0],
+            enrolled_jobs=by_cluster.get(name, (0, 0))[1],
+            workflows=workflows.get(name, 0),
+        )
+        for name in sorted(names)
+    }
 
 
 async def workflow_job_ids(session: AsyncSession, *, workflow_id: int) -> list[tuple[str, int]]:

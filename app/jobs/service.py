@@ -89,6 +89,23 @@ class JobRegistration:
     policy_warnings: list[Any] = field(default_factory=list)
     policy_errors: list[Any] = field(default_factory=list)
     shared_log_paths: bool = False
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+
+
+# A heterogeneous job's components share one allocation: requeueing or holding one component
+# alone is not what Slurm offers (scontrol acts on the whole het job, whose leader id names it),
+# so Recovery refuses to enrol them rather than act on a part it cannot isolate.
+HETEROGENEOUS_JOB = "HETEROGENEOUS_JOB"
+
+
+def registration_event(enrolment: str) -> str:
+    """The audit event of a first sighting: enrolled, refused (a kind of job Recovery cannot act on) or rejected."""
+    if enrolment == "ENROLLED":
+        return "job.registered"
+    if enrolment == HETEROGENEOUS_JOB:
+        return "job.refused"
+    return "policy.rejected"
 
 
 async def register_job(
@@ -119,6 +136,8 @@ async def register_job(
         state=r.state,
         restart_count=r.restart_count,
         shared_log_paths=r.shared_log_paths,
+        array_job_id=r.array_job_id,
+        array_task_id=r.array_task_id,
         last_seen_at=utcnow(),
     )
     session.add(job)
@@ -137,7 +156,7 @@ async def register_job(
     await audit.record(
         session,
         component="job_manager",
-        event_type="job.registered" if enrolled else "policy.rejected",
+        event_type=registration_event(r.enrolment),
         level="INFO" if enrolled else "WARNING",
         message=(
             f"job {r.slurm_job_id} enrolled in workflow {workflow.workflow_key} ({r.effective_mode})"
@@ -153,6 +172,8 @@ async def register_job(
             "incarnation": r.incarnation,
             "policyErrors": r.policy_errors,
             "policyWarnings": r.policy_warnings,
+            "arrayJobId": r.array_job_id,
+            "arrayTaskId": r.array_task_id,
         },
         cluster=r.cluster,
         slurm_job_id=r.slurm_job_id,
@@ -161,6 +182,17 @@ async def register_job(
     )
     await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"enrolment": r.enrolment})
     return job
+
+
+async def set_array_task(
+    session: AsyncSession, *, job: Job, array_job_id: int | None, array_task_id: int | None
+) -> None:
+    """Record which array task the job record is (an array's pending record becomes its last task when it starts)."""
+    if (job.array_job_id, job.array_task_id) == (array_job_id, array_task_id):
+        return
+    job.array_job_id, job.array_task_id = array_job_id, array_task_id
+    job.updated_at = utcnow()
+    await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"arrayTaskId": array_task_id})
 
 
 async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:

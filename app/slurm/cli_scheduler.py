@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from app import metrics
 from app.config import Settings
-from app.slurm.adapter import JobLookup
+from app.slurm.adapter import JobLookup, JobTarget, target_text
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
 from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_pipe, parse_sinfo_node_names, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
@@ -41,6 +41,8 @@ class CliScheduler:
         settings = settings or Settings.from_env()
         self.bin_dir = bin_dir if bin_dir is not None else settings.slurm_bin_dir
         self.timeout = timeout if timeout is not None else settings.slurm_command_timeout
+        if env is None and settings.slurm_conf:
+            env = {**os.environ, "SLURM_CONF": settings.slurm_conf}  # this cluster's slurm.conf
         self.env = dict(env) if env is not None else None  # None: inherit os.environ at call time
         self.last_result: CommandResult | None = None
 
@@ -121,18 +123,21 @@ class CliScheduler:
                 duration=result.duration,
             ) from None
 
-    async def requeue_hold(self, job_id: int) -> CommandResult:
-        return await self.run("scontrol", "requeuehold", str(int(job_id)))
+    # An array task is named `<array id>_<task id>` (see app.slurm.adapter.JobTarget): the bare id of
+    # an array's last task would make scontrol/scancel act on every task of the array.
 
-    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> CommandResult:
-        return await self.run("scontrol", "update", f"JobId={int(job_id)}", f"ExcNodeList={','.join(nodes)}")
+    async def requeue_hold(self, job: JobTarget) -> CommandResult:
+        return await self.run("scontrol", "requeuehold", target_text(job))
 
-    async def release(self, job_id: int) -> CommandResult:
-        return await self.run("scontrol", "release", str(int(job_id)))
+    async def set_excluded_nodes(self, job: JobTarget, nodes: Sequence[str]) -> CommandResult:
+        return await self.run("scontrol", "update", f"JobId={target_text(job)}", f"ExcNodeList={','.join(nodes)}")
 
-    async def cancel(self, job_id: int) -> CommandResult:
+    async def release(self, job: JobTarget) -> CommandResult:
+        return await self.run("scontrol", "release", target_text(job))
+
+    async def cancel(self, job: JobTarget) -> CommandResult:
         # scancel exits 0 even for an unknown job; only --verbose says why, on stderr
-        result = await self.run("scancel", "--verbose", str(int(job_id)))
+        result = await self.run("scancel", "--verbose", target_text(job))
         errors = [line for line in result.stderr.splitlines() if "error:" in line]
         if errors and not any("already completing or completed" in line for line in errors):
             raise classify(result.command, result.returncode, "\n".join(errors), duration=result.duration)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from app.slurm.adapter import JobLookup
+from app.slurm.adapter import JobLookup, JobTarget, target_text
 from app.slurm.errors import JobNotFound, JobStateConflict, OperationDisabled, SchedulerError
 from app.slurm.records import AccountingRecord, CommandResult, SlurmJob, Snapshot
 
@@ -80,6 +80,7 @@ class FakeScheduler:
         self.history: dict[int, list[AccountingRecord]] = {}
         self.accounting = accounting
         self.calls: list[tuple[str, int | None, tuple[str, ...]]] = []
+        self.targets: list[tuple[str, str]] = []  # (method, the target as the caller named it: "151" or "151_4")
         self.failures: dict[str, list[SchedulerError]] = {}
 
     # ------------------------------------------------------------ test controls
@@ -123,7 +124,8 @@ class FakeScheduler:
         self._enter("list_jobs", None)
         return Snapshot(jobs=tuple(self.jobs.values()), taken_at=datetime.now(UTC))
 
-    async def requeue_hold(self, job_id: int) -> CommandResult:
+    async def requeue_hold(self, target: JobTarget) -> CommandResult:
+        job_id = self._resolve("requeue_hold", target)
         cmd = self._enter("requeue_hold", job_id)
         job = self._get(job_id)
         if not job.requeue:
@@ -147,7 +149,8 @@ class FakeScheduler:
         )
         return self._result(cmd)
 
-    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> CommandResult:
+    async def set_excluded_nodes(self, target: JobTarget, nodes: Sequence[str]) -> CommandResult:
+        job_id = self._resolve("set_excluded_nodes", target)
         cmd = self._enter("set_excluded_nodes", job_id, *nodes)
         job = self._get(job_id)
         if job.state not in {"PENDING", "SPECIAL_EXIT"}:
@@ -155,7 +158,8 @@ class FakeScheduler:
         self._set(job, excluded_nodes=tuple(nodes))
         return self._result(cmd)
 
-    async def release(self, job_id: int) -> CommandResult:
+    async def release(self, target: JobTarget) -> CommandResult:
+        job_id = self._resolve("release", target)
         cmd = self._enter("release", job_id)
         job = self._get(job_id)
         if job.state not in {"PENDING", "SPECIAL_EXIT"}:
@@ -163,7 +167,8 @@ class FakeScheduler:
         self._set(job, state="PENDING", held=False, hold_reason=None, state_reason="BeginTime", priority=1)
         return self._result(cmd)
 
-    async def cancel(self, job_id: int) -> CommandResult:
+    async def cancel(self, target: JobTarget) -> CommandResult:
+        job_id = self._resolve("cancel", target)
         cmd = self._enter("cancel", job_id)
         job = self._get(job_id)
         if job.end_time is None:
@@ -196,6 +201,18 @@ class FakeScheduler:
         return tuple(sorted(nodes)) if nodes else None
 
     # ------------------------------------------------------------ internals
+
+    def _resolve(self, method: str, target: JobTarget) -> int:
+        """The job id a target names: `151_4` is the job holding task 4 of array 151."""
+        text = target_text(target)
+        self.targets.append((method, text))
+        array_id, _, task = text.partition("_")
+        if not task:
+            return int(array_id)
+        for job in self.jobs.values():
+            if job.array_job_id == int(array_id) and job.array_task_id == int(task):
+                return job.job_id
+        raise JobNotFound("invalid job id specified", command=("fake", method, text), returncode=1)
 
     def _enter(self, method: str, job_id: int | None, *args: str) -> tuple[str, ...]:
         self.calls.append((method, None if job_id is None else int(job_id), tuple(args)))

@@ -17,6 +17,7 @@ __all__ = [
     "decode_wait_status",
     "expand_filename",
     "expand_hostlist",
+    "load_json",
     "parse_job",
     "parse_jobs",
     "parse_partition_nodes",
@@ -161,6 +162,11 @@ def _load(raw: bytes | str | dict) -> dict:
     return data
 
 
+def load_json(raw: bytes | str) -> dict:
+    """A JSON object of Slurm's (the GC paused meanwhile, as for squeue); ParseError when it is not one."""
+    return _load(raw)
+
+
 # What changed between the releases the lab runs (real captures in tests/fixtures/slurm/<version>/):
 # * 22.05 (openapi/v0.0.38): plain values. `job_state` a string, `exit_code` the raw wait status
 #   (exit 1 = 256), `priority` an int (0 when held), `hold` always null, `standard_output` the
@@ -192,6 +198,11 @@ def parse_job(record: dict) -> SlurmJob:
     cwd = _text(get("current_working_directory"))
     array_job_id = _number(get("array_job_id")) or None
     array_task_id = _number(get("array_task_id"))
+    # squeue of a job that is no array says array_job_id 0 and array_task_id NO_VAL (a number
+    # object unset on v0.0.39+); a heterogeneous component has het_job_id (the leader's id, also 0
+    # when none) and het_job_offset (0 for the leader)
+    het_job_id = _number(get("het_job_id")) or None
+    het_job_offset = _number(get("het_job_offset")) if het_job_id else None
     nodes_raw = get("nodes")
     excluded_raw = get("excluded_nodes")
     nodes = expand_hostlist(nodes_raw) if isinstance(nodes_raw, str) else ()
@@ -271,6 +282,8 @@ def parse_job(record: dict) -> SlurmJob:
         array_task_string=_text(get("array_task_string")),
         cluster=_text(get("cluster")),
         tasks_per_node=task_layout(_number(get("tasks_per_node")), _number(get("tasks")), len(nodes)),
+        het_job_id=het_job_id,
+        het_job_offset=het_job_offset,
     )
 
 

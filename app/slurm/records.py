@@ -50,6 +50,21 @@ class SlurmJob:
     cluster: str | None
     # SLURM_TASKS_PER_NODE form ("4(x2)" or "3,2"), from tasks_per_node or ntasks over the nodes; None if unknown.
     tasks_per_node: str | None = None
+    # heterogeneous job: the leader's id (shared by every component) and this component's offset
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+
+    @property
+    def array_task(self) -> bool:
+        """One task of a job array (its own record, with a task id)."""
+        return self.array_job_id is not None and self.array_task_id is not None
+
+    @property
+    def scheduler_id(self) -> str:
+        """How Slurm's commands must name exactly this job: `<array id>_<task id>` for an array task."""
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.job_id)
 
 
 @dataclass(frozen=True, slots=True)

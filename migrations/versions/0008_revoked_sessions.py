@@ -13,7 +13,7 @@ from alembic import op
 import app.db
 
 revision: str = "0008"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

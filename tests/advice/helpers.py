@@ -30,13 +30,17 @@ def comment(environment: str = "test-env", **changes: Any) -> str:
 class SlurmLikeFake(FakeScheduler):
     """The in-memory fake plus the description real 22.05 shows for a requeue-hold (NOTES §3)."""
 
-    async def requeue_hold(self, job_id: int):
-        result = await super().requeue_hold(job_id)
+    async def requeue_hold(self, target: int | str):
+        result = await super().requeue_hold(target)
+        job_id = self.calls[-1][1]  # the job the target named ("151_4" -> the task's own id)
+        assert job_id is not None
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state_description="job requeued in held state")
         return result
 
-    async def release(self, job_id: int):
-        result = await super().release(job_id)
+    async def release(self, target: int | str):
+        result = await super().release(target)
+        job_id = self.calls[-1][1]
+        assert job_id is not None
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state_description=None)
         return result
 

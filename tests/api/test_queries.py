@@ -46,6 +46,36 @@ async def test_job_with_attempts_policy_and_workflow(
     assert (await run_graphql(client, operation("JobAttempts"), {"jobId": 999999}))["data"]["job"] is None
 
 
+async def test_job_by_scheduler_job_id_and_array_grouping(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # array 151: tasks 1-2 got ids 152-153, the last task (3) kept the array's id 151; 160 is no array
+    async with sessions() as session, session.begin():
+        for job_id, task in ((152, 1), (153, 2), (151, 3)):
+            await seed_job(session, slurm_job_id=job_id, workflow_key="arr", array=(151, task))
+        await seed_job(session, slurm_job_id=160, workflow_key="plain")
+    task2 = (await run_graphql(client, operation("ArrayTask"), {"schedulerJobId": "151_2"}))["data"]["job"]
+    names = (task2["jobId"], task2["schedulerJobId"], task2["arrayJobId"], task2["arrayTaskId"])
+    assert names == (153, "151_2", 151, 2)
+    assert [(t["jobId"], t["schedulerJobId"]) for t in task2["arrayTasks"]] == [
+        (152, "151_1"),
+        (153, "151_2"),
+        (151, "151_3"),
+    ]
+    # the bare array id is the record of its last task, and says so
+    master = (await run_graphql(client, operation("ArrayTask"), {"schedulerJobId": "151"}))["data"]["job"]
+    assert (master["jobId"], master["schedulerJobId"]) == (151, "151_3")
+    by_int = await run_graphql(client, "{ job(jobId: 151) { schedulerJobId arrayTaskId } }")
+    assert by_int["data"]["job"] == {"schedulerJobId": "151_3", "arrayTaskId": 3}
+    plain = (await run_graphql(client, operation("ArrayTask"), {"schedulerJobId": " 160 "}))["data"]["job"]
+    assert (plain["schedulerJobId"], plain["arrayJobId"], plain["arrayTasks"]) == ("160", None, [])
+    assert (await run_graphql(client, operation("ArrayTask"), {"schedulerJobId": "151_7"}))["data"]["job"] is None
+    bad = await run_graphql(client, operation("ArrayTask"), {"schedulerJobId": "151_x"}, expect_errors=True)
+    assert "schedulerJobId must be" in bad["errors"][0]["message"]
+    both = await run_graphql(client, '{ job(jobId: 1, schedulerJobId: "1") { jobId } }', expect_errors=True)
+    assert "exactly one" in both["errors"][0]["message"]
+
+
 async def test_attempt_by_ref_uuid_and_index(
     client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:

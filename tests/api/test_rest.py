@@ -52,6 +52,32 @@ async def test_jobs_by_scheduler_id(client: httpx.AsyncClient, sessions: async_s
     assert bad.status_code == 400 and "job id" in bad.json()["error"]["message"]
 
 
+async def test_jobs_by_scheduler_id_names_array_tasks(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    # array 151: tasks 1-2 got ids 152-153, the last task (3) kept the array's id 151
+    async with sessions() as session, session.begin():
+        for job_id, task in ((152, 1), (153, 2), (151, 3)):
+            await seed_job(session, slurm_job_id=job_id, workflow_key="arr", attempts=1, array=(151, task))
+    task2 = (await client.get("/v1/jobs/by-scheduler-id/151_2")).json()["attempts"]
+    assert [(a["jobId"], a["arrayJobId"], a["arrayTaskId"], a["schedulerJobId"]) for a in task2] == [
+        (153, 151, 2, "151_2")
+    ]
+    last = (await client.get("/v1/jobs/by-scheduler-id/151_3")).json()["attempts"]
+    plain = (await client.get("/v1/jobs/by-scheduler-id/151")).json()["attempts"]
+    assert [a["schedulerJobId"] for a in last] == [a["schedulerJobId"] for a in plain] == ["151_3"]
+    assert (await client.get("/v1/jobs/by-scheduler-id/153", params={"cluster": CLUSTER})).json()["attempts"][0][
+        "schedulerJobId"
+    ] == "151_2"
+    missing = await client.get("/v1/jobs/by-scheduler-id/151_9")
+    assert missing.status_code == 404 and "151_9" in missing.json()["error"]["message"]
+    for bad in ("151_", "_2", "151_2_3", "151-2x", "0_1"):
+        response = await client.get(f"/v1/jobs/by-scheduler-id/{bad}")
+        assert response.status_code == 400, bad
+    plain_job = (await client.get("/v1/jobs/by-scheduler-id/151")).json()["attempts"][0]
+    assert plain_job["arrayJobId"] == 151
+
+
 async def test_advice_listing_pages_with_tokens(
     client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:

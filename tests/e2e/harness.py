@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -72,7 +74,10 @@ def lab_context(ctx: AppContext, environment: str, **changes: Any) -> AppContext
 @contextlib.asynccontextmanager
 async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None = None) -> AsyncIterator[WorkerRunner]:
     """The real services (observer, advisor, controller, watchdog) under a WorkerRunner, in this process."""
-    runner = WorkerRunner(ctx, build_services(ctx, scheduler=CliScheduler(ctx.settings, env=lab.env())), holder=holder)
+    # the slurmrestd twin (RECOVERY_TEST_SLURM_API=rest) brings its REST adapter
+    make = getattr(lab, "scheduler", None)
+    scheduler = make(ctx.settings) if make else CliScheduler(ctx.settings, env=lab.env())
+    runner = WorkerRunner(ctx, build_services(ctx, scheduler=scheduler), holder=holder)
     task = asyncio.create_task(runner.run())
     try:
         await watching(runner)
@@ -150,3 +155,35 @@ async def attempt_running(ctx: AppContext, job_id: int, index: int) -> Attempt |
 async def advice_done(ctx: AppContext, job_id: int, index: int) -> Advice | None:
     found = [a for a in await advice_list(ctx, job_id) if a.attempt_index == index and a.disposition != "PENDING"]
     return found[0] if found else None
+
+
+# ---------------------------------------------------------------- job arrays
+
+_ARRAY_KEY_SPLIT = re.compile(r" (?=[A-Za-z][\w:/]*=)")
+
+# Task $CRASH_TASK fails on its first attempt; every other task (and the retry) runs for a while and succeeds.
+ARRAY_BODY = """\
+if [ "$SLURM_ARRAY_TASK_ID" = "$CRASH_TASK" ] && [ -z "$SLURM_RESTART_COUNT" ]; then
+  echo "task $SLURM_ARRAY_TASK_ID crashing"; sleep 1; exit 1
+fi
+echo "task $SLURM_ARRAY_TASK_ID attempt ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME"
+sleep "$SIBLING_SECONDS"
+"""
+
+
+def array_tasks(lab: SlurmLab, array_id: int) -> dict[int, dict[str, str]]:
+    """`scontrol show job -o <array id>`: one line per task, keyed by task id."""
+    result = subprocess.run(
+        ["scontrol", "show", "job", "-o", str(array_id)],
+        env=lab.env(),
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=True,
+    )
+    tasks: dict[int, dict[str, str]] = {}
+    for line in result.stdout.splitlines():
+        fields = dict(part.partition("=")[::2] for part in _ARRAY_KEY_SPLIT.split(line.strip()) if "=" in part)
+        if fields.get("ArrayTaskId", "").isdigit():
+            tasks[int(fields["ArrayTaskId"])] = fields
+    return tasks

@@ -148,6 +148,31 @@ def test_2205_running_and_array_jobs() -> None:
     assert jobs[3].array_job_id is None and jobs[3].array_task_id is None
 
 
+def test_2205_array_tasks_and_heterogeneous_components() -> None:
+    jobs = by_id("squeue-v0.0.38-lab-array-hetjob.json")
+    # array 1 of four tasks: tasks 1-3 got ids 4-6, the last task kept the array's own id
+    assert {j.job_id: (j.array_job_id, j.array_task_id) for j in jobs.values() if j.array_job_id == 1} == {
+        4: (1, 1),
+        5: (1, 2),
+        6: (1, 3),
+        1: (1, 4),
+    }
+    master = jobs[1]
+    assert master.array_task and master.scheduler_id == "1_4"  # never the bare "1": that names the whole array
+    assert jobs[5].scheduler_id == "1_2"
+    assert master.stdout == "/tmp/i13b-cap/arr-1_4.out"
+    # array 7's record of still-pending tasks 1-5: an array id but no task id, so no single task
+    pending = jobs[7]
+    assert (pending.array_job_id, pending.array_task_id, pending.array_task_string) == (7, None, "1-5")
+    assert not pending.array_task and pending.scheduler_id == "7"
+    # heterogeneous job 2 (`#SBATCH hetjob`): components 2 (+0, the leader) and 3 (+1)
+    assert [(j.job_id, j.het_job_id, j.het_job_offset) for j in (jobs[2], jobs[3])] == [(2, 2, 0), (3, 2, 1)]
+    assert jobs[2].comment == jobs[3].comment == "hetcap"
+    # an ordinary job has neither (Slurm reports het_job_id 0 and array_job_id 0)
+    assert (jobs[4].het_job_id, jobs[4].het_job_offset) == (None, None)
+    assert jobs[2].array_job_id is None and jobs[2].scheduler_id == "2"
+
+
 def test_2205_output_paths_keep_pattern_and_expand() -> None:
     job = by_id("squeue-v0.0.38-lab.json")[3]
     assert job.stdout_raw == "/tmp/recovery-lab/capture/out-%x-%j-%N.log"

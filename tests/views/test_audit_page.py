@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 from app.audit import service as audit
-from tests.factories import T0, seed_history
+from app.jobs import service as jobs
+from tests.factories import T0, dashboard_registration, seed_history
 from tests.views.html import parse
 
 
@@ -103,3 +104,20 @@ async def test_oldest_first_order(viewer, sessions) -> None:
     newest = _event_ids((await viewer.get("/dashboard/audit?job=555")).text)
     oldest = _event_ids((await viewer.get("/dashboard/audit?job=555&order=oldest")).text)
     assert oldest == list(reversed(newest))
+
+
+async def test_job_box_takes_an_array_task_name(viewer, sessions) -> None:
+    async with sessions() as session, session.begin():
+        await jobs.register_job(session, registration=dashboard_registration(556, array_job_id=555, array_task_id=1))
+    await _many_events(sessions, 4)
+    async with sessions() as session, session.begin():
+        await audit.record(
+            session, component="collector", event_type="log.read", message="task", cluster="test", slurm_job_id=556
+        )
+    task = parse((await viewer.get("/dashboard/audit?job=555_1")).text)
+    assert [a.text for a in task.by_id("audit-results").find_all("a")] and {
+        a.text.split("/")[0] for a in task.by_id("audit-results").find_all("a") if a.text[:1].isdigit()
+    } == {"556"}
+    assert task.find("input", type="text").attrs["value"] == "555_1"
+    missing = parse((await viewer.get("/dashboard/audit?job=555_9")).text)
+    assert "no array task 555_9 is recorded" in missing.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from app.jobs import service as jobs
+from app.leases import service as leases
 from tests.factories import dashboard_registration, seed_history
 from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
@@ -176,3 +177,53 @@ async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, 
         assert all(s.startswith("/mc/recovery/static/") for s in srcs)
         assert f"/mc/recovery/dashboard/workflow/{seeded.workflow_id}" in hrefs
         assert (await client.get(srcs[0])).status_code == 200
+
+
+async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) -> None:
+    # array 151: tasks 1-2 got ids 152-153, the last task (3) kept the array's id 151
+    async with sessions() as session, session.begin():
+        for job_id, task in ((152, 1), (153, 2), (151, 3)):
+            await jobs.register_job(
+                session,
+                registration=dashboard_registration(job_id, workflow_key="arr", array_job_id=151, array_task_id=task),
+            )
+    jump = await viewer.get("/dashboard/jobs", params={"job": "151_2"}, follow_redirects=False)
+    assert jump.status_code == 303 and jump.headers["location"] == "/dashboard/jobs/153"
+    by_path = await viewer.get("/dashboard/jobs/151_3", follow_redirects=False)
+    assert by_path.status_code == 303 and by_path.headers["location"] == "/dashboard/jobs/151"
+    doc = parse((await viewer.get("/dashboard/jobs/153")).text)
+    assert "task 2 of array 151" in doc.find("span", class_="array").text
+    assert "151_2" in doc.find("span", class_="array").text
+    rows = doc.find("section", class_="array-tasks").find_all("tr")[1:]
+    assert [r.find_all("td")[0].text for r in rows] == ["151_1", "151_2", "151_3"]
+    assert [r.find("a").attrs["href"] for r in rows] == [
+        "/dashboard/jobs/152",
+        "/dashboard/jobs/153",
+        "/dashboard/jobs/151",
+    ]
+    missing = await viewer.get("/dashboard/jobs", params={"job": "151_9"})
+    assert missing.status_code == 404 and "No job 151_9 is recorded" in parse(missing.text).find("main").text
+    bad = await viewer.get("/dashboard/jobs/15x_1")
+    assert bad.status_code == 400 and "12345_7" in parse(bad.text).find("main").text
+    overview = parse((await viewer.get("/dashboard/workflow")).text)
+    assert overview.by_id("job-jump").attrs["action"] == "/dashboard/jobs"
+
+
+async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:
+    async with sessions() as session, session.begin():
+        await jobs.register_job(
+            session, registration=dashboard_registration(500, cluster="alpha", workflow_key="wf-alpha")
+        )
+        await jobs.register_job(
+            session, registration=dashboard_registration(500, cluster="beta", workflow_key="wf-beta")
+        )
+    await leases.try_acquire(sessions, name="worker:alpha", holder="a:1", seconds=60)
+    doc = parse((await viewer.get("/dashboard/workflow")).text)
+    items = {li.attrs["data-cluster"]: li for li in doc.by_id("clusters").find_all("li")}
+    assert set(items) == {"alpha", "beta"}
+    assert "worker running" in items["alpha"].text and "no worker yet" in items["beta"].text
+    assert items["beta"].find("a").attrs["href"] == "/dashboard/workflow?cluster=beta"
+    beta = parse((await viewer.get("/dashboard/workflow", params={"cluster": "beta"})).text)
+    assert [tr.attrs["data-workflow"] for tr in beta.find_all("tr", data_workflow=True)] == ["wf-beta"]
+    options = [o.text for o in beta.find("select", name="cluster").find_all("option")]
+    assert options == ["any", "alpha", "beta"]

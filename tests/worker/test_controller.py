@@ -1,5 +1,6 @@
 """The controller on both databases against a Slurm-like fake: steps, milestones, observe mode, backoff, not-found."""
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -8,7 +9,8 @@ from sqlalchemy import update
 from app.advice.models import Advice, SchedulerAction
 from app.context import AppContext
 from app.slurm.errors import TransientSchedulerError
-from tests.advice.helpers import SlurmLikeFake, acting, failed_job, submit
+from app.slurm.fake import make_job
+from tests.advice.helpers import SlurmLikeFake, acting, comment, failed_job, submit
 from tests.factories import actions, add_anomaly, advice_of, events
 from worker.advisor import Advisor
 from worker.controller import Controller
@@ -209,3 +211,38 @@ async def test_hold_the_controller_did_not_place_is_never_released(act_ctx, fake
     [advice] = await advice_of(act_ctx, 38)
     assert advice.exclusions == ["node1"] and fake.jobs[38].excluded_nodes == ("node1",)  # exclusions still set
     assert advice.disposition == "PENDING" and "never release" in (advice.disposition_message or "")
+
+
+async def test_array_task_is_named_by_array_and_task_id_in_every_command(act_ctx, fake) -> None:
+    # task 4 is the array's last task and keeps the array's id 70: the bare "70" would name all tasks
+    fake.add(make_job(71, comment=comment(), array_job_id=70, array_task_id=1))
+    fake.start(71, ["node2"])
+    observer = Observer(act_ctx, fake)
+    await Advisor(act_ctx).tick()
+    fake.add(make_job(70, comment=comment(), array_job_id=70, array_task_id=4))
+    fake.start(70, ["node1"])
+    await observer.tick()
+    await add_anomaly(act_ctx, 70, node="node1", category="xid")
+    fake.finish(70, "FAILED", exit_code=1)
+    await observer.tick()
+    await Advisor(act_ctx).tick()
+    await Controller(act_ctx, fake).tick()
+    assert fake.targets == [("requeue_hold", "70_4"), ("set_excluded_nodes", "70_4"), ("release", "70_4")]
+    [advice] = await advice_of(act_ctx, 70)
+    assert advice.disposition == "CONVERGED"
+    assert [r.command for r in await actions(act_ctx, advice.id)] == [
+        "scontrol requeuehold 70_4",
+        "scontrol update JobId=70_4 ExcNodeList=node1",
+        "scontrol release 70_4",
+    ]
+    assert fake.jobs[71].restart_count == 0 and fake.jobs[71].state == "RUNNING"
+
+
+async def test_array_record_of_several_pending_tasks_is_never_acted_on(act_ctx, fake) -> None:
+    advice = await failed_job(act_ctx, fake, 80)
+    # Slurm lists the id as the array's record of still-pending tasks: no command can name one task
+    fake.jobs[80] = dataclasses.replace(fake.jobs[80], array_job_id=80, array_task_id=None, array_task_string="2-5")
+    await Controller(act_ctx, fake).tick()
+    assert fake.targets == []
+    [advice] = await advice_of(act_ctx, 80)
+    assert advice.active and "several pending tasks" in (advice.disposition_message or "")

@@ -270,3 +270,31 @@ async def test_an_answer_with_slurm_errors_is_an_outage(
     await observer.tick()
     assert len(await _events(ctx, "scheduler.reachable")) == 1
     assert len(await _events(ctx, "scheduler.unreachable")) == 1
+
+
+async def test_heterogeneous_job_is_refused_with_a_reason(ctx, observer, scheduler) -> None:
+    scheduler.add(make_job(40, comment=_comment(environment=ctx.settings.environment), het_job_id=40, het_job_offset=0))
+    scheduler.add(make_job(41, comment=_comment(environment=ctx.settings.environment), het_job_id=40, het_job_offset=1))
+    scheduler.start(40, ["node1"])
+    await observer.tick()
+    async with ctx.sessions() as session:
+        rows = (await session.scalars(select(Job).order_by(Job.slurm_job_id))).all()
+    assert [(r.slurm_job_id, r.enrolment) for r in rows] == [(40, "HETEROGENEOUS_JOB"), (41, "HETEROGENEOUS_JOB")]
+    assert "heterogeneous job 40+1" in (rows[1].enrolment_reason or "") and rows[1].workflow_id is None
+    refused = await _events(ctx, "job.refused")
+    assert sorted(e.slurm_job_id or 0 for e in refused) == [40, 41] and refused[0].level == "WARNING"
+    assert await _attempts(ctx, 40) == []
+
+
+async def test_array_task_position_is_recorded_and_follows_the_split(ctx, observer, scheduler) -> None:
+    comment = _comment(environment=ctx.settings.environment)
+    # the array's record while tasks 3-4 wait, then (same id) the last task once it started
+    scheduler.add(make_job(60, comment=comment, array_job_id=60, array_task_id=None, array_task_string="3-4"))
+    await observer.tick()
+    scheduler.jobs[60] = dataclasses.replace(scheduler.jobs[60], array_task_id=4, array_task_string=None)
+    scheduler.add(make_job(63, comment=comment, array_job_id=60, array_task_id=3))
+    await observer.tick()
+    async with ctx.sessions() as session:
+        rows = {r.slurm_job_id: r for r in (await session.scalars(select(Job))).all()}
+    assert (rows[60].array_job_id, rows[60].array_task_id) == (60, 4)
+    assert (rows[63].array_job_id, rows[63].array_task_id) == (60, 3)

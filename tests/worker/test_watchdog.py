@@ -94,3 +94,16 @@ async def test_idle_watchdog_does_not_call_slurm(ctx, fake) -> None:
     await Watchdog(ctx, fake).tick()
     assert fake.calls == []
     assert await advice_of(ctx, 1) == []
+
+
+async def test_releases_an_array_task_by_its_array_and_task_id(ctx, fake) -> None:
+    ctx = acting(ctx, acknowledge_scheduler_actions=True, watchdog_mode="act", watchdog_hold_bound=0.0)
+    advice = await failed_job(ctx, fake, 90)
+    # job 90 is the last task (4) of array 90: the bare "90" would release every task of the array
+    fake.jobs[90] = dataclasses.replace(fake.jobs[90], array_job_id=90, array_task_id=4)
+    await Controller(ctx, fake).reconcile_pass()  # requeue_hold only, then the controller "dies"
+    await Observer(ctx, fake).tick()
+    fake.targets.clear()
+    await Watchdog(ctx, fake).tick()
+    assert fake.targets == [("release", "90_4")]
+    assert [r.command for r in await actions(ctx, advice.id)][-1] == "scontrol release 90_4"

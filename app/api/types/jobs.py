@@ -15,7 +15,7 @@ from app.api.types.audit import AuditEvent
 from app.api.types.evidence import Anomaly, Checkpoint
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.audit import queries as audit_queries
-from app.domain.identity import format_attempt_ref
+from app.domain.identity import format_attempt_ref, format_scheduler_job_id
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 
@@ -176,6 +176,32 @@ class Job(Node):
     @strawberry.field(description="0 for the first submission seen with this job id; higher after job-id reuse.")
     def incarnation(self) -> int:
         return self.row.incarnation
+
+    @strawberry.field(
+        description="How Slurm's commands name exactly this job: `1234_7` for task 7 of array 1234, else the job id."
+    )
+    def scheduler_job_id(self) -> str:
+        return format_scheduler_job_id(self.row.slurm_job_id, self.row.array_job_id, self.row.array_task_id)
+
+    @strawberry.field(
+        description="The job array's id when this job is one of its tasks (the last task's own jobId equals it)."
+    )
+    def array_job_id(self) -> int | None:
+        return self.row.array_job_id
+
+    @strawberry.field(description="The task index within its array (null for other jobs and not yet split records).")
+    def array_task_id(self) -> int | None:
+        return self.row.array_task_id
+
+    @strawberry.field(
+        description="Every recorded task of this job's array, this one included, by task index; empty for other jobs."
+    )
+    async def array_tasks(self, info: Info) -> list[Job]:
+        if self.row.array_job_id is None:
+            return []
+        async with loaders_of(info).sessions() as session:
+            rows = await job_queries.array_tasks(session, job=self.row)
+        return [Job(row=row) for row in rows]
 
     @strawberry.field
     def name(self) -> str | None:
