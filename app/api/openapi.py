@@ -85,6 +85,9 @@ ATTEMPT = _object(
         "cluster": {"type": "string"},
         "workflowId": _NULLABLE_STRING,
         "jobName": _NULLABLE_STRING,
+        "arrayJobId": _NULLABLE_INT,
+        "arrayTaskId": _NULLABLE_INT,
+        "schedulerJobId": {"type": "string"},
         "state": {"type": "string"},
         "stateReason": _NULLABLE_STRING,
         "exitCode": _NULLABLE_INT,
@@ -182,6 +185,25 @@ AUDIT_EVENT = _object(
         "recordedAt": _TIME,
     }
 )
+_LEASE_PROPERTIES: dict[str, Any] = {
+    "holder": {"type": "string"},
+    "epoch": {"type": "integer"},
+    "acquiredAt": _TIME,
+    "renewedAt": _TIME,
+    "expiresAt": _TIME,
+    "active": {"type": "boolean"},
+}
+LEASE = {**_object(_LEASE_PROPERTIES), "type": ["object", "null"]}  # a cluster whose worker never ran has none
+CLUSTER_OVERVIEW = _object(
+    {
+        "name": {"type": "string"},
+        "jobCount": {"type": "integer"},
+        "enrolledJobCount": {"type": "integer"},
+        "workflowCount": {"type": "integer"},
+        "worker": LEASE,
+        "watchdog": LEASE,
+    }
+)
 ERROR = _object({"error": _object({"code": {"type": "string"}, "message": {"type": "string"}})})
 
 
@@ -241,7 +263,15 @@ def openapi_document() -> dict[str, Any]:
                             "name": "job_id",
                             "in": "path",
                             "required": True,
-                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SLURM_JOB_ID},
+                            "description": f"A Slurm job id (1..{MAX_SLURM_JOB_ID}) or an array task as "
+                            "<array job id>_<task id>, e.g. 1234_7.",
+                            # an array task's id: up to 9 + 6 digits stays inside both ranges the server checks
+                            "schema": {
+                                "oneOf": [
+                                    {"type": "integer", "minimum": 1, "maximum": MAX_SLURM_JOB_ID},
+                                    {"type": "string", "pattern": "^[1-9][0-9]{0,8}_[0-9]{1,6}$"},
+                                ]
+                            },
                         },
                         CLUSTER,
                         *_paging(JOBS_LIMITS),
@@ -320,6 +350,14 @@ def openapi_document() -> dict[str, Any]:
                     "responses": _responses("AuditEventList"),
                 }
             },
+            "/v1/clusters": {
+                "get": {
+                    "operationId": "listClusters",
+                    "summary": "Every cluster of the installation with its counts and worker/watchdog leases.",
+                    "parameters": [CLUSTER],
+                    "responses": _responses("ClusterList"),
+                }
+            },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
@@ -334,6 +372,10 @@ def openapi_document() -> dict[str, Any]:
                 "AdviceList": _list("advice", "Advice"),
                 "WorkflowList": _list("workflows", "Workflow"),
                 "AuditEventList": _list("events", "AuditEvent"),
+                "ClusterOverview": CLUSTER_OVERVIEW,
+                "ClusterList": _object(
+                    {"clusters": {"type": "array", "items": {"$ref": "#/components/schemas/ClusterOverview"}}}
+                ),
             },
         },
     }
