@@ -157,6 +157,7 @@ class _Twin:
         for sub in ("etc", "state", "spool", "run", "log", "tests"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         (self.dir / "run").chmod(0o1777)  # slurmrestd's unix socket is created after it drops to nobody
+        self._write_wrappers()
         key = self.dir / "etc" / "jwt_hs256.key"
         if not key.exists():
             key.write_bytes(secrets.token_bytes(48))
@@ -195,6 +196,18 @@ class _Twin:
         self.run("scancel", "--user", USER)
         _wait("twin nodes idle", nodes_idle, timeout=120)
         return self._restd(key)
+
+    def _write_wrappers(self) -> None:
+        """<twin>/bin: the host's Slurm commands pointed at the twin, as `recovery lab up` writes them for a lab."""
+        bin_dir = self.dir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        for command in ("squeue", "scontrol", "sacct", "sinfo", "sbatch", "scancel", "srun"):
+            real = shutil.which(command, path="/usr/bin:/usr/sbin:/bin")
+            if real is None:
+                raise RuntimeError(f"{command} is not installed (apt-get install slurm-client)")
+            wrapper = bin_dir / command
+            wrapper.write_text(f'#!/bin/sh\nSLURM_CONF={self.conf}; export SLURM_CONF\nexec {real} "$@"\n')
+            wrapper.chmod(0o755)
 
     def _daemon(self, name: str, auth: str, listen: str, env: dict[str, str]) -> None:
         """One slurmrestd (reused when its pid file names a live one)."""
