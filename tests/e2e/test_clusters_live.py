@@ -18,15 +18,12 @@ from app.clusters import every_cluster
 from app.context import AppContext
 from app.main import create_app
 from tests.api.helpers import run_graphql
-from tests.e2e.harness import batch_script, eventually, lab_context, policy_comment, unique_environment
+from tests.e2e.harness import batch_script, eventually, lab_context, policy_comment, unique_environment, watching
 from tests.plugins.slurm_lab import SlurmLab
 from tests.plugins.slurmrestd import RestLab
 from worker.registry import cluster_runners
 
-# SQLite only: on PostgreSQL this test twice timed out waiting for the twin cluster's job under a busy shared
-# lab (a known weakness, not yet understood); the cluster filters and leases are tested on both backends in
-# tests/api/test_clusters.py.
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 async def converged(ctx: AppContext, cluster: str, job_id: int) -> Advice | None:
@@ -65,6 +62,8 @@ slurm_conf = "{slurmrestd.slurm.slurm_conf}"
     runners = cluster_runners(base, clusters)
     tasks = [asyncio.create_task(runner.run()) for runner in runners]
     try:
+        # jobs that end before a worker's first complete look are adopted (history only), so submit after it
+        await asyncio.gather(*(watching(runner) for runner in runners))
         job_a = slurm_lab.submit(batch_script(policy_comment(env_a), "sleep 1; exit 1", name="e2e-lab"))
         job_b = slurmrestd.slurm.submit(
             batch_script(policy_comment(env_b), "sleep 1; exit 1", name="e2e-twin"), sbatch_args=slurmrestd.as_user
