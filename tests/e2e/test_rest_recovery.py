@@ -24,6 +24,7 @@ from tests.e2e.harness import (
     milestones,
     policy_comment,
     unique_environment,
+    watching,
 )
 from tests.factories import add_anomaly
 from tests.plugins.slurmrestd import RestLab
@@ -45,6 +46,7 @@ async def rest_worker(ctx: AppContext, restlab: RestLab) -> AsyncIterator[RestSc
     runner = WorkerRunner(ctx, build_services(ctx, scheduler=rest))
     task = asyncio.create_task(runner.run())
     try:
+        await watching(runner)  # jobs that end before the observer's first complete look are adopted, not decided
         yield rest
     finally:
         runner.stop()
