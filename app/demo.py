@@ -120,6 +120,17 @@ def _prepare_run_dir(lab_dir: str) -> Path:
     return run_dir
 
 
+async def _first_look(runner: Any, bound: float = 60.0) -> None:
+    """Wait (bounded) for the observer's first complete look at Slurm: a job that ended before it is adopted as
+    history, not recovered (app/domain/adoption.py), so the examples are submitted after it."""
+    from worker.observer import Observer  # lazily, like the other worker imports of the demo
+
+    observer = next((s for s in runner.services if isinstance(s, Observer)), None)
+    deadline = time.monotonic() + bound
+    while observer is not None and observer.state.watching_since is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
 def submit_example(run_dir: Path, scenario: str) -> Submitted:
     """sbatch one example script from the run directory; returns its Slurm job id."""
     # Submitted from the run directory: the scripts find train.py through SLURM_SUBMIT_DIR.
@@ -283,6 +294,7 @@ async def run_demo(
         f"service listening on http://{settings.bind}{settings.url_prefix}/ (API, dashboard and worker in one process)"
     )
 
+    await _first_look(runner)
     run_dir = _prepare_run_dir(lab_dir)
     jobs = [submit_example(run_dir, scenario) for scenario in SCENARIOS]
     narrator.job_ids.update(job.job_id for job in jobs)
