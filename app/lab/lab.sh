@@ -29,7 +29,7 @@
 #   RECOVERY_LAB_DB_NAME=slurm_acct_db_<cluster>[_p<offset>]
 #   RECOVERY_LAB_RESTD=0                 1 = also run slurmrestd (auth/jwt) on 127.0.0.1:6820+offsets
 #   RECOVERY_LAB_INSTALL=1               0 = never call apt-get (fail when packages are missing)
-#   RECOVERY_LAB_TIMEOUT=60              seconds to wait for readiness
+#   RECOVERY_LAB_TIMEOUT=120             seconds to wait for each daemon and the nodes
 #   RECOVERY_LAB_EXTRA_CONF=""           extra slurm.conf lines
 # stdout carries only eval-able `export ...` lines (up) or the status report (status);
 # progress goes to stderr. Every daemon we start has its pid in $DIR/run/*.pid, and `down`
@@ -49,7 +49,7 @@ PORT_OFFSET=${RECOVERY_LAB_PORT_OFFSET:-0}
 DB_HOST=${RECOVERY_LAB_DB_HOST:-127.0.0.1}
 DB_PORT=${RECOVERY_LAB_DB_PORT:-3306}
 INSTALL=${RECOVERY_LAB_INSTALL:-1}
-TIMEOUT=${RECOVERY_LAB_TIMEOUT:-60}
+TIMEOUT=${RECOVERY_LAB_TIMEOUT:-120}
 CONF=$DIR/etc/slurm.conf
 RUN=$DIR/run
 LOG=$DIR/log
@@ -137,10 +137,15 @@ pid_of() {
   echo "$pid"
 }
 alive() { pid_of "$@" >/dev/null; }
-wait_for() { # wait_for SECONDS WHAT CMD... (polls every 0.1 s)
-  local deadline=$(( $(date +%s) + $1 )) what=$2; shift 2
+wait_for() { # wait_for SECONDS WHAT CMD... (polls every 0.1 s; on timeout shows the newest daemon log lines)
+  local deadline=$(( $(date +%s) + $1 )) what=$2 f; shift 2
   until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || die "timeout waiting for $what (logs: $LOG)"
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      for f in "$LOG"/slurmctld.log "$LOG"/slurmdbd.log "$LOG"/slurmrestd.log; do
+        [ -s "$f" ] && { echo "--- last lines of $f" >&2; tail -n 15 "$f" >&2; }
+      done
+      die "timeout waiting for $what after $(( $(date +%s) - deadline + $1 )) s (logs: $LOG)"
+    fi
     sleep 0.1
   done
 }
@@ -475,7 +480,7 @@ start_dbd() {
     log "starting slurmdbd (database $DB_NAME on $DB_HOST:$DB_PORT)"
     R /usr/sbin/slurmdbd   # daemonizes; reads slurmdbd.conf next to $SLURM_CONF
   fi
-  wait_for 60 slurmdbd R sacctmgr -n list cluster
+  wait_for "$TIMEOUT" slurmdbd R sacctmgr -n list cluster
   if ! R sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
     R sacctmgr -i add cluster "$CLUSTER" >/dev/null
     # a lab that ran without slurmdbd saved a cluster id of its own; slurmctld now takes the
@@ -494,7 +499,7 @@ start_slurm() {
     log "starting slurmctld (port $CTLD_PORT)"
     R /usr/sbin/slurmctld   # daemonizes, writes SlurmctldPidFile
   fi
-  wait_for 30 slurmctld R scontrol ping
+  wait_for "$TIMEOUT" slurmctld R scontrol ping
   for i in $(seq 1 "$NODES"); do
     mkdir -p "$DIR/spool/node$i"
     if ! alive "$RUN/slurmd-node$i.pid" slurmd; then
@@ -534,7 +539,7 @@ start_restd() {
     fi
     echo $! > "$RUN/slurmrestd.pid"
   fi
-  wait_for 30 "slurmrestd on port $RESTD_PORT" restd_answers
+  wait_for "$TIMEOUT" "slurmrestd on port $RESTD_PORT" restd_answers
 }
 
 nodes_ready() { # every configured node registered and usable; resume drained ones left by tests

@@ -249,9 +249,27 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
         # newer releases also run slurmrestd, so that REST clients can be tested against the same labs
         restd = not host and not scratch
         out = io.StringIO()
-        rc = lab_run(
-            "up", nodes=nodes, dbd=accounting, lab_dir=lab_dir, slurm=slurm, restd=restd, port_offset=offset, out=out
-        )
+
+        def up() -> int:
+            return lab_run(
+                "up",
+                nodes=nodes,
+                dbd=accounting,
+                lab_dir=lab_dir,
+                slurm=slurm,
+                restd=restd,
+                port_offset=offset,
+                out=out,
+            )
+
+        rc = up()
+        if rc != 0:
+            # one more try from stopped daemons: a daemon that came up too slowly on a loaded machine
+            # (the error and the daemons' last log lines are in the captured stderr above)
+            lab_run("down", lab_dir=lab_dir, out=io.StringIO())
+            out.seek(0)
+            out.truncate()
+            rc = up()
         if rc != 0:
             raise RuntimeError(
                 f"`recovery lab up --slurm {version}` failed with exit code {rc} "
