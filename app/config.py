@@ -317,6 +317,56 @@ SETTINGS: tuple[Setting, ...] = (
         "runs it under its own lease (so a dead worker still fails open).",
     ),
     Setting(
+        "budget_workflow_restarts",
+        "3",
+        _int,
+        "Recovery budget: the most automatic restarts per workflow within RECOVERY_BUDGET_WORKFLOW_WINDOW; "
+        "past it, new Advice is held for an operator (BUDGET_EXCEEDED). 0: no limit.",
+    ),
+    Setting("budget_workflow_window", "3600", _float, "Seconds of the per-workflow restart budget's sliding window."),
+    Setting(
+        "budget_cluster_restarts",
+        "20",
+        _int,
+        "Recovery budget: the most automatic restarts per cluster within RECOVERY_BUDGET_CLUSTER_WINDOW. 0: no limit.",
+    ),
+    Setting("budget_cluster_window", "600", _float, "Seconds of the per-cluster restart budget's sliding window."),
+    Setting(
+        "storm_jobs",
+        "10",
+        _int,
+        "Restart storm: this many distinct jobs failing on a cluster within RECOVERY_STORM_WINDOW pause automatic "
+        "action cluster-wide until an operator confirms (STORM_PAUSED). 0: never.",
+    ),
+    Setting("storm_window", "300", _float, "Seconds within which failing jobs count towards a restart storm."),
+    Setting(
+        "node_suspect_jobs",
+        "3",
+        _int,
+        "Node reputation: a node blamed by hardware/infrastructure evidence in this many distinct jobs within "
+        "RECOVERY_NODE_SUSPECT_WINDOW becomes suspect and later Advice for any job excludes it. 0: off.",
+    ),
+    Setting("node_suspect_window", "86400", _float, "Seconds within which blames of a node in distinct jobs count."),
+    Setting(
+        "node_suspect_ttl",
+        "86400",
+        _float,
+        "Seconds a suspicion lasts after the node's newest blame (a new blame renews it).",
+    ),
+    Setting(
+        "node_drain",
+        "off",
+        _choice("off", "observe", "act"),
+        "Drain suspect nodes: `observe` records the `scontrol update NodeName=... State=DRAIN` it would send, "
+        "`act` sends and verifies it.",
+    ),
+    Setting(
+        "node_drain_max_fraction",
+        "0.1",
+        _float,
+        "The largest fraction of a partition's nodes Recovery keeps drained at once (rounded down, never all).",
+    ),
+    Setting(
         "lease_seconds",
         "15",
         _float,
@@ -429,6 +479,17 @@ class Settings:
     watchdog_mode: str = "observe"
     watchdog_hold_bound: float = 900.0
     watchdog_process: str = "embedded"
+    budget_workflow_restarts: int = 3
+    budget_workflow_window: float = 3600.0
+    budget_cluster_restarts: int = 20
+    budget_cluster_window: float = 600.0
+    storm_jobs: int = 10
+    storm_window: float = 300.0
+    node_suspect_jobs: int = 3
+    node_suspect_window: float = 86400.0
+    node_suspect_ttl: float = 86400.0
+    node_drain: str = "off"
+    node_drain_max_fraction: float = 0.1
     lease_seconds: float = 15.0
     audit_views_enabled: bool = True
     dev_no_auth: bool = False

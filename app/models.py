@@ -5,6 +5,7 @@ from app.audit.models import AuditEvent
 from app.db import Base
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.feed.models import ChangeFeedEntry
+from app.fleet.models import BudgetExtension, ClusterPause, NodeBlame, NodeStanding, RecoveryHold, RestartGrant
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.leases.models import WorkerLease, WorkerPosition
 from app.notify.models import Notification, NotificationDelivery
@@ -16,14 +17,20 @@ __all__ = [
     "Attempt",
     "AuditEvent",
     "Base",
+    "BudgetExtension",
     "ChangeFeedEntry",
     "Checkpoint",
+    "ClusterPause",
     "Job",
     "LogSource",
+    "NodeBlame",
+    "NodeStanding",
     "Notification",
     "NotificationDelivery",
     "PendingLogEvent",
     "Policy",
+    "RecoveryHold",
+    "RestartGrant",
     "RevokedSession",
     "SchedulerAction",
     "WorkerLease",

@@ -44,6 +44,7 @@ from app.evidence import diagnosis
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence_service
 from app.feed import queries as feed_queries
+from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 from app.leases import service as leases
@@ -271,6 +272,16 @@ class Advisor(Service):
             history = await self._history(session, job, attempt)
             partition_nodes = await self.partition_nodes(job.partition)
             now = utcnow()
+            # Node reputation across jobs (app/fleet): this failure's hardware blame counts, suspects are excluded.
+            suspects = await fleet_service.note_failure(
+                session,
+                settings=self.settings,
+                job_id=job.id,
+                attempt_id=attempt.id,
+                slurm_job_id=attempt.slurm_job_id,
+                failure=failure,
+                now=now,
+            )
             decision = decide(
                 failure=failure,
                 policy=job_policy(
@@ -283,6 +294,7 @@ class Advisor(Service):
                 history=history,
                 partition_nodes=partition_nodes,
                 now=now,
+                suspect_nodes=suspects,
             )
             # Re-resolved with the current settings, so a changed ceiling or allowlist takes effect.
             mode = effective_mode(job, self.settings)

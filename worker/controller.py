@@ -57,6 +57,7 @@ from app.domain.reconcile import (
     plan_next_step,
     shadow_plan,
 )
+from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
 from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
@@ -306,6 +307,21 @@ class Controller(Service):
                     disposition=Disposition.PENDING,
                     reason=DispositionReason.NOT_AUTHORIZED.value,
                     message=f"{why_not}; would run: {would}",
+                    next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
+                    now=now,
+                )
+                return 0
+            # Fleet-wide trust (app/fleet): a restart storm or a spent recovery budget holds it for an operator.
+            held = await fleet_service.gate(
+                session, settings=self.settings, advice=advice, in_flight=bool(milestones), now=now
+            )
+            if held is not None:
+                await advice_service.set_status(
+                    session,
+                    advice=advice,
+                    disposition=Disposition.PENDING,
+                    reason=held.reason,
+                    message=held.message,
                     next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
                     now=now,
                 )

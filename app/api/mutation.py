@@ -1,4 +1,4 @@
-"""The Mutation root: operator review of Advice (approve, veto, re-run reconciliation)."""
+"""The Mutation root: operator review of Advice (approve, veto, re-run reconciliation); fleet actions mixed in."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import strawberry
 from app.advice import review
 from app.api import validation
 from app.api.errors import bad_input, not_found
+from app.api.fleet_mutation import FleetMutation
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.types import Advice
 from app.db import Session
@@ -39,7 +40,7 @@ async def _review(info: Info, id: strawberry.ID, action: Callable[[Session, int,
 
 
 @strawberry.type
-class Mutation:
+class Mutation(FleetMutation):
     @strawberry.mutation(
         description="Approve an active Advice (operator role). Recorded as audit event advice.approved."
     )

@@ -15,9 +15,11 @@ from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
 from app.api.types.cluster import Cluster, cluster_of
+from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
 from app.audit import queries as audit_queries
 from app.domain import bounds
 from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
+from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 
@@ -279,6 +281,39 @@ class Query:
         async with info.context.loaders.sessions() as session:
             rows = await lease_queries.cluster_overview(session, cluster=name)
         return [cluster_of(row) for row in rows]
+
+    @strawberry.field(
+        description="Compute nodes that hardware/infrastructure evidence blamed (or an operator pinned), with their "
+        "evidence, jobs and state (SUSPECT and PINNED nodes are excluded by later Advice for any job)."
+    )
+    async def nodes(self, info: Info, cluster: str | None = None, state: str | None = None) -> list[ComputeNode]:
+        info.context.viewer()
+        cluster = validation.text(cluster, "cluster") or None
+        state = (validation.text(state, "state") or "").upper() or None
+        async with info.context.loaders.sessions() as session:
+            rows = await fleet_queries.node_overview(session, cluster=cluster)
+        found = [compute_node_of(row, blames) for row, blames in rows]
+        return [n for n in found if state is None or n.state == state]
+
+    @strawberry.field(
+        description="Advice held past a recovery budget (open ones unless onlyOpen is false), newest first."
+    )
+    async def recovery_holds(
+        self, info: Info, cluster: str | None = None, only_open: bool = True
+    ) -> list[RecoveryHold]:
+        info.context.viewer()
+        cluster = validation.text(cluster, "cluster") or None
+        async with info.context.loaders.sessions() as session:
+            rows = await fleet_queries.holds(session, cluster=cluster, only_open=only_open)
+        return [hold_of(row) for row in rows]
+
+    @strawberry.field(description="Restart-storm pauses (unconfirmed ones unless onlyOpen is false), newest first.")
+    async def storm_pauses(self, info: Info, cluster: str | None = None, only_open: bool = True) -> list[StormPause]:
+        info.context.viewer()
+        cluster = validation.text(cluster, "cluster") or None
+        async with info.context.loaders.sessions() as session:
+            rows = await fleet_queries.pauses(session, cluster=cluster, only_open=only_open)
+        return [pause_of(row) for row in rows]
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> Viewer:

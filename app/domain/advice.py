@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from app.domain import states
+from app.domain.fleet import with_suspects
 from app.domain.retry import (
     AttemptRecord,
     FailureKind,
@@ -109,12 +110,20 @@ def decide(
     history: Sequence[AttemptRecord] = (),
     partition_nodes: Iterable[str] | None = None,
     now: dt.datetime,
+    suspect_nodes: Iterable[str] = (),
 ) -> Decision:
-    """Decide RESTART, TERMINATE or NONE for the failed attempt; ``history`` is the attempts before it."""
+    """Decide RESTART, TERMINATE or NONE for the failed attempt; ``history`` is the attempts before it.
+
+    ``suspect_nodes`` are the cluster's suspect nodes (app.domain.fleet): excluded as well as the job's own,
+    as far as the partition guard lets them.
+    """
     earlier = tuple(a for a in history if a.attempt_index < failure.attempt_index)
     exclusions, exclusion_note = accumulate_exclusions(
         failure=failure, history=earlier, partition_nodes=partition_nodes
     )
+    exclusions, suspect_note = with_suspects(exclusions, suspect_nodes, partition_nodes)
+    if suspect_note:
+        exclusion_note = f"{exclusion_note} {suspect_note}" if exclusion_note else suspect_note
     expires_at = now + dt.timedelta(seconds=site.advice_ttl) if site.advice_ttl > 0 else None
     what = describe_failure(failure)
 

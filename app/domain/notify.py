@@ -9,9 +9,10 @@ from dataclasses import dataclass
 TERMINATE, RESTART, ABANDONED, WATCHDOG_RELEASE = "terminate", "restart", "abandoned", "watchdog_release"
 # Hooks for events a later change adds (the names are accepted in rules already).
 RESTART_STORM, NODE_SUSPECT = "restart_storm", "node_suspect"
-EVENTS = (TERMINATE, RESTART, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_SUSPECT)
+BUDGET_EXCEEDED = "budget_exceeded"  # a restart held past a recovery budget (app/fleet)
+EVENTS = (TERMINATE, RESTART, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_SUSPECT, BUDGET_EXCEEDED)
 # A target without rules gets what needs a person: a run stopped for good, or a hold released by the watchdog.
-DEFAULT_EVENTS = frozenset({TERMINATE, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_SUSPECT})
+DEFAULT_EVENTS = frozenset({TERMINATE, ABANDONED, WATCHDOG_RELEASE, RESTART_STORM, NODE_SUSPECT, BUDGET_EXCEEDED})
 
 _RULES = re.compile(r"^\[(?P<events>[^\]]*)\](?P<url>.+)$")
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.I)

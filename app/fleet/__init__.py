@@ -1,0 +1,1 @@
+"""Fleet-wide trust: recovery budgets, restart storms, node reputation across jobs (and drains)."""
