@@ -11,6 +11,7 @@ from app.advice.queries import AdviceFilter
 from app.auth import OPERATOR
 from app.domain import bounds
 from app.domain.cursor import CursorError
+from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
@@ -32,6 +33,7 @@ async def advice_list(request: Request) -> Response:
         except (CursorError, PageArgumentError):
             page = await advice_queries.list_advice(session, filter=flt, page=PageRequest.build(first=50))
         jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
+        storm_pauses = await fleet_queries.pauses(session, only_open=True)
     return render(
         request,
         "advice.html",
@@ -39,6 +41,7 @@ async def advice_list(request: Request) -> Response:
             "page": page,
             "jobs": jobs,
             "show": show,
+            "storm_pauses": storm_pauses,
             "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         },
         partial="_advice_table.html",

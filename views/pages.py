@@ -17,6 +17,7 @@ from app.domain import bounds
 from app.domain.cursor import CursorError
 from app.domain.identity import parse_scheduler_job_id
 from app.evidence import queries as evidence_queries
+from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.leases import queries as lease_queries
@@ -137,10 +138,17 @@ async def workflows(request: Request) -> Response:
             "error": error,
             "states": STATES,
             "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "storm_pauses": await _storm_pauses(dashboard),
             **extra,
         },
         partial="_workflow_table.html",
     )
+
+
+async def _storm_pauses(dashboard: Any) -> list[Any]:
+    """Open restart-storm pauses, for the banner (views/templates/_storm_banner.html)."""
+    async with dashboard.ctx.sessions() as session:
+        return await fleet_queries.pauses(session, only_open=True)
 
 
 @guarded()

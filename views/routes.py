@@ -8,7 +8,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.context import AppContext
-from views import advice_page, audit_page, live, login, pages
+from views import advice_page, audit_page, fleet_page, live, login, pages
 from views.auth import DashboardAuth, DashboardSessions, session_secret
 from views.render import Dashboard
 from views.templating import STATIC_DIR, build_templates
@@ -49,6 +49,8 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         Route("/audit", audit_page.audit_events, name="audit"),
         Route("/advice", advice_page.advice_list, name="advice"),
         Route("/advice/{advice_id:int}/{action}", advice_page.advice_action, methods=["POST"], name="advice_action"),
+        Route("/nodes", fleet_page.nodes, name="nodes"),
+        Route("/fleet/{action}", fleet_page.fleet_action, methods=["POST"], name="fleet_action"),
         Route("/live", live.live, name="live"),
         Route("/auth/login", login.login, name="login"),
         Route("/auth/callback", login.callback, name="callback"),
