@@ -193,6 +193,9 @@ async def bench(runs: int, configure_lab: bool) -> int:
             cluster="bench",
             environment=environment,
             acknowledge_scheduler_actions=True,
+            # every run restarts the same workflow: the recovery budgets (app/fleet) would hold run 4 on
+            budget_workflow_restarts=0,
+            budget_cluster_restarts=0,
             poll_interval=0.2,
             lease_seconds=5.0,
         )

@@ -11,6 +11,7 @@ from app.slurm.factory import build_scheduler
 from worker.advisor import Advisor
 from worker.collector import Collector
 from worker.controller import Controller
+from worker.drainer import Drainer
 from worker.notifier import Notifier
 from worker.observer import Observer
 from worker.runner import WorkerRunner
@@ -40,6 +41,8 @@ def build_services(ctx: AppContext, *, scheduler: Scheduler | None = None) -> li
     services: list[Service] = [observer, collector, watcher, advisor, controller, Notifier(ctx)]
     if ctx.settings.watchdog_process == "embedded":
         services.append(Watchdog(ctx, scheduler))
+    if ctx.settings.node_drain != "off":
+        services.append(Drainer(ctx, scheduler))
     return services
 
 

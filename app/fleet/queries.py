@@ -212,3 +212,28 @@ async def node_overview(
         for node, found in (await blames_of_nodes(session, cluster=name, nodes=nodes)).items():
             blames[(name, node)] = found
     return [(row, blames.get((row.cluster, row.node), [])) for row in rows]
+
+
+async def drain_candidates(session: AsyncSession, *, cluster: str, now: dt.datetime) -> list[NodeStanding]:
+    """Suspect or pinned nodes whose drain is not done yet (no record, a shadow, sent, refused or failed)."""
+    rows = await session.scalars(
+        select(NodeStanding)
+        .where(NodeStanding.cluster == cluster)
+        .where((NodeStanding.pinned.is_(True)) | (NodeStanding.suspect_until > now))
+        .where(NodeStanding.drain_status.is_(None) | (NodeStanding.drain_status != "DRAINED"))
+        .order_by(NodeStanding.id)
+        .limit(100)
+    )
+    return list(rows.all())
+
+
+async def node_partition(session: AsyncSession, *, cluster: str, node: str) -> str | None:
+    """The partition of the newest job whose evidence blamed the node (the partition its drain is counted in)."""
+    partition = await session.scalar(
+        select(Job.partition)
+        .join(NodeBlame, NodeBlame.job_id == Job.id)
+        .where(NodeBlame.cluster == cluster, NodeBlame.node == node, Job.partition.is_not(None))
+        .order_by(NodeBlame.id.desc())
+        .limit(1)
+    )
+    return partition.split(",")[0].strip() if partition else None

@@ -460,6 +460,8 @@ async def set_node(
         row = await _standing(session, cluster=cluster, node=node, now=now)
     if action == "clear":
         row.pinned, row.cleared_at, row.suspect_until, row.state, row.jobs = False, now, None, rules.NODE_CLEARED, []
+        if row.drain_status is not None:  # Recovery never resumes a node: the operator does, in Slurm
+            row.drain_status, row.drain_message = None, f"cleared by {user}; a drained node is resumed in Slurm"
     elif action == "pin":
         row.pinned, row.state = True, rules.NODE_PINNED
     else:

@@ -19,6 +19,7 @@ __all__ = [
     "CommandResult",
     "job_target",
     "target_text",
+    "node_text",
 ]
 
 # What a command acts on: a plain job id, or "<array job id>_<task id>" for exactly one array task.
@@ -47,6 +48,17 @@ def target_text(target: JobTarget) -> str:
     text = str(target).strip()
     if not _TARGET.fullmatch(text):
         raise ValueError(f"not a Slurm job id or <array id>_<task id>: {text[:40]!r}")
+    return text
+
+
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def node_text(node: str) -> str:
+    """One node's name for Slurm's commands (never a hostlist expression such as node[1-9]); ValueError otherwise."""
+    text = str(node).strip()
+    if not _NODE.fullmatch(text):
+        raise ValueError(f"not a single node name: {text[:40]!r}")
     return text
 
 

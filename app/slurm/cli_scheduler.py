@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from app import metrics
 from app.config import Settings
-from app.slurm.adapter import JobLookup, JobTarget, target_text
+from app.slurm.adapter import JobLookup, JobTarget, node_text, target_text
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
 from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_pipe, parse_sinfo_node_names, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
@@ -142,6 +142,16 @@ class CliScheduler:
         if errors and not any("already completing or completed" in line for line in errors):
             raise classify(result.command, result.returncode, "\n".join(errors), duration=result.duration)
         return result
+
+    async def drain_node(self, node: str, reason: str) -> CommandResult:
+        """Drain one node: its running jobs go on, no new job starts there (`scontrol update ... State=DRAIN`)."""
+        return await self.run("scontrol", "update", f"NodeName={node_text(node)}", "State=DRAIN", f"Reason={reason}")
+
+    async def node_drained(self, node: str) -> bool:
+        """Whether Slurm shows the node drained or draining (`sinfo -h -N -n NODE -o %T`: one state word per line)."""
+        result = await self.run("sinfo", "-h", "-N", "-n", node_text(node), "-o", "%T")
+        words = [line.strip().lower() for line in result.stdout.splitlines() if line.strip()]
+        return bool(words) and all("drain" in word for word in words)
 
     async def job_history(self, job_id: int) -> list[AccountingRecord] | None:
         job_id = int(job_id)

@@ -82,6 +82,7 @@ class FakeScheduler:
         self.calls: list[tuple[str, int | None, tuple[str, ...]]] = []
         self.targets: list[tuple[str, str]] = []  # (method, the target as the caller named it: "151" or "151_4")
         self.failures: dict[str, list[SchedulerError]] = {}
+        self.drained: set[str] = set()
 
     # ------------------------------------------------------------ test controls
 
@@ -194,6 +195,17 @@ class FakeScheduler:
         return JobLookup(
             job_id=int(job_id), job=self.jobs.get(int(job_id)), history=tuple(history) if history is not None else None
         )
+
+    async def drain_node(self, node: str, reason: str) -> CommandResult:
+        self._enter("drain_node", None, node, reason)
+        self.drained.add(node)
+        return CommandResult(
+            ("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"), 0, "", "", 0.001
+        )
+
+    async def node_drained(self, node: str) -> bool:
+        self._enter("node_drained", None, node)
+        return node in self.drained
 
     async def partition_nodes(self, partition: str) -> tuple[str, ...] | None:
         self._enter("partition_nodes", None, partition)

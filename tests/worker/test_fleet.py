@@ -11,6 +11,7 @@ from tests.advice.helpers import SlurmLikeFake, acting, submit
 from tests.factories import advice_of, events, rows
 from worker.advisor import Advisor
 from worker.controller import Controller
+from worker.drainer import Drainer
 from worker.observer import Observer
 
 
@@ -120,3 +121,28 @@ async def test_a_restart_storm_pauses_automatic_action_until_an_operator_confirm
     assert {a.disposition for a in done} == {"CONVERGED"}
     assert len(await events(ctx, "storm.confirmed")) == 1
     assert len(await events(ctx, "storm.detected")) == 1  # the confirmed failures do not count again
+
+
+async def test_drain_is_observed_first_then_sent_verified_and_bounded_by_the_partition_fraction(ctx, fake) -> None:
+    ctx = acting(ctx, node_suspect_jobs=2, node_drain="observe", node_drain_max_fraction=0.34)
+    for job_id in (71, 72):
+        await fail(ctx, fake, job_id, node="node3", state="NODE_FAIL")
+    await Drainer(ctx, fake).tick()
+    [would] = await events(ctx, "node.would_drain")
+    assert would.message.startswith('scontrol update NodeName=node3 State=DRAIN Reason="recovery: suspect after')
+    assert not fake.drained and not [c for c in fake.calls if c[0] == "drain_node"]
+    act = acting(ctx, node_drain="act")
+    await Drainer(act, fake).tick()
+    assert fake.drained == {"node3"}
+    async with act.sessions() as session:
+        row = await fleet_queries.standing(session, cluster="test", node="node3")
+    assert row is not None and (row.drain_status, row.drain_partition) == ("DRAINED", "debug")
+    assert len(await events(act, "node.drained")) == 1
+    # a second suspect node: draining it too would be 2 of 3 nodes, more than the fraction allows
+    for job_id in (73, 74):
+        await fail(act, fake, job_id, node="node2", state="NODE_FAIL")
+    await Drainer(act, fake).tick()
+    await Drainer(act, fake).tick()
+    assert fake.drained == {"node3"}
+    [refused] = await events(act, "node.drain_refused")
+    assert "would make 2 of 3 node(s) drained by Recovery" in refused.message
