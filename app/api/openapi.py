@@ -204,6 +204,32 @@ CLUSTER_OVERVIEW = _object(
         "watchdog": LEASE,
     }
 )
+COMPUTE_NODE = _object(
+    {
+        "cluster": {"type": "string"},
+        "name": {"type": "string"},
+        "state": {"type": "string", "enum": ["OK", "SUSPECT", "PINNED", "CLEARED", "EXPIRED"]},
+        "excluded": {"type": "boolean"},
+        "suspectUntil": _TIME,
+        "jobs": {"type": "array", "items": {"type": "integer"}},
+        "pinned": {"type": "boolean"},
+        "changedBy": _NULLABLE_STRING,
+        "drainStatus": _NULLABLE_STRING,
+        "drainMessage": _NULLABLE_STRING,
+        "evidence": {
+            "type": "array",
+            "items": _object(
+                {
+                    "jobId": {"type": "integer"},
+                    "attemptIndex": {"type": "integer"},
+                    "category": _NULLABLE_STRING,
+                    "outlook": _NULLABLE_STRING,
+                    "blamedAt": _TIME,
+                }
+            ),
+        },
+    }
+)
 ERROR = _object({"error": _object({"code": {"type": "string"}, "message": {"type": "string"}})})
 
 
@@ -358,6 +384,15 @@ def openapi_document() -> dict[str, Any]:
                     "responses": _responses("ClusterList"),
                 }
             },
+            "/v1/nodes": {
+                "get": {
+                    "operationId": "listNodes",
+                    "summary": "Node reputation across jobs: every node hardware/infrastructure evidence blamed (or an "
+                    "operator pinned), its state, jobs and evidence.",
+                    "parameters": [CLUSTER, _text_param("state", "Only nodes in this state, e.g. SUSPECT.")],
+                    "responses": _responses("NodeList"),
+                }
+            },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
@@ -373,6 +408,10 @@ def openapi_document() -> dict[str, Any]:
                 "WorkflowList": _list("workflows", "Workflow"),
                 "AuditEventList": _list("events", "AuditEvent"),
                 "ClusterOverview": CLUSTER_OVERVIEW,
+                "ComputeNode": COMPUTE_NODE,
+                "NodeList": _object(
+                    {"nodes": {"type": "array", "items": {"$ref": "#/components/schemas/ComputeNode"}}}
+                ),
                 "ClusterList": _object(
                     {"clusters": {"type": "array", "items": {"$ref": "#/components/schemas/ClusterOverview"}}}
                 ),

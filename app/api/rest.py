@@ -28,6 +28,8 @@ from app.domain.identity import (
 )
 from app.domain.mode import ModeSettings, effective_mode
 from app.domain.timefmt import iso_utc_or_none
+from app.fleet import queries as fleet_queries
+from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 from app.pagination import PageRequest
@@ -297,6 +299,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         Route("/workflows", endpoint(list_workflows), methods=["GET"]),
         Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
         Route("/clusters", endpoint(list_clusters), methods=["GET"]),
+        Route("/nodes", endpoint(list_nodes), methods=["GET"]),
     ]
 
 
@@ -417,3 +420,41 @@ async def list_clusters(request: Request, ctx: AppContext) -> Response:
             ]
         }
     )
+
+
+async def list_nodes(request: Request, ctx: AppContext) -> Response:
+    """Node reputation: {"nodes": [{cluster, name, state, excluded, suspectUntil, jobs, ..., evidence}]}."""
+    state = (_text(request, "state") or "").upper() or None
+    now = dt.datetime.now(dt.UTC)
+    async with ctx.sessions() as session:
+        rows = await fleet_queries.node_overview(session, cluster=_text(request, "cluster"))
+    nodes = []
+    for row, blames in rows:
+        shown = fleet_service.shown_state(row, now)
+        if state is not None and shown != state:
+            continue
+        nodes.append(
+            {
+                "cluster": row.cluster,
+                "name": row.node,
+                "state": shown,
+                "excluded": shown in ("SUSPECT", "PINNED"),
+                "suspectUntil": iso_utc_or_none(row.suspect_until),
+                "jobs": list(row.jobs or ()),
+                "pinned": bool(row.pinned),
+                "changedBy": row.changed_by,
+                "drainStatus": row.drain_status,
+                "drainMessage": row.drain_message,
+                "evidence": [
+                    {
+                        "jobId": b.slurm_job_id,
+                        "attemptIndex": b.attempt_index,
+                        "category": b.category,
+                        "outlook": b.outlook,
+                        "blamedAt": iso_utc_or_none(b.blamed_at),
+                    }
+                    for b in blames
+                ],
+            }
+        )
+    return JSONResponse({"nodes": nodes})

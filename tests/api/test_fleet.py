@@ -109,3 +109,16 @@ async def test_fleet_actions_without_a_target_are_clear_errors(token_client: htt
         expect_errors=True,
     )
     assert zero["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_rest_lists_nodes_with_their_evidence(
+    token_client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    await blame_node(sessions, "gpu8", [401, 402, 403])
+    response = await token_client.get("/v1/nodes?state=suspect", headers={"Authorization": "Bearer viewer-token"})
+    assert response.status_code == 200
+    [node] = response.json()["nodes"]
+    assert (node["name"], node["state"], node["excluded"], node["jobs"]) == ("gpu8", "SUSPECT", True, [401, 402, 403])
+    assert [e["jobId"] for e in node["evidence"]] == [401, 402, 403]
+    none = await token_client.get("/v1/nodes?state=PINNED", headers={"Authorization": "Bearer viewer-token"})
+    assert none.json() == {"nodes": []}
