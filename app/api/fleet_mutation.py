@@ -28,13 +28,15 @@ from app.fleet import service as fleet
 Info = strawberry.Info
 
 
-async def _fleet(info: Info, action: Callable[[Session, str], Awaitable[Any]]) -> Any:
+async def _fleet(info: Info, action: Callable[[Session, str], Awaitable[Any]], *, by_id: bool = False) -> Any:
+    # A cluster, workflow or node named in free text that has nothing to act on is the caller's input error;
+    # only a well-formed Advice id that names nothing held is NOT_FOUND (as for approveAdvice).
     principal = info.context.operator()
     try:
         async with info.context.loaders.sessions() as session, session.begin():
             return await action(session, principal.name)
     except fleet.FleetError as exc:
-        raise (not_found(str(exc)) if exc.not_found else bad_input(str(exc))) from None
+        raise (not_found(str(exc)) if exc.not_found and by_id else bad_input(str(exc))) from None
 
 
 def _note(note: str | None) -> str | None:
@@ -60,7 +62,9 @@ class FleetMutation:
         except GlobalIdError as exc:
             raise bad_input(str(exc)) from None
         text = _note(note)
-        row = await _fleet(info, lambda s, user: fleet.release_hold(s, advice_id=advice_id, user=user, note=text))
+        row = await _fleet(
+            info, lambda s, user: fleet.release_hold(s, advice_id=advice_id, user=user, note=text), by_id=True
+        )
         return hold_of(row)
 
     @strawberry.mutation(

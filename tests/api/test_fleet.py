@@ -88,7 +88,9 @@ async def test_fleet_actions_without_a_target_are_clear_errors(token_client: htt
     storm = await run_graphql(
         token_client, operation("ConfirmStorm"), {"cluster": CLUSTER}, token="operator-token", expect_errors=True
     )
-    assert storm["errors"][0]["extensions"]["code"] == "NOT_FOUND" and "not paused" in storm["errors"][0]["message"]
+    assert (
+        storm["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and "not paused" in storm["errors"][0]["message"]
+    )
     release = await run_graphql(
         token_client, operation("ReleaseHeldAdvice"), {"id": "nope"}, token="operator-token", expect_errors=True
     )
@@ -100,7 +102,7 @@ async def test_fleet_actions_without_a_target_are_clear_errors(token_client: htt
         token="operator-token",
         expect_errors=True,
     )
-    assert extend["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+    assert extend["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
     zero = await run_graphql(
         token_client,
         operation("ExtendBudget"),
