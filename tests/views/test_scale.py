@@ -143,7 +143,7 @@ async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(
     rows = doc.find_all("tr", data_workflow=True)
     assert len(rows) == 50 and rows[0].attrs["data-workflow"] == "wf-09999"
     first_count = len(statements)
-    assert first_count <= 8, statements
+    assert first_count <= 9, statements  # 8, plus one for the restart-storm banner (open cluster pauses)
     # a deep page (keyset, not OFFSET) costs the same statements
     href = doc.find("a", rel="next").attrs["href"]
     for _ in range(3):
