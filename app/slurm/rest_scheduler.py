@@ -298,6 +298,21 @@ class RestScheduler:
         except ParseError as exc:
             raise TransientSchedulerError(f"unreadable slurmrestd nodes answer: {exc}") from None
 
+    async def drain_node(self, node: str, reason: str) -> CommandResult:
+        """Drain a node through the scontrol fallback (app/fleet's drainer; slurmrestd's node update is not used)."""
+        if self.fallback is None:
+            raise RestUnsupported(
+                "draining a node needs scontrol and RECOVERY_SLURMRESTD_CLI_FALLBACK is off",
+                command=("slurmrestd", "drain", node),
+            )
+        return await self.fallback.drain_node(node, reason)
+
+    async def node_drained(self, node: str) -> bool:
+        """Whether Slurm shows the node drained (through the same scontrol fallback's sinfo)."""
+        if self.fallback is None:
+            raise RestUnsupported("RECOVERY_SLURMRESTD_CLI_FALLBACK is off", command=("slurmrestd", "sinfo", node))
+        return await self.fallback.node_drained(node)
+
     async def _without_rest_form(self, action: str, job: JobTarget, run: Any) -> CommandResult:
         if self.fallback is None:
             raise RestUnsupported(

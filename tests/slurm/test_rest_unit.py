@@ -8,9 +8,11 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
+from app.config import Settings
 from app.slurm.errors import OperationDisabled, TransientSchedulerError
+from app.slurm.fake import FakeScheduler
 from app.slurm.rest_auth import SignedTokens, TokenFile
-from app.slurm.rest_scheduler import choose_versions, parse_rest_url
+from app.slurm.rest_scheduler import RestScheduler, RestUnsupported, choose_versions, parse_rest_url
 
 KEY = b"k" * 48
 
@@ -105,3 +107,14 @@ def test_token_file_is_read_again_when_it_changes_or_nears_expiry(tmp_path) -> N
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 2_000_000))
     with pytest.raises(TransientSchedulerError, match="holds no JWT"):
         source.token(now=960)
+
+
+async def test_rest_scheduler_drains_through_its_cli_fallback_and_refuses_without_it() -> None:
+    fake = FakeScheduler()
+    settings = Settings.build(slurmrestd_url="http://127.0.0.1:1")
+    rest = RestScheduler(settings, fallback=fake)  # type: ignore[arg-type]  # duck-typed like the CLI scheduler
+    await rest.drain_node("node2", "recovery: test")
+    assert await rest.node_drained("node2") and fake.drained == {"node2"}
+    without = RestScheduler(Settings.build(slurmrestd_url="http://127.0.0.1:1", slurmrestd_cli_fallback=False))
+    with pytest.raises(RestUnsupported, match="RECOVERY_SLURMRESTD_CLI_FALLBACK is off"):
+        await without.drain_node("node2", "recovery: test")
