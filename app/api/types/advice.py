@@ -76,7 +76,7 @@ class Reconciliation:
 
     @strawberry.field(
         description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, "
-        "NOT_AUTHORIZED, VETOED, …"
+        "NOT_AUTHORIZED, VETOED, BUDGET_EXCEEDED, STORM_PAUSED, …"
     )
     def reason(self) -> str | None:
         return self.row.disposition_reason
