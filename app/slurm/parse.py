@@ -14,6 +14,7 @@ from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 __all__ = [
     "NO_ARRAY_TASK",
     "ParseError",
+    "answer_meta",
     "decode_wait_status",
     "expand_filename",
     "expand_hostlist",
@@ -300,6 +301,11 @@ def task_layout(per_node: int | None, total: int | None, node_count: int) -> str
     rest = node_count - remainder
     parts.append(f"{quotient}(x{rest})" if rest > 1 else str(quotient))
     return ",".join(parts)
+
+
+def answer_meta(data: dict) -> tuple[str | None, str | None]:
+    """(Slurm release, data_parser) from an answer's `meta`, in the shapes of every release."""
+    return _meta(data)
 
 
 def _meta(data: dict) -> tuple[str | None, str | None]:

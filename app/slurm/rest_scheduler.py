@@ -42,7 +42,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -63,6 +63,7 @@ from app.slurm.errors import (
 from app.slurm.parse import ParseError, load_json, parse_partition_nodes, parse_sacct_json, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 from app.slurm.rest_auth import SignedTokens, TokenFile, TokenSource
+from app.slurm.rest_parse import JobsParser, decode_jobs_answer
 
 # API versions whose job JSON app.slurm.parse reads, oldest first
 KNOWN_VERSIONS = tuple(f"v0.0.{minor}" for minor in range(36, 46))
@@ -129,6 +130,7 @@ class RestScheduler:
         self.dbd_version: str | None = None
         self.excluded_nodes_field: str | None = None  # "list", "string" or None (no REST form)
         self.requeue_path: str | None = None  # "/slurm/vX/job/{job_id}/requeue" (v0.0.45+) or None
+        self.jobs_parser = JobsParser()
         self._client: httpx.AsyncClient | None = None
         self._discover_lock = asyncio.Lock()
         self.last_result: CommandResult | None = None
@@ -155,7 +157,13 @@ class RestScheduler:
         return headers
 
     async def request(
-        self, method: str, path: str, *, body: dict[str, Any] | None = None, params: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        decode: Callable[[bytes], dict[str, Any]] = load_json,
     ) -> tuple[dict, CommandResult]:
         """One HTTP request; Slurm's `errors` become the classified SchedulerError, as the CLI adapter's stderr."""
         command = (method, self.base_url + path + (f"?{urlencode(params)}" if params else ""))
@@ -172,8 +180,8 @@ class RestScheduler:
             ) from None
         duration = time.monotonic() - started
         try:
-            # the bulk jobs answer is megabytes: parse it as squeue's is (GC paused), once
-            data: dict | None = load_json(response.content)
+            # JSON answers are parsed as squeue's are (GC paused), once; the bulk jobs answer incrementally
+            data: dict | None = decode(response.content)
         except ParseError:
             data = None
         errors = _error_texts(data)
@@ -226,9 +234,10 @@ class RestScheduler:
         taken_at = datetime.now(UTC)
         # An answer with Slurm errors (slurmctld down: "Unable to contact slurm controller") raises
         # the classified error, so an outage is "could not observe", never "every job is gone".
-        data, result = await self.request("GET", f"/slurm/{version}/jobs")
+        data, result = await self.request("GET", f"/slurm/{version}/jobs", decode=decode_jobs_answer)
         try:
-            return parse_snapshot(data, taken_at=taken_at, duration=result.duration)
+            # a record unchanged since the last tick keeps its parsed job (app.slurm.rest_parse)
+            return self.jobs_parser.parse(data, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
             raise TransientSchedulerError(f"unreadable slurmrestd jobs answer: {exc}", command=result.command) from None
 

@@ -11,7 +11,8 @@ import pytest
 
 from app.config import Settings
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
-from app.slurm.parse import parse_partition_nodes, parse_sacct_json, parse_snapshot
+from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_json, parse_snapshot
+from app.slurm.rest_parse import JobsParser, decode_jobs_answer
 from app.slurm.rest_scheduler import RestScheduler, RestUnsupported, choose_versions, requeue_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -146,3 +147,37 @@ async def test_captured_bad_token_answer_is_an_error_not_an_empty_cluster(releas
     with pytest.raises(TransientSchedulerError, match="Protocol authentication error"):
         await rest.list_jobs()
     await rest.aclose()
+
+
+@pytest.mark.parametrize(("release", "version"), CAPTURES)
+def test_incremental_parse_equals_the_full_one_and_reparses_only_changed_records(release: str, version: str) -> None:
+    raw = (_rest_dir(release) / f"jobs-{version}.json").read_bytes()
+    parser = JobsParser()
+    first = parser.parse(decode_jobs_answer(raw))
+    full = parse_snapshot(raw)
+    assert first.jobs == full.jobs and (first.slurm_release, first.data_parser) == (
+        full.slurm_release,
+        full.data_parser,
+    )
+    assert parser.parsed == len(full.jobs)
+    again = parser.parse(decode_jobs_answer(raw))
+    assert parser.parsed == 0 and again.jobs == first.jobs and again.by_id is first.by_id
+    document = json.loads(raw)
+    parser.parse(decode_jobs_answer(json.dumps(document).encode()))  # the same records, formatted otherwise
+    assert parser.parsed == len(full.jobs)  # reuse needs the same bytes: never a guess that a record is unchanged
+    document["jobs"][0]["job_state"] = ["COMPLETED"]
+    document["jobs"][1] = {"job_id": "not a number"}  # one broken record: a problem, never the whole answer
+    changed = parser.parse(decode_jobs_answer(json.dumps(document).encode()))
+    assert parser.parsed == 2 and changed.jobs[0].state == "COMPLETED" and changed.jobs[1:] == first.jobs[2:]
+    assert changed.get(first.jobs[0].job_id) == changed.jobs[0] and changed.get(first.jobs[1].job_id) is None
+    assert [p.split(" skipped")[0] for p in changed.problems] == ["job record #1 (job_id='not a number')"]
+
+
+def test_jobs_answer_of_another_shape_or_not_json() -> None:
+    parser = JobsParser()
+    with pytest.raises(ParseError, match="no `jobs` list"):
+        parser.parse(decode_jobs_answer(b'{"jobs": {"1": {}}, "errors": []}'))
+    with pytest.raises(ParseError, match="not JSON"):
+        decode_jobs_answer(b"<html>502 Bad Gateway</html>")
+    outage = decode_jobs_answer(b'{"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]}')
+    assert parser.parse(outage).slurm_errors == ("slurm reported: {'error': 'Unable to contact slurm controller'}",)
