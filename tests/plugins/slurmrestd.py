@@ -4,7 +4,9 @@ JWT needs `AuthAltTypes=auth/jwt` in the slurm.conf of slurmctld. Changing the s
 slurm.conf would make every `recovery lab up` from a worktree without that change restart its
 slurmctld (and kill the jobs of other tests), so this plugin runs a small TWIN of the lab instead:
 the default lab's generated slurm.conf with its own cluster name (`restlab`), free ports, its own
-state/spool/log directories under RECOVERY_RESTLAB_DIR (default /tmp/recovery-restlab), two nodes
+state/spool/log directories under RECOVERY_RESTLAB_DIR (default: beside the lab's own dir, `<lab dir>-restlab`,
+so that sessions with their own RECOVERY_LAB_DIR never share a twin: a twin's start cancels every job of its
+user and its session's end stops its daemons: the likely cause of a concurrent run's two-cluster failure), two nodes
 (node8, node9) and the JWT lines; munged is the lab's. Daemons are started once per session
 and stopped at its end by the pids in their pid files (checked against /proc/PID/exe), never by
 name. The twin doubles as a second live cluster (tests of several clusters in one installation).
@@ -159,7 +161,7 @@ def _wait(what: str, probe, timeout: float = 60.0) -> None:
 class _Twin:
     def __init__(self, lab: SlurmLab) -> None:
         self.lab = lab
-        self.dir = Path(os.environ.get("RECOVERY_RESTLAB_DIR", "/tmp/recovery-restlab"))
+        self.dir = Path(os.environ.get("RECOVERY_RESTLAB_DIR") or f"{lab.lab_dir}-restlab")
         self.conf = self.dir / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.pids: list[tuple[Path, str]] = []
@@ -379,3 +381,23 @@ def rest_lab(slurm_version: str, request: pytest.FixtureRequest) -> RestLab:
         release=slurm_version,
         nodes=tuple(f"node{i}" for i in range(1, lab.nodes + 1)),
     )
+
+
+@pytest.fixture(autouse=True)
+def _cancel_twin_jobs_of_each_test() -> Iterator[None]:
+    """Cancel what a test submitted to the twin when it ends, as slurm_lab does for the labs: the twin has 4 CPUs,
+    and one test's leftovers (array siblings sleeping 90 s) kept the next test's jobs pending for their whole life."""
+    before = len(_RESTLAB.slurm.submitted) if _RESTLAB is not None else 0
+    yield
+    if _RESTLAB is None:
+        return
+    twin = _RESTLAB.slurm
+    leftovers = twin.submitted[before:]
+    if leftovers:
+        subprocess.run(
+            [str(twin.bin_dir / "scancel"), *map(str, leftovers)],
+            env=twin.env(),
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
