@@ -273,7 +273,11 @@ def parse_job(record: dict) -> SlurmJob:
         stderr=stderr,
         submit_time=_time(get("submit_time")),
         start_time=None if state == "PENDING" else _time(get("start_time")),
-        end_time=_time(get("end_time")) if state in states.EXECUTION_STOPPED or "COMPLETING" in flags else None,
+        # a PENDING job still COMPLETING (26.05, right after a requeue) reports its new attempt's projected end
+        # (submit + an infinite limit: year 2163), not the end of anything
+        end_time=_time(get("end_time"))
+        if state in states.EXECUTION_STOPPED or ("COMPLETING" in flags and state != "PENDING")
+        else None,
         held=held,
         hold_reason=reason if held else None,
         priority=priority,
