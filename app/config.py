@@ -261,7 +261,8 @@ SETTINGS: tuple[Setting, ...] = (
         "slurmrestd_cli_fallback",
         "true",
         _bool,
-        "Run scontrol for actions slurmrestd has no form for (requeuehold; ExcNodeList before v0.0.39); false: refuse.",
+        "Run scontrol for what slurmrestd has no form for (requeuehold before v0.0.45, ExcNodeList before v0.0.40, "
+        "updates of one array task on v0.0.40+); false: refuse.",
     ),
     Setting(
         "unknown_grace_seconds",

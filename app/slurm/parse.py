@@ -14,6 +14,7 @@ from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 __all__ = [
     "NO_ARRAY_TASK",
     "ParseError",
+    "answer_meta",
     "decode_wait_status",
     "expand_filename",
     "expand_hostlist",
@@ -272,7 +273,11 @@ def parse_job(record: dict) -> SlurmJob:
         stderr=stderr,
         submit_time=_time(get("submit_time")),
         start_time=None if state == "PENDING" else _time(get("start_time")),
-        end_time=_time(get("end_time")) if state in states.EXECUTION_STOPPED or "COMPLETING" in flags else None,
+        # a PENDING job still COMPLETING (26.05, right after a requeue) reports its new attempt's projected end
+        # (submit + an infinite limit: year 2163), not the end of anything
+        end_time=_time(get("end_time"))
+        if state in states.EXECUTION_STOPPED or ("COMPLETING" in flags and state != "PENDING")
+        else None,
         held=held,
         hold_reason=reason if held else None,
         priority=priority,
@@ -300,6 +305,11 @@ def task_layout(per_node: int | None, total: int | None, node_count: int) -> str
     rest = node_count - remainder
     parts.append(f"{quotient}(x{rest})" if rest > 1 else str(quotient))
     return ",".join(parts)
+
+
+def answer_meta(data: dict) -> tuple[str | None, str | None]:
+    """(Slurm release, data_parser) from an answer's `meta`, in the shapes of every release."""
+    return _meta(data)
 
 
 def _meta(data: dict) -> tuple[str | None, str | None]:

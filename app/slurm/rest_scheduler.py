@@ -1,9 +1,11 @@
 """The slurmrestd implementation of Scheduler (Slurm on Kubernetes/Slinky, or any site that runs slurmrestd).
 
 Version: on first use the adapter reads the server's OpenAPI description (`GET /openapi/v3`) and
-uses the newest `/slurm/v0.0.NN/` API it offers among those app.slurm.parse reads (v0.0.36 to
-v0.0.44), unless RECOVERY_SLURMRESTD_API_VERSION names one. 22.05 offers v0.0.36-v0.0.38;
-24.11 v0.0.40-v0.0.42; later releases drop the oldest and add one per release.
+uses the newest `/slurm/v0.0.NN/` API it offers among those app.slurm.parse reads (KNOWN_VERSIONS:
+v0.0.36 to v0.0.45), unless RECOVERY_SLURMRESTD_API_VERSION names one; a server that offers none of
+them is refused with RestVersionUnsupported (which versions it offers, which we read). Tested live:
+22.05 offers v0.0.36-v0.0.38 (v0.0.38 used), 24.11 v0.0.40-v0.0.42 (v0.0.42), 26.05 v0.0.42-v0.0.45
+(v0.0.45); real answers of each are in tests/fixtures/slurm/<release>/rest/.
 
 What each action is on slurmrestd:
 
@@ -11,9 +13,14 @@ What each action is on slurmrestd:
 * release: `POST /slurm/vX/job/{id}` with `{"hold": false}`;
 * cancel: `DELETE /slurm/vX/job/{id}` (SIGKILL, as scancel);
 * excluded nodes: `POST /slurm/vX/job/{id}` with `excluded_nodes` when the version's job update
-  schema has that field; v0.0.36-v0.0.38 (22.05) answer "Disabled key: excluded_nodes";
-* requeue-hold: NO slurmrestd version has a requeue operation (job update's `requeue` is the
-  --requeue flag, not an action).
+  schema has that field (v0.0.40+: a list); v0.0.36-v0.0.38 (22.05) answer "Disabled key: excluded_nodes";
+* requeue-hold: `GET /slurm/vX/job/{id}/requeue?Hold=true` where the server has that path (v0.0.45,
+  26.05; `?Hold` with an empty value is taken as NOT set); older versions have no requeue operation
+  (job update's `requeue` is the --requeue flag, not an action);
+* an array task (`<array id>_<task id>`): v0.0.40+ reject every job update of a task ("Submit job
+  update against Array Job's JobID instead of array task id"), and the array's id would update
+  every task, so release and excluded nodes of a task have no REST form there; requeue (v0.0.45)
+  and cancel take the task form.
 
 An action without a REST form runs `scontrol` (the CLI adapter, with the same settings) when
 RECOVERY_SLURMRESTD_CLI_FALLBACK is true (the default; needs Slurm's client commands and
@@ -35,9 +42,10 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -48,21 +56,31 @@ from app.slurm.errors import (
     JobNotFound,
     JobStateConflict,
     OperationDisabled,
+    SchedulerError,
     TransientSchedulerError,
     classify,
 )
 from app.slurm.parse import ParseError, load_json, parse_partition_nodes, parse_sacct_json, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 from app.slurm.rest_auth import SignedTokens, TokenFile, TokenSource
+from app.slurm.rest_parse import JobsParser, decode_jobs_answer
 
 # API versions whose job JSON app.slurm.parse reads, oldest first
-KNOWN_VERSIONS = tuple(f"v0.0.{minor}" for minor in range(36, 45))
+KNOWN_VERSIONS = tuple(f"v0.0.{minor}" for minor in range(36, 46))
 _VERSION_PATH = re.compile(r"^/slurm/(v0\.0\.\d+)/jobs/?$")
 _DBD_PATH = re.compile(r"^/slurmdb/(v0\.0\.\d+)/job/\{job_id\}/?$")
 
 
 class RestUnsupported(OperationDisabled):
     """The action has no slurmrestd form in this API version and the CLI fallback is off."""
+
+
+class RestVersionUnsupported(OperationDisabled):
+    """slurmrestd offers no job API version that Recovery reads (or not the one the settings force)."""
+
+
+# v0.0.40+ (24.11, 26.05) answer this to a job update named `<array id>_<task id>`
+_TASK_UPDATE_REJECTED = "instead of array task id"
 
 
 def parse_rest_url(url: str) -> tuple[str, str | None]:
@@ -111,6 +129,8 @@ class RestScheduler:
         self.version: str | None = None
         self.dbd_version: str | None = None
         self.excluded_nodes_field: str | None = None  # "list", "string" or None (no REST form)
+        self.requeue_path: str | None = None  # "/slurm/vX/job/{job_id}/requeue" (v0.0.45+) or None
+        self.jobs_parser = JobsParser()
         self._client: httpx.AsyncClient | None = None
         self._discover_lock = asyncio.Lock()
         self.last_result: CommandResult | None = None
@@ -137,13 +157,19 @@ class RestScheduler:
         return headers
 
     async def request(
-        self, method: str, path: str, *, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        decode: Callable[[bytes], dict[str, Any]] = load_json,
     ) -> tuple[dict, CommandResult]:
         """One HTTP request; Slurm's `errors` become the classified SchedulerError, as the CLI adapter's stderr."""
-        command = (method, self.base_url + path)
+        command = (method, self.base_url + path + (f"?{urlencode(params)}" if params else ""))
         started = time.monotonic()
         try:
-            response = await self.client().request(method, path, headers=self._headers(), json=body)
+            response = await self.client().request(method, path, headers=self._headers(), json=body, params=params)
         except httpx.TimeoutException:
             raise TransientSchedulerError(
                 f"timed out after {self.timeout:g}s", command=command, duration=time.monotonic() - started
@@ -154,8 +180,8 @@ class RestScheduler:
             ) from None
         duration = time.monotonic() - started
         try:
-            # the bulk jobs answer is megabytes: parse it as squeue's is (GC paused), once
-            data: dict | None = load_json(response.content)
+            # JSON answers are parsed as squeue's are (GC paused), once; the bulk jobs answer incrementally
+            data: dict | None = decode(response.content)
         except ParseError:
             data = None
         errors = _error_texts(data)
@@ -196,8 +222,10 @@ class RestScheduler:
             if self.version is not None:
                 return self.version
             spec, _ = await self.request("GET", "/openapi/v3")
-            self.version, self.dbd_version, self.excluded_nodes_field = choose_versions(spec, self.forced_version)
-            return self.version
+            version, self.dbd_version, self.excluded_nodes_field = choose_versions(spec, self.forced_version)
+            self.requeue_path = requeue_path(spec, version)
+            self.version = version
+            return version
 
     # ------------------------------------------------------------ Scheduler
 
@@ -206,16 +234,21 @@ class RestScheduler:
         taken_at = datetime.now(UTC)
         # An answer with Slurm errors (slurmctld down: "Unable to contact slurm controller") raises
         # the classified error, so an outage is "could not observe", never "every job is gone".
-        data, result = await self.request("GET", f"/slurm/{version}/jobs")
+        data, result = await self.request("GET", f"/slurm/{version}/jobs", decode=decode_jobs_answer)
         try:
-            return parse_snapshot(data, taken_at=taken_at, duration=result.duration)
+            # a record unchanged since the last tick keeps its parsed job (app.slurm.rest_parse)
+            return self.jobs_parser.parse(data, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
             raise TransientSchedulerError(f"unreadable slurmrestd jobs answer: {exc}", command=result.command) from None
 
     async def requeue_hold(self, job: JobTarget) -> CommandResult:
-        # no slurmrestd version has a requeue operation
         await self.discover()
-        return await self._without_rest_form("requeue_hold", job, lambda cli: cli.requeue_hold(job))
+        if self.requeue_path is None:  # before v0.0.45 no slurmrestd version has a requeue operation
+            return await self._without_rest_form("requeue_hold", job, lambda cli: cli.requeue_hold(job))
+        path = self.requeue_path.replace("{job_id}", target_text(job))
+        data, result = await self.request("GET", path, params={"Hold": "true"})
+        _raise_for_status_entries(data, result)
+        return result
 
     async def set_excluded_nodes(self, job: JobTarget, nodes: Sequence[str]) -> CommandResult:
         await self.discover()
@@ -239,9 +272,19 @@ class RestScheduler:
         """
         version = await self.discover()
         text = target_text(job)
+        if "_" in text and _minor(version) >= 40:
+            # v0.0.40+: no job update of one array task over REST (the array id would change them all)
+            return await self._without_rest_form("update of an array task", job, self.fallback_for_update(job, body))
         try:
-            _, result = await self.request("POST", f"/slurm/{version}/job/{text}", body=body)
-        except TransientSchedulerError as exc:
+            data, result = await self.request("POST", f"/slurm/{version}/job/{text}", body=body)
+            _raise_for_status_entries(data, result)
+        except SchedulerError as exc:
+            if "_" in text and _TASK_UPDATE_REJECTED in exc.stderr:
+                # a version we have not seen that refuses it as v0.0.40-v0.0.45 do
+                run = self.fallback_for_update(job, body)
+                return await self._without_rest_form("update of an array task", job, run)
+            if not isinstance(exc, TransientSchedulerError):
+                raise
             if "_" not in text or "job array update" not in exc.stderr:
                 raise
             seen = next((j for j in (await self.list_jobs()).jobs if j.scheduler_id == text), None)
@@ -256,10 +299,20 @@ class RestScheduler:
             )
         return result
 
+    @staticmethod
+    def fallback_for_update(job: JobTarget, body: dict[str, Any]) -> Any:
+        """The scontrol form of a job update body (release or excluded nodes), for the CLI fallback."""
+        if "excluded_nodes" in body:
+            value = body["excluded_nodes"]
+            nodes = list(value) if isinstance(value, list) else [n for n in str(value).split(",") if n]
+            return lambda cli: cli.set_excluded_nodes(job, nodes)
+        return lambda cli: cli.release(job)
+
     async def cancel(self, job: JobTarget) -> CommandResult:
         version = await self.discover()
         try:
-            _, result = await self.request("DELETE", f"/slurm/{version}/job/{target_text(job)}")
+            data, result = await self.request("DELETE", f"/slurm/{version}/job/{target_text(job)}")
+            _raise_for_status_entries(data, result)  # v0.0.40+: "already completing or completed" inside a 200
         except JobStateConflict as exc:
             if "already completing or completed" in exc.stderr.lower():
                 return self.last_result or CommandResult(("DELETE",), 200, "", exc.stderr, exc.duration or 0.0)
@@ -340,7 +393,7 @@ def choose_versions(spec: dict, forced: str | None = None) -> tuple[str, str | N
     usable = sorted(offered & set(KNOWN_VERSIONS), key=lambda v: int(v.rsplit(".", 1)[1]))
     if forced:
         if forced not in offered:
-            raise OperationDisabled(
+            raise RestVersionUnsupported(
                 f"slurmrestd offers {', '.join(sorted(offered)) or 'no job API'}, not {forced}",
                 command=("GET", "/openapi/v3"),
             )
@@ -348,8 +401,12 @@ def choose_versions(spec: dict, forced: str | None = None) -> tuple[str, str | N
     elif usable:
         version = usable[-1]
     elif offered:
-        # newer than we know: the parser is tolerant, try the newest
-        version = sorted(offered, key=lambda v: int(v.rsplit(".", 1)[1]))[-1]
+        raise RestVersionUnsupported(
+            f"slurmrestd offers {', '.join(sorted(offered, key=_minor))}; Recovery reads {KNOWN_VERSIONS[0]} to "
+            f"{KNOWN_VERSIONS[-1]} (have slurmrestd load an older data_parser plugin with -s/-d, "
+            "or use RECOVERY_SLURM_API=cli)",
+            command=("GET", "/openapi/v3"),
+        )
     else:
         raise TransientSchedulerError(
             "slurmrestd offers no /slurm/v0.0.NN/jobs endpoint (openapi/slurmctld not loaded?)"
@@ -359,6 +416,46 @@ def choose_versions(spec: dict, forced: str | None = None) -> tuple[str, str | N
         key=lambda v: int(v.rsplit(".", 1)[1]),
     )
     return version, (dbd[-1] if dbd else None), _excluded_nodes_field(spec, paths, version)
+
+
+def _minor(version: str) -> int:
+    return int(version.rsplit(".", 1)[1])
+
+
+def requeue_path(spec: dict, version: str) -> str | None:
+    """The version's requeue operation (`GET /slurm/vX/job/{job_id}/requeue`, v0.0.45+), or None when it has none."""
+    paths = spec.get("paths") if isinstance(spec, dict) else None
+    for path in (f"/slurm/{version}/job/{{job_id}}/requeue", f"/slurm/{version}/job/{{job_id}}/requeue/"):
+        item = paths.get(path) if isinstance(paths, dict) else None
+        if isinstance(item, dict) and "get" in item:
+            return path
+    return None
+
+
+def _entry_errors(data: dict) -> list[str]:
+    """Per-job errors inside an HTTP 200: `status` (requeue, cancel) or `results` (update) items, in either shape
+    slurmrestd uses: {error: "text", error_code: N} (requeue, update) or {error: {code: N, string: "text"}} (cancel)."""
+    texts = []
+    for key in ("status", "results"):
+        items = data.get(key)
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            error = item.get("error")
+            if isinstance(error, dict):
+                code, text = error.get("code"), error.get("string") or error.get("message")
+            else:
+                code, text = item.get("error_code"), error
+            if code not in (None, 0):
+                texts.append(str(text or f"error {code}"))
+    return texts
+
+
+def _raise_for_status_entries(data: dict, result: CommandResult) -> None:
+    """Raise the classified error of an answer's per-job errors (see _entry_errors)."""
+    texts = _entry_errors(data)
+    if texts:
+        raise classify(result.command, result.returncode, "\n".join(texts), duration=result.duration)
 
 
 def _excluded_nodes_field(spec: dict, paths: dict, version: str) -> str | None:

@@ -23,9 +23,7 @@ from tests.plugins.slurm_lab import SlurmLab
 from tests.plugins.slurmrestd import RestLab
 from worker.registry import cluster_runners
 
-# SQLite only for now: on PostgreSQL, under a loaded CI run, this test still failed once after the first-look fix
-# (not yet understood); the cluster filters and leases are tested on both backends in tests/api/test_clusters.py.
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 async def converged(ctx: AppContext, cluster: str, job_id: int) -> Advice | None:

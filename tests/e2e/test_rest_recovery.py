@@ -1,4 +1,5 @@
-"""The recovery path through slurmrestd (22.05, JWT): crash -> requeue-hold -> exclusions -> release -> CONVERGED."""
+"""The recovery path through slurmrestd (JWT): crash -> requeue-hold -> exclusions -> release -> CONVERGED, on the
+22.05 twin and (`slurm_versions`) the 24.11 and 26.05 labs' own slurmrestd."""
 
 from __future__ import annotations
 
@@ -54,21 +55,22 @@ async def rest_worker(ctx: AppContext, restlab: RestLab) -> AsyncIterator[RestSc
         await rest.aclose()
 
 
-async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd: RestLab) -> None:
+@pytest.mark.slurm_versions
+async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, rest_lab: RestLab) -> None:
     env = unique_environment()
     wctx = lab_context(
         ctx,
         env,
-        cluster=slurmrestd.cluster,
+        cluster=rest_lab.cluster,
         slurm_api="rest",
-        slurmrestd_url=slurmrestd.url,
-        slurmrestd_jwt_key=slurmrestd.jwt_key,
-        slurmrestd_user=slurmrestd.user,
+        slurmrestd_url=rest_lab.url,
+        slurmrestd_jwt_key=rest_lab.jwt_key,
+        slurmrestd_user=rest_lab.user,
     )
-    lab = slurmrestd.slurm
-    async with rest_worker(wctx, slurmrestd) as rest:
+    lab = rest_lab.slurm
+    async with rest_worker(wctx, rest_lab) as rest:
         job_id = lab.submit(
-            batch_script(policy_comment(env), LONG_FIRST_ATTEMPT, name="e2e-rest"), sbatch_args=slurmrestd.as_user
+            batch_script(policy_comment(env), LONG_FIRST_ATTEMPT, name="e2e-rest"), sbatch_args=rest_lab.as_user
         )
         a0 = await eventually(lambda: attempt_running(wctx, job_id, 0), what="attempt 0 running (seen over REST)")
         bad = a0.nodes[0]
@@ -80,7 +82,8 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
             return len(found) == 2 and found[1].state in {"RUNNING", "COMPLETED"} and found[1].nodes and found
 
         _, a1 = await eventually(second_ran, timeout=180, what="attempt 1 ran")
-    assert rest.version == "v0.0.38" and rest.tokens is not None
+    version = rest_lab.api_version
+    assert rest.version == version and rest.tokens is not None
     assert (advice.operation, advice.disposition, advice.disposition_reason) == (
         "RESTART",
         "CONVERGED",
@@ -92,9 +95,11 @@ async def test_crash_is_recovered_through_slurmrestd(ctx: AppContext, slurmrestd
         ("update_exclusions", "SUCCEEDED"),
         ("release", "SUCCEEDED"),
     ]
-    details = {m.step: m.detail for m in await milestones(wctx, job_id)}
-    assert f"slurmrestd: POST {slurmrestd.url}/slurm/v0.0.38/job/{job_id}" in (details["release"] or "")
-    assert "slurmrestd" not in (details["requeue_hold"] or "")  # no REST form: scontrol (the fallback) ran it
+    details = {m.step: m.detail or "" for m in await milestones(wctx, job_id)}
+    assert f"slurmrestd: POST {rest_lab.url}/slurm/{version}/job/{job_id}" in details["release"]
+    # 22.05 has no REST form of excluded nodes, and only v0.0.45 (26.05) one of requeue: scontrol (the fallback)
+    assert ("slurmrestd: POST" in details["update_exclusions"]) == (rest_lab.release != "22.05")
+    assert ("slurmrestd: GET" in details["requeue_hold"]) == (rest_lab.release == "26.05")
     shown = lab.scontrol_show(job_id)
     assert shown["Restarts"] == "1" and shown["ExcNodeList"] == bad
 

@@ -4,7 +4,9 @@ JWT needs `AuthAltTypes=auth/jwt` in the slurm.conf of slurmctld. Changing the s
 slurm.conf would make every `recovery lab up` from a worktree without that change restart its
 slurmctld (and kill the jobs of other tests), so this plugin runs a small TWIN of the lab instead:
 the default lab's generated slurm.conf with its own cluster name (`restlab`), free ports, its own
-state/spool/log directories under RECOVERY_RESTLAB_DIR (default /tmp/recovery-restlab), two nodes
+state/spool/log directories under RECOVERY_RESTLAB_DIR (default: beside the lab's own dir, `<lab dir>-restlab`,
+so that sessions with their own RECOVERY_LAB_DIR never share a twin: a twin's start cancels every job of its
+user and its session's end stops its daemons: the likely cause of a concurrent run's two-cluster failure), two nodes
 (node8, node9) and the JWT lines; munged is the lab's. Daemons are started once per session
 and stopped at its end by the pids in their pid files (checked against /proc/PID/exe), never by
 name. The twin doubles as a second live cluster (tests of several clusters in one installation).
@@ -88,6 +90,21 @@ class RestLab:
     directory: Path
     user: str = USER
     as_user: tuple[str, ...] = AS_USER
+    release: str = "22.05"
+    nodes: tuple[str, ...] = NODES
+
+    @property
+    def api_version(self) -> str:
+        """The job API the adapter must pick on this release (the newest it offers)."""
+        return API_VERSIONS[self.release]
+
+    @property
+    def is_twin(self) -> bool:
+        return isinstance(self.slurm, TwinLab)
+
+
+# the newest job API each release's slurmrestd offers (what the adapter must choose)
+API_VERSIONS = {"22.05": "v0.0.38", "24.11": "v0.0.42", "26.05": "v0.0.45"}
 
 
 def _free_port() -> int:
@@ -144,7 +161,7 @@ def _wait(what: str, probe, timeout: float = 60.0) -> None:
 class _Twin:
     def __init__(self, lab: SlurmLab) -> None:
         self.lab = lab
-        self.dir = Path(os.environ.get("RECOVERY_RESTLAB_DIR", "/tmp/recovery-restlab"))
+        self.dir = Path(os.environ.get("RECOVERY_RESTLAB_DIR") or f"{lab.lab_dir}-restlab")
         self.conf = self.dir / "etc" / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.pids: list[tuple[Path, str]] = []
@@ -256,6 +273,7 @@ class _Twin:
             socket_url=f"unix:{sock}",
             jwt_key=str(key),
             directory=self.dir,
+            release=host_version(),
         )
         return slurm.rest
 
@@ -288,8 +306,21 @@ _TWIN: _Twin | None = None
 
 
 @contextlib.contextmanager
-def controller_outage() -> Iterator[None]:
-    """The twin's slurmctld stopped (by its pid) for the block, then started again (slurmd and slurmrestd stay)."""
+def controller_outage(restlab: RestLab | None = None) -> Iterator[None]:
+    """The slurmctld behind `restlab` (default: the twin) stopped by its pid for the block, then started again
+    (slurmd and slurmrestd stay); a release lab is brought back with `recovery lab up` and its own options."""
+    if restlab is not None and not restlab.is_twin:
+        lab = restlab.slurm
+        ctld = lab.daemon_pid("slurmctld")
+        os.kill(ctld, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _running(ctld, "slurmctld") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:
+            yield
+        finally:
+            assert lab.up() == 0
+        return
     assert _TWIN is not None, "needs the slurmrestd fixture"
     pid_file = _TWIN.dir / "run" / "slurmctld.pid"
     pid = _pid_alive(pid_file, "slurmctld")
@@ -326,3 +357,47 @@ def slurmrestd() -> Iterator[RestLab]:
     _RESTLAB.slurm.cancel_submitted()
     twin.stop()
     _RESTLAB = _TWIN = None
+
+
+@pytest.fixture(scope="session")
+def rest_lab(slurm_version: str, request: pytest.FixtureRequest) -> RestLab:
+    """slurmrestd of this test's release (`slurm_versions`): the JWT twin on the host's release, else the
+    release lab's own slurmrestd (JWT, tokens for root, who owns the lab's jobs)."""
+    if slurm_version == host_version():
+        twin: RestLab = request.getfixturevalue("slurmrestd")
+        return twin
+    lab: SlurmLab = request.getfixturevalue("slurm_lab")
+    if not lab.restd_url:
+        require(f"slurmrestd of Slurm {slurm_version}", f"the {slurm_version} lab runs no slurmrestd")
+    return RestLab(
+        slurm=lab,
+        cluster=lab.cluster,
+        url=lab.restd_url or "",
+        socket_url="",
+        jwt_key=str(lab.lab_dir / "etc" / "jwt_hs256.key"),
+        directory=lab.lab_dir,
+        user="root",
+        as_user=(),
+        release=slurm_version,
+        nodes=tuple(f"node{i}" for i in range(1, lab.nodes + 1)),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cancel_twin_jobs_of_each_test() -> Iterator[None]:
+    """Cancel what a test submitted to the twin when it ends, as slurm_lab does for the labs: the twin has 4 CPUs,
+    and one test's leftovers (array siblings sleeping 90 s) kept the next test's jobs pending for their whole life."""
+    before = len(_RESTLAB.slurm.submitted) if _RESTLAB is not None else 0
+    yield
+    if _RESTLAB is None:
+        return
+    twin = _RESTLAB.slurm
+    leftovers = twin.submitted[before:]
+    if leftovers:
+        subprocess.run(
+            [str(twin.bin_dir / "scancel"), *map(str, leftovers)],
+            env=twin.env(),
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )

@@ -570,3 +570,4 @@ def test_a_requeued_job_still_completing_lists_no_nodes_for_its_new_attempt() ->
     job = parse_snapshot({"jobs": [record]}).jobs[0]
     assert (job.state, job.state_flags, job.restart_count) == ("PENDING", ("COMPLETING",), 1)
     assert job.nodes == () and job.start_time is None
+    assert record["end_time"]["number"] > 5e9 and job.end_time is None  # the projection, not an end

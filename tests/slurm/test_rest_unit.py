@@ -12,7 +12,13 @@ from app.config import Settings
 from app.slurm.errors import OperationDisabled, TransientSchedulerError
 from app.slurm.fake import FakeScheduler
 from app.slurm.rest_auth import SignedTokens, TokenFile
-from app.slurm.rest_scheduler import RestScheduler, RestUnsupported, choose_versions, parse_rest_url
+from app.slurm.rest_scheduler import (
+    RestScheduler,
+    RestUnsupported,
+    RestVersionUnsupported,
+    choose_versions,
+    parse_rest_url,
+)
 
 KEY = b"k" * 48
 
@@ -64,8 +70,10 @@ def test_2205_spec_has_no_excluded_nodes_and_no_slurmdb() -> None:
     assert choose_versions(spec) == ("v0.0.38", None, None)
 
 
-def test_unknown_newer_version_is_still_used_and_no_jobs_api_is_an_error() -> None:
-    assert choose_versions(_spec("v0.0.50"))[0] == "v0.0.50"
+def test_newest_known_version_wins_and_only_unknown_ones_or_no_jobs_api_is_an_error() -> None:
+    assert choose_versions(_spec("v0.0.44", "v0.0.45", "v0.0.50"))[0] == "v0.0.45"
+    with pytest.raises(RestVersionUnsupported, match=r"offers v0.0.50, v0.0.51; Recovery reads v0.0.36 to v0.0.45"):
+        choose_versions(_spec("v0.0.51", "v0.0.50"))
     with pytest.raises(TransientSchedulerError, match="no /slurm"):
         choose_versions({"paths": {"/openapi/v3": {}}})
 
