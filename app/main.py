@@ -33,7 +33,7 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (
         b"content-security-policy",
-        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self' data:; "
         b"connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'",
     ),
 ]

@@ -21,12 +21,30 @@
     return d.toLocaleString(undefined, { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
   }
 
-  // <time datetime> in tables: UTC text, local time as the tooltip.
+  // The "local time" toggle: each <time> gets its local text beside it (shown while the toggle is on, remembered).
+  var LOCAL_KEY = "recovery.localTimes";
+  function setLocal(on) {
+    document.documentElement.setAttribute("data-local-times", on ? "on" : "off");
+    var button = document.getElementById("local-toggle");
+    if (button) { button.setAttribute("aria-pressed", on ? "true" : "false"); }
+    try { window.localStorage.setItem(LOCAL_KEY, on ? "on" : "off"); } catch (e) { /* storage may be off */ }
+  }
+  function storedLocal() {
+    try { return window.localStorage.getItem(LOCAL_KEY) === "on"; } catch (e) { return false; }
+  }
+
+  // <time datetime> in tables: UTC text, local time as the tooltip and (toggle on) beside it.
   // SVG marks carry data-utc: append the local time to their <title>.
   function localise(root) {
     root.querySelectorAll("time[datetime]:not([data-local])").forEach(function (el) {
       var local = localText(el.getAttribute("datetime"));
-      if (local) { el.setAttribute("title", "local: " + local); }
+      if (local) {
+        el.setAttribute("title", "local: " + local);
+        var span = document.createElement("span");
+        span.className = "local-time";
+        span.textContent = "local " + local;
+        el.insertAdjacentElement("afterend", span);
+      }
       el.setAttribute("data-local", "1");
     });
     root.querySelectorAll("svg [data-utc]:not([data-local])").forEach(function (el) {
@@ -58,6 +76,12 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
+    var toggle = document.getElementById("local-toggle");
+    if (toggle) {
+      toggle.hidden = false;
+      toggle.addEventListener("click", function () { setLocal(toggle.getAttribute("aria-pressed") !== "true"); });
+    }
+    setLocal(storedLocal());
     localise(document);
     window.setInterval(poll, POLL_MS);
   });

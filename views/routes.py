@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.context import AppContext
-from views import advice_page, audit_page, fleet_page, live, login, pages
+from views import advice_page, audit_page, fleet_page, glossary_page, live, log_page, login, pages
 from views.auth import DashboardAuth, DashboardSessions, session_secret
 from views.render import Dashboard
+from views.static_files import CompressedStaticFiles
 from views.templating import STATIC_DIR, build_templates
 
 
@@ -52,6 +52,8 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         Route("/nodes", fleet_page.nodes, name="nodes"),
         Route("/fleet/{action}", fleet_page.fleet_action, methods=["POST"], name="fleet_action"),
         Route("/live", live.live, name="live"),
+        Route("/glossary", glossary_page.glossary_page, name="glossary"),
+        Route("/jobs/{job_id:int}/attempts/{attempt_index:int}/log", log_page.log_view, name="attempt_log"),
         Route("/auth/login", login.login, name="login"),
         Route("/auth/callback", login.callback, name="callback"),
         Route("/auth/logout", login.logout, methods=["POST"], name="logout"),
@@ -63,5 +65,5 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     ]
     return [
         Mount("/dashboard", routes=routes, middleware=middleware, name="dashboard"),
-        Mount("/static", app=StaticFiles(directory=str(STATIC_DIR)), name="static"),
+        Mount("/static", app=CompressedStaticFiles(directory=str(STATIC_DIR)), name="static"),
     ]

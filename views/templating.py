@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -13,6 +14,7 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
+from app.domain import glossary
 from app.domain.timefmt import iso_utc
 from app.resources import resource_dir
 
@@ -93,6 +95,40 @@ def state_class(state: str | None) -> str:
     return "state state-" + state_group(state)
 
 
+def tip_id(term: str) -> str:
+    """The id of a term's description in the page's glossary block (base.html)."""
+    return "tip-" + re.sub(r"[^A-Za-z0-9]+", "-", term).strip("-")
+
+
+def gloss(term: str, text: str | None = None) -> Markup:
+    """`term` (or `text`) as a focusable button described by the term's glossary entry (hover, focus and tap show it).
+
+    The description lives once per page in base.html (so table text stays clean); CSS shows `data-tip`."""
+    found = glossary.BY_NAME.get(term)
+    shown = term if text is None else text
+    if found is None:
+        return Markup("{}").format(shown)
+    return Markup(
+        '<button type="button" class="gloss-term" aria-describedby="{tip}" '
+        'data-tip="{plain}: {meaning}">{shown}</button>'
+    ).format(tip=tip_id(term), shown=shown, plain=found.plain, meaning=found.meaning)
+
+
+def exit_words(code: int | None, signal: int | None = None) -> str:
+    """Exit code and signal in plain words (137: killed by SIGKILL)."""
+    return glossary.exit_text(code, signal)
+
+
+STATE_ICONS = {"running": "▶", "pending": "…", "completed": "✓", "failed": "✗", "cancelled": "■", "other": "?"}
+
+
+def state_icon(state: str | None) -> str:
+    """A symbol per state group, so a state is never told by colour alone."""
+    from views.timeline import state_group
+
+    return STATE_ICONS[state_group(state)]
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -101,9 +137,25 @@ def build_templates() -> Jinja2Templates:
     """The template set of the dashboard (autoescaped; helpers as globals)."""
     templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
     env = templates.env
-    env.globals.update(url=_url, static=_static, now_utc=_now, htmx_file=HTMX_FILE, htmx_sse_file=HTMX_SSE_FILE)
+    env.globals.update(
+        url=_url,
+        static=_static,
+        now_utc=_now,
+        htmx_file=HTMX_FILE,
+        htmx_sse_file=HTMX_SSE_FILE,
+        gloss=gloss,
+        glossary_terms=glossary.TERMS,
+        tip_id=tip_id,
+    )
     env.filters.update(
-        utc=utc_text, iso=iso, time=time_tag, duration=duration_text, pretty_json=pretty_json, state_class=state_class
+        utc=utc_text,
+        iso=iso,
+        time=time_tag,
+        duration=duration_text,
+        pretty_json=pretty_json,
+        state_class=state_class,
+        exit_words=exit_words,
+        state_icon=state_icon,
     )
     env.trim_blocks = True
     env.lstrip_blocks = True

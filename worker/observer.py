@@ -293,8 +293,13 @@ class Observer(Service):
                 exit_code=final.exit_code if final.exit_code is not None else attempt.exit_code,
                 exit_signal=final.exit_signal or attempt.exit_signal,
                 end_time=final.end or attempt.end_time or utcnow(),
-                ended_reason=f"ended before it was observed; final state from accounting "
-                f"({final.source}), then requeued",
+                ended_reason=(
+                    f"ended between two looks (it was seen {attempt.state.lower()}); final state from "
+                    f"Slurm accounting ({final.source}), then Slurm started the next attempt"
+                    if attempt.start_time is not None or attempt.state in states.EXECUTING
+                    else f"ended before Recovery saw it run; final state from Slurm accounting ({final.source}), "
+                    "then Slurm started the next attempt"
+                ),
             )
             return
         await jobs.update_attempt(
@@ -303,7 +308,8 @@ class Observer(Service):
             job=record,
             state="REQUEUED",
             end_time=attempt.end_time or utcnow(),
-            ended_reason="requeued: Slurm's restart count moved on",
+            ended_reason="requeued by Slurm: a new attempt of the job started, and accounting does not say "
+            "how this one ended",
         )
 
     async def _follow_missing(self) -> int:

@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
@@ -16,19 +16,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Bas
 from app.api.auth import authenticate_connection
 from app.api.context import ApiContext
 from app.api.errors import FORBIDDEN, LIMIT_EXCEEDED, UNAUTHENTICATED
+from app.api.graphiql import graphiql_html
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.api.loaders import Loaders
 from app.api.masking import masked
 from app.api.schema import schema
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
-
-# GraphiQL loads React and GraphiQL from unpkg with inline bootstrapping; only its page gets this policy.
-GRAPHIQL_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://unpkg.com; "
-    "style-src 'self' 'unsafe-inline' https://unpkg.com; img-src 'self' data: https://unpkg.com; "
-    "font-src 'self' data: https://unpkg.com; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'"
-)
 
 
 def auth_error_body(exc: AuthError) -> dict[str, Any]:
@@ -147,4 +141,5 @@ class RecoveryGraphQL(GraphQL[ApiContext, None]):
         )
 
     async def render_graphql_ide(self, request: Request) -> Response:
-        return HTMLResponse(self.graphql_ide_html, headers={"content-security-policy": GRAPHIQL_CSP})
+        # Vendored assets under the dashboard's CSP (app/main.py), so GraphiQL works without internet access.
+        return graphiql_html(request)

@@ -235,3 +235,20 @@ async def progress_lines(session: AsyncSession, *, attempt_ids: Iterable[int]) -
         if attempt_id in ids and line:
             found[attempt_id] = line
     return found
+
+
+async def tracked_log_paths(session: AsyncSession, *, attempt_id: int, job_id: int) -> set[str]:
+    """Every log path Recovery tracks for this attempt: its log sources (own or shared with the job) and evidence."""
+    paths: set[str] = set()
+    sources = await session.scalars(
+        select(LogSource.path).where(
+            or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True))
+        )
+    )
+    paths.update(sources.all())
+    for model in (Anomaly, Checkpoint):
+        found = await session.scalars(
+            select(model.log_path).where(model.attempt_id == attempt_id, model.log_path.is_not(None)).distinct()
+        )
+        paths.update(p for p in found.all() if p)
+    return paths

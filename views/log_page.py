@@ -1,0 +1,64 @@
+"""The log view: the lines around one evidence line of an attempt's log file (read-only, bounded, escaped)."""
+
+from __future__ import annotations
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.evidence import queries as evidence_queries
+from app.jobs import queries as job_queries
+from app.logs.excerpt import CONTEXT_LINES, read_excerpt
+from views.auth import guarded
+from views.render import dashboard_of, explain, render
+
+
+@guarded()
+async def log_view(request: Request) -> Response:
+    """`?path=<a log path Recovery tracks for this attempt>&line=N`: lines N-50..N+50 of that file."""
+    dashboard = dashboard_of(request)
+    slurm_job_id, index = request.path_params["job_id"], request.path_params["attempt_index"]
+    path = (request.query_params.get("path") or "")[:4096]
+    raw_line = (request.query_params.get("line") or "1").strip()
+    back = request.url_for("dashboard:attempt", job_id=slurm_job_id, attempt_index=index).path
+    if not raw_line.isdigit() or not 0 < int(raw_line) < 10**12:
+        return explain(
+            request,
+            title="Not a line number",
+            status=400,
+            message=f"{raw_line[:20]!r} is not a line number.",
+            hint="Open the log from an evidence line on Job Details.",
+            links=[(f"Job Details {slurm_job_id}/{index}", back)],
+        )
+    line = int(raw_line)
+    async with dashboard.ctx.sessions() as session:
+        attempt = await job_queries.find_attempt(session, slurm_job_id=slurm_job_id, attempt_index=index)
+        tracked = (
+            await evidence_queries.tracked_log_paths(session, attempt_id=attempt.id, job_id=attempt.job_id)
+            if attempt is not None
+            else set()
+        )
+    if attempt is None:
+        return explain(
+            request,
+            title="Unknown attempt",
+            status=404,
+            message=f"No attempt {slurm_job_id}/{index} is recorded.",
+            links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+        )
+    tracked |= {p for p in (attempt.stdout_path, attempt.stderr_path) if p}
+    if path not in tracked:
+        return explain(
+            request,
+            title="Not a log of this attempt",
+            status=404,
+            message="The log view shows only files Recovery reads for this attempt."
+            + (f" Known here: {', '.join(sorted(tracked)[:5])}." if tracked else " None is recorded yet."),
+            links=[(f"Job Details {slurm_job_id}/{index}", back)],
+        )
+    excerpt = await anyio.to_thread.run_sync(read_excerpt, path, line)
+    return render(
+        request,
+        "log.html",
+        {"attempt": attempt, "excerpt": excerpt, "context": CONTEXT_LINES, "back": back, "tracked": sorted(tracked)},
+    )
