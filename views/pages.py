@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -14,8 +14,10 @@ from app.advice import queries as advice_queries
 from app.audit import queries as audit_queries
 from app.db import Session, utcnow
 from app.domain import bounds
+from app.domain.bounds import check_time
 from app.domain.cursor import CursorError
 from app.domain.identity import parse_scheduler_job_id
+from app.domain.timefmt import iso_utc
 from app.evidence import queries as evidence_queries
 from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
@@ -25,7 +27,7 @@ from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
 from views.serialize import attempt_json
-from views.timeline import Mark, Row, legend_items, render_timeline, state_spans
+from views.timeline import Mark, Row, legend_items, render_timeline, state_spans, time_window
 
 PAGE_SIZE = 50
 ATTEMPTS_PER_JOB = 100
@@ -388,6 +390,9 @@ async def timeline(request: Request) -> Response:
         checkpoints = await evidence_queries.latest_checkpoints_of_attempts(session, attempt_ids=ids, limit=200)
         advice = await advice_queries.advice_of_attempts(session, attempt_ids=ids)
         milestones = await advice_queries.milestones_of_advice(session, advice_ids=[a.id for a in advice.values()])
+        workflow = (await job_queries.workflows_by_ids(session, ids=[job.workflow_id] if job.workflow_id else [])).get(
+            job.workflow_id or 0
+        )
     now = utcnow()
     rows = build_rows(
         request,
@@ -399,14 +404,23 @@ async def timeline(request: Request) -> Response:
         advice=advice,
         milestones=milestones,
     )
-    marks = sorted(((row.attempt_index, m) for row in rows for m in row.marks), key=lambda item: item[1].at)
+    # Every mark links to its row in the events table (#ev-N), numbered in time order.
+    order = sorted(
+        ((i, j) for i, row in enumerate(rows) for j in range(len(row.marks))), key=lambda p: rows[p[0]].marks[p[1]].at
+    )
+    for n, (i, j) in enumerate(order, start=1):
+        rows[i].marks[j] = replace(rows[i].marks[j], anchor=f"ev-{n}")
+    marks = [(rows[i].attempt_index, rows[i].marks[j]) for i, j in order]
+    zoom = timeline_zoom(request, rows=rows, focus=attempt, now=now)
     return render(
         request,
         "timeline.html",
         {
             "attempt": attempt,
             "job": job,
-            "svg": render_timeline(rows, now=now),
+            "workflow": workflow,
+            "svg": render_timeline(rows, now=now, start=zoom.start, end=zoom.end),
+            "zoom": zoom,
             "marks": marks,
             "legend": legend_items(),
             "now": now,
@@ -415,6 +429,68 @@ async def timeline(request: Request) -> Response:
         },
         partial="_timeline.html",
     )
+
+
+@dataclass
+class Zoom:
+    """The timeline's window: the whole job, the focus attempt, or a chosen `from`..`to` (all plain GET links)."""
+
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    mode: str = "all"  # all | attempt | range
+    error: str | None = None
+    links: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> query
+    start_text: str = ""
+    end_text: str = ""
+
+
+def _parse_utc(text: str) -> dt.datetime:
+    value = text.strip().replace(" ", "T")
+    value = value[:-1] + "+00:00" if value.endswith("Z") else value
+    parsed = dt.datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.datetime) -> Zoom:
+    """`?zoom=attempt`, or `?from=…&to=…` (UTC); zoom in/out links halve or double the window around its middle."""
+    q = request.query_params
+    zoom = Zoom()
+    full = time_window(rows, now=now)
+    if q.get("from") or q.get("to"):
+        try:
+            start = check_time(_parse_utc(q["from"][:64]), "from") if q.get("from") else full[0]
+            end = check_time(_parse_utc(q["to"][:64]), "to") if q.get("to") else full[1]
+            if end <= start:
+                raise ValueError("To must be later than From")
+            zoom.start, zoom.end, zoom.mode = start, end, "range"
+        except (ValueError, OverflowError) as exc:
+            zoom.error = (
+                f"That time range cannot be used ({str(exc)[:80]}); showing the whole job. "
+                "Times are UTC, e.g. 2025-01-31T12:00."
+            )
+    elif q.get("zoom") == "attempt":
+        own = [r for r in rows if r.focus]
+        zoom.start, zoom.end = time_window(own, now=now) if own else full
+        zoom.mode = "attempt"
+    elif q.get("zoom") not in (None, "", "all"):
+        zoom.error = "zoom is 'attempt' or 'all'; showing the whole job."
+    start, end = (zoom.start, zoom.end) if zoom.start and zoom.end else full
+    middle, half = start + (end - start) / 2, (end - start) / 2
+
+    def window(a: dt.datetime, b: dt.datetime) -> dict[str, str]:
+        return {"from": iso_utc(a), "to": iso_utc(b)}
+
+    try:
+        zoom.links = {
+            "in": window(middle - half / 2, middle + half / 2),
+            "out": window(middle - half * 2, middle + half * 2),
+            "earlier": window(start - half, end - half),
+            "later": window(start + half, end + half),
+        }
+    except OverflowError:  # a window at the end of representable time: no relative links
+        zoom.links = {}
+    zoom.start_text, zoom.end_text = iso_utc(start), iso_utc(end)
+    return zoom
 
 
 def build_rows(
@@ -444,6 +520,11 @@ def build_rows(
             )
     rows = []
     for a in attempts:
+        silences = [
+            (start, x.detected_at, f"{x.kind} {x.category}")
+            for x in anomalies.get(a.id, [])
+            if x.kind == "NO_PROGRESS" and (start := _silence_start(x)) is not None and start < x.detected_at
+        ]
         spans, terminal = state_spans(
             state=a.state,
             start=a.start_time,
@@ -489,6 +570,18 @@ def build_rows(
                 spans=spans,
                 marks=marks,
                 terminal=terminal,
+                silences=silences,
             )
         )
     return rows
+
+
+def _silence_start(anomaly: Any) -> dt.datetime | None:
+    """When the log went silent: the hang detector's lastOutputAt, else the last progress line's time."""
+    raw = (anomaly.details or {}).get("lastOutputAt")
+    if raw:
+        try:
+            return _parse_utc(str(raw))
+        except ValueError:
+            pass
+    return anomaly.source_time

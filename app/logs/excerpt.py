@@ -48,14 +48,17 @@ def read_excerpt(path: str, line: int, *, context: int = CONTEXT_LINES) -> Excer
         number = 1  # the number of the line that starts at `pos`
         pos = 0
         start_at: int | None = 0 if first == 1 else None
+        ends_with_newline = False
         while start_at is None:
             if pos >= MAX_SCAN_BYTES:
                 out.problem = f"line {line} lies more than {MAX_SCAN_BYTES // (1024 * 1024)} MiB into the file"
                 return out
             chunk = fh.read(CHUNK)
             if not chunk:
-                out.problem = f"the file has only {number} line(s) now (it may have been truncated or replaced)"
+                lines = number - 1 if ends_with_newline else number
+                out.problem = f"the file has only {lines} line(s) now (it may have been truncated or replaced)"
                 return out
+            ends_with_newline = chunk.endswith(b"\n")
             index = -1
             while number < first:
                 index = chunk.find(b"\n", index + 1)
