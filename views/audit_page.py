@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -47,7 +48,8 @@ def read_filters(params: Any) -> tuple[dict[str, str], AuditFilter | None, dict[
             errors["component"] = f"unknown component; choose one of {', '.join(COMPONENTS)}"
         kwargs["component"] = values["component"]
     if values["event_type"]:
-        kwargs["event_type"] = values["event_type"]
+        # `checkpoint.` (or `checkpoint`) matches every checkpoint.* type; a full type matches itself.
+        kwargs["event_type_family"] = values["event_type"]
     if values["level"]:
         if values["level"] not in LEVELS:
             errors["level"] = f"level must be one of {', '.join(LEVELS)}"
@@ -92,6 +94,20 @@ async def _array_task_as_job_id(dashboard: Any, query: Any) -> tuple[dict[str, s
     return params, None
 
 
+TYPES_TTL_SECONDS = 30.0
+
+
+async def _event_types(dashboard: Any, session: Any) -> list[tuple[str, int]]:
+    """The event types that occur, with counts; recomputed at most every 30 s (one GROUP BY over the table)."""
+    cached = dashboard.extra.get("audit_types")
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < TYPES_TTL_SECONDS:
+        return list(cached[1])
+    types = await audit_queries.event_type_counts(session)
+    dashboard.extra["audit_types"] = (now, types)
+    return types
+
+
 @guarded()
 async def audit_events(request: Request) -> Response:
     """Audit Events page (full, or the `_audit.html` partial for htmx); filters always restart at the first page."""
@@ -123,7 +139,14 @@ async def audit_events(request: Request) -> Response:
                 page = await audit_queries.query(
                     session, filter=flt, page=PageRequest.build(first=PAGE_SIZE), descending=values["order"] != "oldest"
                 )
+    total: tuple[int, bool] | None = None
+    async with dashboard.ctx.sessions() as session:
+        if page is not None and page.items:
+            assert flt is not None
+            total = await audit_queries.count_matching(session, filter=flt)
+        types = await _event_types(dashboard, session)
     applied = {k: v for k, v in values.items() if v}
+    first_page = not (before or after) or "page" in errors
     return render(
         request,
         "audit.html",
@@ -135,7 +158,12 @@ async def audit_events(request: Request) -> Response:
             "components": COMPONENTS,
             "levels": LEVELS,
             "filtered": bool(applied),
-            "on_first_page": not (before or after) or "page" in errors,
+            "on_first_page": first_page,
+            "total": total,
+            "event_types": types,
+            "live": first_page and values["order"] != "oldest" and page is not None,
+            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "live_job": flt.slurm_job_id if flt is not None else None,
         },
         partial="_audit.html",
     )

@@ -27,7 +27,7 @@ log = logging.getLogger("recovery.dashboard")
 MAX_STREAMS_PER_PRINCIPAL = 4
 PING_SECONDS = 15
 READ_BATCH = 500
-VIEWS = ("overview", "workflow", "attempt", "advice")
+VIEWS = ("overview", "workflow", "attempt", "advice", "audit")
 
 
 class StreamLimiter:
@@ -84,6 +84,8 @@ async def match_for(request: Request) -> FeedMatch | None:
         return FeedMatch(frozenset({"workflow", "attempt", "job", "advice", "anomaly"}))
     if view == "advice":
         return FeedMatch(frozenset({"advice"}))
+    if view == "audit":  # Audit Events: every new event, or the events of one job
+        return FeedMatch(frozenset({"audit"}), slurm_job_id=_optional_id(q.get("job")))
     workflow_id = _optional_id(q.get("workflow"))
     slurm_job_id = _optional_id(q.get("job"))
     if view == "workflow" and workflow_id is not None:

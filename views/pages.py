@@ -105,8 +105,11 @@ async def workflows(request: Request) -> Response:
         search=(q.get("q") or "").strip()[: bounds.MAX_SEARCH_LENGTH] or None,
         failed_only=q.get("failed") in {"1", "true", "on"},
     )
-    filtered = any([flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only])
     error = None
+    if flt.state and flt.state not in STATES:
+        error = f"There is no state {flt.state!r}; showing every state. States: {', '.join(STATES)}."
+        flt = replace(flt, state=None)
+    filtered = any([flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only])
     async with dashboard.ctx.sessions() as session:
         try:
             page = await job_queries.list_workflows(session, filter=flt, page=page_request(request))
@@ -125,8 +128,8 @@ async def workflows(request: Request) -> Response:
                 "cluster_workers": [(name, workers.get(name)) for name in every],
                 "now": utcnow(),
                 "environments": environments,
-                "not_enrolled": await job_queries.not_enrolled_jobs(session),
             }
+            extra["not_enrolled"], extra["not_enrolled_total"] = await job_queries.not_enrolled_with_total(session)
     query = _query_without_cursor(request)
     return render(
         request,

@@ -7,7 +7,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.context import AppContext
-from views import advice_page, audit_page, fleet_page, glossary_page, live, log_page, login, pages
+from views import advice_page, audit_page, fleet_page, glossary_page, live, log_page, login, not_enrolled_page, pages
 from views.auth import DashboardAuth, DashboardSessions, session_secret
 from views.render import Dashboard
 from views.static_files import CompressedStaticFiles
@@ -53,6 +53,7 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         Route("/fleet/{action}", fleet_page.fleet_action, methods=["POST"], name="fleet_action"),
         Route("/live", live.live, name="live"),
         Route("/glossary", glossary_page.glossary_page, name="glossary"),
+        Route("/not-enrolled", not_enrolled_page.not_enrolled, name="not_enrolled"),
         Route("/jobs/{job_id:int}/attempts/{attempt_index:int}/log", log_page.log_view, name="attempt_log"),
         Route("/auth/login", login.login, name="login"),
         Route("/auth/callback", login.callback, name="callback"),

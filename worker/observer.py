@@ -167,6 +167,8 @@ class Observer(Service):
             )
             record = await self._register(session, job, incarnation=incarnation)
         if record is None or record.enrolment != "ENROLLED":
+            if record is not None:  # a refused job seen again (it changed in squeue): its "last seen" moves on
+                record.last_seen_at = utcnow()
             return
         await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
         if record.submit_time != job.submit_time or record.restart_count != job.restart_count:

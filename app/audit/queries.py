@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
@@ -41,6 +41,8 @@ class AuditFilter:
     produced_before: dt.datetime | None = None
     cluster: str | None = None
     workflow_id: int | None = None
+    # The dashboard's type box: `checkpoint` or `checkpoint.` matches every checkpoint.* type (and `checkpoint`).
+    event_type_family: str | None = None
 
     def __post_init__(self) -> None:
         if self.level is not None and self.level not in LEVELS:
@@ -72,6 +74,12 @@ def _filtered(query: Any, flt: AuditFilter) -> Any:
         query = query.where(AuditEvent.component == flt.component)
     if flt.event_type:
         query = query.where(AuditEvent.event_type == flt.event_type)
+    if flt.event_type_family:
+        family = flt.event_type_family.rstrip(".*")
+        # LIKE with the wildcards of the text escaped (a range would follow PostgreSQL's collation, not bytes).
+        query = query.where(
+            or_(AuditEvent.event_type == family, AuditEvent.event_type.startswith(family + ".", autoescape=True))
+        )
     if flt.level:
         query = query.where(AuditEvent.level == flt.level)
     if flt.produced_after:
@@ -102,6 +110,21 @@ async def query(
         request=page,
         key_of=lambda e: (e.produced_at, e.id),
     )
+
+
+async def count_matching(session: AsyncSession, *, filter: AuditFilter, cap: int = 10_000) -> tuple[int, bool]:
+    """How many events match, counting at most `cap` (True when there are more)."""
+    inner = _filtered(select(AuditEvent.id), filter).limit(cap + 1).subquery()
+    found = int(await session.scalar(select(func.count()).select_from(inner)) or 0)
+    return min(found, cap), found > cap
+
+
+async def event_type_counts(session: AsyncSession) -> list[tuple[str, int]]:
+    """Every event type that occurs, with how often (the type box's suggestions)."""
+    rows = await session.execute(
+        select(AuditEvent.event_type, func.count()).group_by(AuditEvent.event_type).order_by(AuditEvent.event_type)
+    )
+    return [(str(t), int(n)) for t, n in rows.all()]
 
 
 async def get(session: AsyncSession, *, event_id: int) -> AuditEvent | None:

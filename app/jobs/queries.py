@@ -312,6 +312,46 @@ async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: 
     return list((await session.scalars(query.order_by(Job.id.desc()).limit(limit))).all())
 
 
+def _not_enrolled_query(*, cluster: str | None, search: str | None) -> Any:
+    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != "ENROLLED")
+    if cluster:
+        query = query.where(Job.cluster == cluster)
+    if search:
+        text = search.strip().lower()
+        matches = [
+            func.lower(column).contains(text, autoescape=True)
+            for column in (Job.name, Job.enrolment_reason, Job.partition, Job.user, Job.enrolment)
+        ]
+        if text.isdigit() and len(text) < 19:
+            matches.append(Job.slurm_job_id == int(text))
+        query = query.where(or_(*matches))
+    return query
+
+
+async def not_enrolled_page(
+    session: AsyncSession,
+    *,
+    limit: int = 50,
+    before_id: int | None = None,
+    search: str | None = None,
+    cluster: str | None = None,
+) -> tuple[list[Job], int, bool]:
+    """(one page of refused jobs newest first, how many match in all, whether older ones follow); keyset on id."""
+    query = _not_enrolled_query(cluster=cluster, search=search)
+    total = int(await session.scalar(select(func.count()).select_from(query.subquery())) or 0)
+    if before_id is not None:
+        query = query.where(Job.id < before_id)
+    rows = list((await session.scalars(query.order_by(Job.id.desc()).limit(limit + 1))).all())
+    return rows[:limit], total, len(rows) > limit
+
+
+async def not_enrolled_with_total(session: AsyncSession, *, limit: int = 20) -> tuple[list[Job], int]:
+    """The newest refused jobs and how many there are in all, in one statement (a window count)."""
+    query = _not_enrolled_query(cluster=None, search=None).add_columns(func.count().over())
+    rows = (await session.execute(query.order_by(Job.id.desc()).limit(limit))).all()
+    return [row[0] for row in rows], int(rows[0][1]) if rows else 0
+
+
 async def workflow_filter_choices(session: AsyncSession) -> tuple[list[str], list[str]]:
     """The clusters and environments that exist, for the overview's filter menus."""
     clusters = (await session.scalars(select(Workflow.cluster).distinct().order_by(Workflow.cluster))).all()

@@ -42,14 +42,25 @@ async def test_job_box_selects_all_attempts_or_one_attempt_including_zero(viewer
     assert zero.find("input", type="text").attrs["value"] == "4242/0"
 
 
-async def test_exact_event_type_component_and_level_filters(viewer, sessions) -> None:
+async def test_event_type_by_prefix_component_and_level_filters(viewer, sessions) -> None:
     await seed_history(sessions)
     doc = parse(
         (await viewer.get("/dashboard/audit?event_type=reconciliation.converged&component=controller&level=INFO")).text
     )
     types = [code.text for code in doc.by_id("audit-results").find_all("code")]
     assert types == ["reconciliation.converged"]
-    assert not _event_ids((await viewer.get("/dashboard/audit?event_type=reconciliation")).text)  # exact, not prefix
+    # A family matches every type under it, with or without its dot; half a word matches nothing.
+    family = _event_ids((await viewer.get("/dashboard/audit?event_type=reconciliation.")).text)
+    assert family and family == _event_ids((await viewer.get("/dashboard/audit?event_type=reconciliation")).text)
+    assert not _event_ids((await viewer.get("/dashboard/audit?event_type=reconcil")).text)
+    assert not _event_ids((await viewer.get("/dashboard/audit?event_type=reconciliation.%25")).text)  # LIKE escaped
+    # Suggestions are the types that occur, with counts; the total is counted; an unknown type says what exists.
+    page = parse((await viewer.get("/dashboard/audit?event_type=anomaly.")).text)
+    options = {o.attrs["value"]: o.attrs.get("label") for o in page.by_id("event-types").find_all("option")}
+    assert options["anomaly.detected"] == "1 event(s)" and "anomaly." in options and "advice.vetoed" not in options
+    assert page.find("strong", class_="total").text == "1"
+    unknown = parse((await viewer.get("/dashboard/audit?event_type=checkpoint.recorded")).text).by_id("audit-results")
+    assert "No event has the type" in unknown.text and "anomaly.detected" in unknown.text
     errors = parse((await viewer.get("/dashboard/audit?level=ERROR")).text).by_id("audit-results")
     assert [c.text for c in errors.find_all("code")] == ["anomaly.detected"]
 
