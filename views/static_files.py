@@ -54,7 +54,7 @@ def prepare(full_path: str, st: os.stat_result) -> Prepared:
     compress = len(body) >= MIN_COMPRESS_BYTES and media_type.startswith(COMPRESSIBLE)
     return Prepared(
         body=body,
-        gzipped=gzip.compress(body, compresslevel=9, mtime=0) if compress else None,
+        gzipped=gzip.compress(body, compresslevel=6, mtime=0) if compress else None,
         etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
         last_modified=formatdate(st.st_mtime, usegmt=True),
         media_type=media_type,

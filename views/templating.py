@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import pass_context
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
@@ -114,6 +114,30 @@ def gloss(term: str, text: str | None = None) -> Markup:
     ).format(tip=tip_id(term), shown=shown, plain=found.plain, meaning=found.meaning)
 
 
+# Terms found inside free text (reasons, messages): the jargon only, not everyday words such as "attempt".
+_JARGON = re.compile(
+    r"\b("
+    + "|".join(re.escape(t.term) for t in sorted(glossary.TERMS, key=lambda t: -len(t.term)) if not t.term.islower())
+    + r")\b"
+)
+
+
+def glossed(text: str | None) -> Markup:
+    """Free text (escaped) with the first mention of each glossary term made a tooltip button."""
+    if not text:
+        return Markup("")
+    done: set[str] = set()
+
+    def swap(match: re.Match[str]) -> str:
+        term = match.group(1)
+        if term in done:
+            return term
+        done.add(term)
+        return str(gloss(term))
+
+    return Markup(_JARGON.sub(swap, str(escape(text))))
+
+
 def exit_words(code: int | None, signal: int | None = None) -> str:
     """Exit code and signal in plain words (137: killed by SIGKILL)."""
     return glossary.exit_text(code, signal)
@@ -156,6 +180,7 @@ def build_templates() -> Jinja2Templates:
         state_class=state_class,
         exit_words=exit_words,
         state_icon=state_icon,
+        glossed=glossed,
     )
     env.trim_blocks = True
     env.lstrip_blocks = True

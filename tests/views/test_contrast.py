@@ -79,6 +79,7 @@ def pairs() -> list[tuple[str, str, str]]:
         if colour is None:  # a chip colours its background; its text colour comes from the base rule
             base = ".state" if sel.startswith(".state-") else re.split(r"[.#:\[ ]", sel, maxsplit=1)[0]
             colour = _hex(by_selector.get(base, {}).get("color", ""), variables) or _hex("var(--fg)", variables)
+        assert colour is not None, sel
         if bg is None:
             grounds = (
                 [TOPBAR] if sel.startswith(".topbar") else [_hex(f"var({v})", variables) for v in PAGE_BACKGROUNDS]

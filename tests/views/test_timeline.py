@@ -100,3 +100,75 @@ def test_state_groups() -> None:
     assert [
         state_group(s) for s in ("RUNNING", "PENDING", "FAILED", "NODE_FAIL", "COMPLETED", "CANCELLED", None, "WEIRD")
     ] == ["running", "pending", "failed", "failed", "completed", "cancelled", "other", "other"]
+
+
+def _boxes(row) -> list[tuple[float, float, float, str]]:
+    """(x0, x1, baseline, text) of every text of a row, from the renderer's own generous width estimate."""
+    from views.timeline import _text_w
+
+    out = []
+    for node in row.find_all("text"):
+        size = float(node.attrs.get("font-size", 11))
+        width = _text_w(node.text, size)
+        x0 = float(node.attrs["x"])
+        anchor = node.attrs.get("text-anchor", "start")
+        x0 -= width if anchor == "end" else width / 2 if anchor == "middle" else 0
+        out.append((x0, x0 + width, float(node.attrs["y"]), node.text))
+    return out
+
+
+def test_simultaneous_marks_spread_labels_never_overlap_and_marks_link_to_events() -> None:
+    from views.timeline import spread_marks
+
+    # Three attempts ending within seconds of each other near the right edge: the issue's "OMPLETED".
+    rows = []
+    for i in range(3):
+        row = Row(f"attempt {i}", i)
+        row.spans, row.terminal = state_spans(
+            state="COMPLETED" if i else "OUT_OF_MEMORY",
+            start=at(i * 0.1),
+            end=at(60 - i * 0.01),
+            created=at(0),
+            history=[(at(i * 0.1), "RUNNING")],
+        )
+        row.marks = [
+            Mark(kind, at(59.99), f"{kind} {n}", anchor=f"ev-{i}-{n}")
+            for n, kind in enumerate(("anomaly", "advice", "action", "verification", "checkpoint", "checkpoint"))
+        ]
+        rows.append(row)
+    svg = parse(str(render_timeline(rows, now=at(61))))
+    for drawn in svg.find_all("g", class_="row"):
+        boxes = _boxes(drawn)
+        for a in boxes:
+            for b in boxes:
+                if a is not b and a[2] == b[2]:
+                    assert a[1] <= b[0] or b[1] <= a[0], (a, b)
+            assert a[0] >= 0 and a[1] <= 1200, a
+        links = drawn.find_all("a", class_="mark-link")
+        # five kinds in five lanes; the two checkpoints at the same moment become one mark "+1"
+        assert len(links) == 5 and any(t.text == "+1" for t in drawn.find_all("text", class_="mark-count"))
+        assert all(a.attrs["href"].startswith("#ev-") and a.attrs["tabindex"] == "0" for a in links)
+    # spread_marks: one lane per kind, same-kind neighbours grouped
+    marks = rows[0].marks
+    placed = spread_marks(marks, lambda t: 600.0)
+    assert sorted(lane for lane, _ in placed) == [0, 1, 2, 3, 4] and max(len(g) for _, g in placed) == 2
+
+
+def test_bars_carry_state_and_duration_only_when_they_fit_and_silence_is_shaded() -> None:
+    row = Row("attempt 0", 0, silences=[(at(20), at(35), "NO_PROGRESS")])
+    row.spans, row.terminal = state_spans(
+        state="FAILED", start=at(0), end=at(40), created=at(0), history=[(at(0), "PENDING"), (at(0.2), "RUNNING")]
+    )
+    svg = parse(str(render_timeline([row], now=at(41))))
+    labels = [t.text for t in svg.find_all("text", class_="span-label")]
+    assert labels == ["RUNNING · 39m 48s"]  # the 12-second PENDING bar is too narrow for any text
+    silence = svg.find("g", class_="silence")
+    assert "15m 00s" in silence.find("title").text and svg.find("text", class_="silence-label").text == "silent 15m 00s"
+
+
+def test_zoomed_window_clips_what_is_outside() -> None:
+    row = Row("attempt 0", 0, marks=[Mark("anomaly", at(5), "early"), Mark("advice", at(50), "late")])
+    row.spans, row.terminal = state_spans(state="FAILED", start=at(0), end=at(55), created=at(0), history=[])
+    svg = parse(str(render_timeline([row], now=at(60), start=at(40), end=at(60))))
+    assert [g.attrs["class"] for g in svg.find_all("g", class_="mark")] == ["mark mark-advice"]
+    assert svg.find("svg").attrs["data-start"] == "2025-03-01T08:40:00Z"
