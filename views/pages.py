@@ -481,7 +481,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
     middle, half = start + (end - start) / 2, (end - start) / 2
 
     def window(a: dt.datetime, b: dt.datetime) -> dict[str, str]:
-        return {"from": iso_utc(a), "to": iso_utc(b)}
+        return {"from": iso_utc(a.replace(microsecond=0)), "to": iso_utc(b.replace(microsecond=0))}
 
     try:
         zoom.links = {
@@ -492,7 +492,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
         }
     except OverflowError:  # a window at the end of representable time: no relative links
         zoom.links = {}
-    zoom.start_text, zoom.end_text = iso_utc(start), iso_utc(end)
+    zoom.start_text, zoom.end_text = (iso_utc(t.replace(microsecond=0)) for t in (start, end))
     return zoom
 
 

@@ -182,7 +182,9 @@ def _human(seconds: float) -> str:
         return f"{seconds}s"
     if seconds < 3600:
         return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
 def _text_w(text: str, size: float) -> float:
