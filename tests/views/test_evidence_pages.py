@@ -124,3 +124,11 @@ async def test_glossary_page_and_tooltips(viewer, sessions) -> None:
         assert details.by_id(button.attrs["aria-describedby"]) is not None and button.attrs["data-tip"]
     refused = parse((await viewer.get("/dashboard/jobs/4243")).text)
     assert "mode act" not in refused.text and "Recovery does not look after this job" in refused.text
+
+
+async def test_log_view_needs_a_signed_in_user(anonymous, sessions, tmp_path) -> None:
+    await seed_history(sessions)
+    answer = await anonymous.get(
+        "/dashboard/jobs/4242/attempts/0/log", params={"path": "/logs/llama-4242-0.out", "line": 1}
+    )
+    assert answer.status_code in (302, 303, 401) and "llama" not in answer.text

@@ -146,3 +146,24 @@ def contextlib_streams(client: httpx.AsyncClient, url: str, headers: dict[str, s
             yield responses
 
     return opened()
+
+
+async def test_audit_events_page_streams_new_audit_events() -> None:
+    from starlette.requests import Request
+
+    from views.live import match_for
+
+    def request(query: bytes) -> Request:
+        return Request(
+            {"type": "http", "method": "GET", "path": "/dashboard/live", "query_string": query, "headers": []}
+        )
+
+    every = await match_for(request(b"view=audit"))
+    one_job = await match_for(request(b"view=audit&job=7"))
+    assert every is not None and one_job is not None
+    entry = type("Entry", (), {"topic": "audit", "slurm_job_id": 8, "workflow_id": None, "cluster": "c"})
+    assert every(entry) and not one_job(entry)
+    entry.slurm_job_id = 7
+    assert one_job(entry)
+    entry.topic = "attempt"
+    assert not every(entry)
