@@ -231,6 +231,9 @@ LANE_NAMES = {
     "action": "action",
     "verification": "verification",
     "checkpoint": "checkpoint",
+    # observe mode's marks (what act mode would have done), when the kinds exist
+    "shadow": "not run",
+    "shadow-verification": "check only",
 }
 
 

@@ -149,6 +149,8 @@ def contextlib_streams(client: httpx.AsyncClient, url: str, headers: dict[str, s
 
 
 async def test_audit_events_page_streams_new_audit_events() -> None:
+    from types import SimpleNamespace
+
     from starlette.requests import Request
 
     from views.live import match_for
@@ -161,9 +163,9 @@ async def test_audit_events_page_streams_new_audit_events() -> None:
     every = await match_for(request(b"view=audit"))
     one_job = await match_for(request(b"view=audit&job=7"))
     assert every is not None and one_job is not None
-    entry = type("Entry", (), {"topic": "audit", "slurm_job_id": 8, "workflow_id": None, "cluster": "c"})
-    assert every(entry) and not one_job(entry)
-    entry.slurm_job_id = 7
-    assert one_job(entry)
-    entry.topic = "attempt"
-    assert not every(entry)
+
+    def entry(topic: str, job: int) -> SimpleNamespace:
+        return SimpleNamespace(topic=topic, slurm_job_id=job, workflow_id=None, cluster="c")
+
+    assert every(entry("audit", 8)) and not one_job(entry("audit", 8))
+    assert one_job(entry("audit", 7)) and not every(entry("attempt", 7))
