@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
 from app.evidence.models import Anomaly
@@ -161,6 +162,23 @@ async def test_phone_width_keyboard_timeline_and_graphiql_offline(
         await wide.goto(base + "/dashboard/jobs/4242/attempts/1/timeline")
         assert await wide.evaluate(OVERLAPS) == []
         await wide.screenshot(path=str(screenshots / "readability-timeline-1440.png"), full_page=True)
+
+        # Audit Events update live: a new event appears on the first page without a reload.
+        await wide.goto(base + "/dashboard/audit?event_type=checkpoint.")
+        await wide.wait_for_function("() => document.body.getAttribute('data-live') === 'sse'", timeout=10000)
+        async with sessions() as session, session.begin():
+            event = await audit.record(
+                session,
+                component="watcher",
+                event_type="checkpoint.loaded",
+                level="INFO",
+                message="loaded checkpoint iteration 1200",
+                cluster="test",
+                slurm_job_id=4242,
+                attempt_index=1,
+            )
+        await wide.wait_for_selector(f'tr[data-event-id="{event.id}"]', timeout=15000)
+        assert "checkpoint.loaded" in await wide.inner_text("#audit-results")
 
         # GraphiQL from vendored files, with every non-local request refused: it renders a query result.
         graphiql = await wide.goto(base + "/graphql")
