@@ -80,6 +80,12 @@ def pairs() -> list[tuple[str, str, str]]:
             base = ".state" if sel.startswith(".state-") else re.split(r"[.#:\[ ]", sel, maxsplit=1)[0]
             colour = _hex(by_selector.get(base, {}).get("color", ""), variables) or _hex("var(--fg)", variables)
         assert colour is not None, sel
+        if bg is None:  # the nearest enclosing rule with a background: `.jump input::placeholder` -> `.jump input`
+            parent = sel
+            while bg is None and parent:
+                stripped = re.sub(r"::?[\w-]+$", "", parent)  # a pseudo-element or -class first
+                parent = (stripped if stripped != parent else re.sub(r"\s*\S+$", "", parent)).strip()
+                bg = background(by_selector.get(parent, {})) if parent else None
         if bg is None:
             grounds = (
                 [TOPBAR] if sel.startswith(".topbar") else [_hex(f"var({v})", variables) for v in PAGE_BACKGROUNDS]
