@@ -432,28 +432,42 @@ def _row_svg(
                 )
                 break
         out.append("</g>")
-    named: set[int] = set()
+    # A group's "+N" goes right of its mark only where it touches neither a mark nor another count of its lane;
+    # otherwise the mark gets a dark outline instead (its title lists every event of the group).
+    lanes: dict[int, _Lane] = {}
     for lane, group in placed:
+        mx = x(group[0].at)
+        lanes.setdefault(lane, _Lane()).place(mx - 7, max(mx, x(group[0].end) if group[0].end else mx) + 7)
+    counts: set[int] = set()
+    for n, (lane, group) in enumerate(placed):
+        if len(group) > 1:
+            mx = x(group[0].at)
+            w = _text_w(f"+{len(group) - 1}", 10)
+            if mx + 7 + w <= width - 4 and lanes[lane].place(mx + 7, mx + 7 + w):
+                counts.add(n)
+    named: set[int] = set()
+    for n, (lane, group) in enumerate(placed):
         if lane not in named:
             named.add(lane)
             out.append(
                 f'<text class="lane-label" x="18" y="{y + 50 + lane * 16}" font-size="11" '
                 f'fill="{TEXT_COLOURS["axis"]}">{LANE_NAMES.get(group[0].kind, escape(group[0].kind))}</text>'
             )
-        out.append(_mark_svg(group[0], x, y + 46 + lane * 16, extra=group[1:]))
+        out.append(_mark_svg(group[0], x, y + 46 + lane * 16, extra=group[1:], count=n in counts))
     out.append("</g>")
     return "".join(out)
 
 
-def _mark_svg(mark: Mark, x: Any, y: float, extra: Sequence[Mark] = ()) -> str:
+def _mark_svg(mark: Mark, x: Any, y: float, extra: Sequence[Mark] = (), count: bool = True) -> str:
     mx = x(mark.at)
     title = f"{MARK_LABELS.get(mark.kind, mark.kind)} at {_fmt(mark.at)}: {mark.label}"
     if mark.end is not None:
         title += f" (took {_human((mark.end - mark.at).total_seconds())})"
     for other in extra:
         title += f"; {MARK_LABELS.get(other.kind, other.kind)} at {_fmt(other.at)}: {other.label}"
+    outline = ' stroke="#111827" stroke-width="1.5"' if extra and not count else ""
     head = (
-        f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}" '
+        f'<g class="mark mark-{mark.kind}" fill="{MARK_COLOURS.get(mark.kind, "#374151")}"{outline} '
         f'data-utc="{iso_utc(mark.at)}"><title>{escape(title)}</title>'
     )
     if mark.kind == "anomaly":
@@ -470,7 +484,7 @@ def _mark_svg(mark: Mark, x: Any, y: float, extra: Sequence[Mark] = ()) -> str:
         )
     else:  # checkpoint
         shape = f'<rect x="{mx - 4}" y="{y - 4}" width="8" height="8" rx="1"/>'
-    if extra:
+    if extra and count:
         shape += (
             f'<text class="mark-count" x="{mx + 7}" y="{y - 3}" font-size="10" '
             f'fill="{TEXT_COLOURS["label"]}">+{len(extra)}</text>'

@@ -172,3 +172,21 @@ def test_zoomed_window_clips_what_is_outside() -> None:
     svg = parse(str(render_timeline([row], now=at(60), start=at(40), end=at(60))))
     assert [g.attrs["class"] for g in svg.find_all("g", class_="mark")] == ["mark mark-advice"]
     assert svg.find("svg").attrs["data-start"] == "2025-03-01T08:40:00Z"
+
+
+def test_crowded_groups_drop_their_count_for_an_outline() -> None:
+    # 40 checkpoints in pairs 24 s apart (~20 px at this scale): groups 18+ px apart, "+1" would touch the next mark
+    marks = [Mark("checkpoint", at((n // 2) * 0.4 + (n % 2) * 0.01), f"saved {n}") for n in range(40)]
+    row = Row("attempt 0", 0, marks=marks)
+    row.spans, row.terminal = state_spans(state="COMPLETED", start=at(0), end=at(20), created=at(0), history=[])
+    svg = parse(str(render_timeline([row], now=at(21))))
+    drawn = svg.find("g", class_="row")
+    boxes = _boxes(drawn)
+    shapes = [float(r.attrs["x"]) for r in drawn.find_all("rect") if r.attrs.get("width") == "8"]
+    for x0, x1, _, text in boxes:
+        if text.startswith("+"):
+            assert all(x1 <= s or x0 >= s + 8 for s in shapes), (text, x0, x1)
+    outlined = [g for g in drawn.find_all("g", class_="mark") if g.attrs.get("stroke")]
+    assert outlined and len(outlined) + len([b for b in boxes if b[3].startswith("+")]) == len(
+        drawn.find_all("g", class_="mark")
+    )
