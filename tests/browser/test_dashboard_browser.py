@@ -174,7 +174,7 @@ async def test_timeline_updates_live_while_a_writer_records_changes(
         path = f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/1/timeline"
         page = await _login(context, base, "viewer-vic", path)
         assert await page.get_attribute("#timeline", "data-running") == "yes"
-        await page.wait_for_function("document.body.dataset.live === 'sse'", timeout=10000)
+        await page.wait_for_function("() => document.body.dataset.live === 'sse'", timeout=10000)
         await page.screenshot(path=str(screenshots / "timeline-running.png"), full_page=True)
 
         async def writer() -> None:
