@@ -1,11 +1,11 @@
-"""Generic SQL helpers the areas' queries share: chunked IN lists, rows by id, the first rows per group."""
+"""Generic SQL helpers the areas share: chunked IN lists, rows by id, the first rows per group, multi-row inserts."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 R = TypeVar("R")
@@ -72,3 +72,21 @@ async def first_per_group(
     for row in (await session.scalars(query)).all():
         result[getattr(row, group_column.key)].append(row)
     return result
+
+
+async def insert_rows(session: AsyncSession, model: Any, rows: list[dict[str, Any]]) -> list[int]:
+    """INSERT the rows (dicts of one shape) in multi-row statements; their new ids, in the rows' order.
+
+    PostgreSQL keeps the order itself (SQLAlchemy's sort_by_parameter_order: one INSERT .. SELECT ..
+    ORDER BY per page). SQLAlchemy would send SQLite one INSERT per row for that, so there the pages
+    go out as plain multi-row INSERT .. RETURNING: SQLite numbers an INTEGER PRIMARY KEY row by row
+    in VALUES order (max + 1, under the transaction's write lock), so the ids sorted are in row order.
+    """
+    if not rows:
+        return []
+    # the table, not the ORM entity: an ORM bulk INSERT leaves out None values and so splits rows by shape
+    table = model.__table__
+    if session.bind is not None and session.bind.dialect.name == "sqlite":
+        return sorted((await session.execute(insert(table).returning(table.c.id), rows)).scalars())
+    statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    return list((await session.execute(statement, rows)).scalars())

@@ -1,11 +1,17 @@
 """Observer tick cost on a 10,000-job `squeue --json` snapshot, against `json.loads` of the same bytes.
 
-Usage: .venv/bin/python bench/observer_tick.py [--jobs 10000] [--enrolled 1000] [--repeat 5] [--smoke]
+Usage: .venv/bin/python bench/observer_tick.py [--jobs 10000] [--enrolled 1000] [--repeat 5]
+       [--database-url postgresql+asyncpg://...] [--smoke]
 
 The snapshot is built from a real Slurm 22.05 record captured on the lab
 (tests/fixtures/slurm/squeue-v0.0.38-lab.json), one record per job with its own id, state and
-comment. The first tick registers the enrolled jobs; the measured ticks see an unchanged snapshot
-(parse + compare, no database work) and then one where 1% of the jobs changed state.
+comment. The answers are parsed as the CLI scheduler parses them (app.slurm.parse.SnapshotParser:
+an unchanged job record is not decoded again). The first tick registers the enrolled jobs (one
+transaction, multi-row inserts); the measured ticks see an unchanged snapshot (parse + compare, no
+database work) and then ones where 1% of the jobs changed state. Baselines measured in the same
+run: `json.loads` of the same bytes and the fast parser (`msgspec.json.decode`, the GC paused as
+the scheduler does for both). SQL statements are counted per table (before_cursor_execute).
+Ends with one `figure` line per goal (issue 16, items 2 and 3).
 """
 
 from __future__ import annotations
@@ -13,20 +19,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import json
+import re
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sqlalchemy import event  # noqa: E402
+
 from app.config import Settings  # noqa: E402
 from app.context import AppContext  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
-from app.slurm.parse import parse_snapshot  # noqa: E402
+from app.slurm.parse import SnapshotParser  # noqa: E402
 from app.slurm.records import Snapshot  # noqa: E402
 from worker.observer import Observer  # noqa: E402
 
@@ -63,52 +76,135 @@ def build_snapshot(jobs: int, enrolled: int) -> dict:
 
 
 class StaticScheduler:
-    """Serves pre-recorded bytes as `squeue --json` answers (the benchmark measures parsing + apply)."""
+    """Serves pre-recorded bytes as `squeue --json` answers, parsed as CliScheduler.list_jobs parses them."""
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
+        self.snapshots = SnapshotParser()
 
     async def list_jobs(self) -> Snapshot:
-        return parse_snapshot(self.raw)
+        return self.snapshots.parse(self.raw)
+
+
+class StatementCounter:
+    """SQL statements sent on the engine, by the table they write (or read)."""
+
+    TABLE = re.compile(r"^\s*(?:INSERT INTO|UPDATE|DELETE FROM|SELECT\b.*?\bFROM)\s+\"?(\w+)", re.S | re.I)
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.by_table: Counter[str] = Counter()
+        event.listen(ctx.engine.sync_engine, "before_cursor_execute", self._count)
+
+    def _count(self, conn: object, cursor: object, statement: str, *args: object) -> None:
+        match = self.TABLE.match(statement)
+        verb = statement.split(None, 1)[0].upper()
+        self.by_table[f"{verb} {match.group(1) if match else '-'}"] += 1
+
+    def take(self) -> Counter[str]:
+        counts, self.by_table = self.by_table, Counter()
+        return counts
+
+
+def median_seconds(action, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def without_gc(decode):
+    def run() -> None:
+        gc.disable()
+        try:
+            decode()
+        finally:
+            gc.enable()
+
+    return run
+
+
+def changed_copy(document: dict, round_: int, count: int) -> bytes:
+    """The snapshot with `count` enrolled jobs moved on (round 1: COMPLETED, then their end time moves)."""
+    changed = copy.deepcopy(document)
+    for record in changed["jobs"][:count]:
+        record["job_state"] = "COMPLETED"
+        record["end_time"] = 1_700_000_000 + round_
+    return json.dumps(changed).encode()
 
 
 async def main(args: argparse.Namespace) -> None:
     document = build_snapshot(args.jobs, args.enrolled)
     raw = json.dumps(document).encode()
-    changed_doc = copy.deepcopy(document)
-    for record in changed_doc["jobs"][: max(1, args.jobs // 100)]:
-        record["job_state"] = "COMPLETED"
-    changed_raw = json.dumps(changed_doc).encode()
+    changed_count = max(1, args.jobs // 100)
+    changed_raws = [changed_copy(document, n, changed_count) for n in range(args.repeat)]
     print(f"snapshot: {args.jobs} jobs ({args.enrolled} enrolled), {len(raw) / 1e6:.1f} MB of JSON")
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.build(data_dir=tmp, environment="bench", cluster="bench")
+        values = {"database_url": args.database_url} if args.database_url else {}
+        settings = Settings.build(data_dir=tmp, environment="bench", cluster="bench", **values)
         ctx = AppContext.open(settings)
         await upgrade(ctx.engine)
+        backend = ctx.engine.dialect.name
+        print(f"database: {backend}")
         scheduler = StaticScheduler(raw)
         observer = Observer(ctx, scheduler)  # type: ignore[arg-type]
+        counter = StatementCounter(ctx)
+
+        loads_s = median_seconds(without_gc(lambda: json.loads(raw)), args.repeat)
+        fast_s = median_seconds(without_gc(lambda: msgspec.json.decode(raw)), args.repeat)
+        print(f"json.loads of the snapshot:              {loads_s * 1000:8.1f} ms (median of {args.repeat})")
+        print(f"msgspec.json.decode of the snapshot:     {fast_s * 1000:8.1f} ms (the fast parser)")
+
         started = time.perf_counter()
         await observer.tick()
-        print(f"first tick (registers {args.enrolled} jobs and attempts): {time.perf_counter() - started:.2f} s")
+        first_s = time.perf_counter() - started
+        statements = counter.take()
+        print(
+            f"first tick (registers {args.enrolled} jobs and attempts): {first_s * 1000:8.1f} ms, "
+            f"{first_s / loads_s:.2f}x json.loads, {first_s / fast_s:.2f}x msgspec"
+        )
+        print(
+            f"  {sum(statements.values())} SQL statements: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(statements.items()))
+        )
 
-        loads, ticks = [], []
+        ticks = []
         for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            json.loads(raw)
-            loads.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             await observer.tick()
             ticks.append(time.perf_counter() - t0)
-        loads_s, tick_s = statistics.median(loads), statistics.median(ticks)
-        print(f"json.loads of the same bytes:      {loads_s * 1000:8.1f} ms (median of {args.repeat})")
-        print(f"observer tick, unchanged snapshot: {tick_s * 1000:8.1f} ms (median of {args.repeat})")
-        print(f"ratio tick / json.loads:           {tick_s / loads_s:8.2f}x")
+        unchanged_s = statistics.median(ticks)
+        unchanged_sql = sum(counter.take().values())
+        print(
+            f"observer tick, unchanged snapshot:       {unchanged_s * 1000:8.1f} ms (median of {args.repeat}), "
+            f"{unchanged_sql} SQL statements"
+        )
+        print(f"ratio tick / json.loads:                 {unchanged_s / loads_s:8.2f}x")
+        print(f"ratio tick / msgspec.json.decode:        {unchanged_s / fast_s:8.2f}x")
 
-        scheduler.raw = changed_raw
-        t0 = time.perf_counter()
-        await observer.tick()
-        print(f"observer tick, 1% of jobs changed:  {(time.perf_counter() - t0) * 1000:8.1f} ms")
+        changed_ticks = []
+        for changed_raw in changed_raws:  # each round moves the same 1% on (state, then end time)
+            scheduler.raw = changed_raw
+            t0 = time.perf_counter()
+            await observer.tick()
+            changed_ticks.append(time.perf_counter() - t0)
+        changed_s = statistics.median(changed_ticks)
+        statements = counter.take()
+        per_tick = sum(statements.values()) / len(changed_raws)
+        print(
+            f"observer tick, 1% of jobs changed:       {changed_s * 1000:8.1f} ms (median of {len(changed_raws)}), "
+            f"{per_tick:.0f} SQL statements per tick"
+        )
+        print("  " + ", ".join(f"{k} {v / len(changed_raws):.0f}" for k, v in sorted(statements.items())))
+        print(f"ratio changed tick / unchanged tick:     {changed_s / unchanged_s:8.2f}x")
         await ctx.close()
+
+    suffix = "" if backend == "sqlite" else f"_{backend}"
+    print(f"figure observer_first_tick_vs_json_loads{suffix} {first_s / loads_s:.2f} x goal <= 4")
+    print(f"figure observer_unchanged_tick_vs_json_loads{suffix} {unchanged_s / loads_s:.2f} x goal <= 1.2")
+    print(f"figure observer_changed_tick_vs_unchanged{suffix} {changed_s / unchanged_s:.2f} x goal <= 1.3")
 
 
 if __name__ == "__main__":
@@ -116,6 +212,7 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--enrolled", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
     parser.add_argument("--smoke", action="store_true", help="small run for CI (1,000 jobs)")
     arguments = parser.parse_args()
     if arguments.smoke:

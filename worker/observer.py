@@ -116,8 +116,13 @@ class Observer(Service):
         return work
 
     async def _apply(self, snapshot: Snapshot) -> int:
-        seen = self.state.seen
-        changed = [job for job in snapshot.jobs if job.job_id not in self.state.ignored and seen.get(job.job_id) != job]
+        seen, ignored = self.state.seen, self.state.ignored
+        changed: list[SlurmJob] = []
+        for job in snapshot.jobs:
+            previous = seen.get(job.job_id)
+            # a parser that remembers the previous answer hands back the same object for an unchanged record
+            if previous is not job and job.job_id not in ignored and previous != job:
+                changed.append(job)
         for problem in snapshot.problems:
             log.warning("squeue record skipped: %s", problem)
         present = snapshot.by_id
@@ -128,20 +133,36 @@ class Observer(Service):
             return 0
         work = 0
         if changed:
-            async with self.ctx.sessions() as session, session.begin():
+            # One transaction; audit events and feed entries go out in multi-row inserts at its end.
+            async with self.ctx.sessions() as session, session.begin(), audit.batched(session):
                 records = await job_queries.current_jobs(
                     session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed]
                 )
-                latest = await job_queries.latest_attempts_of_jobs(session, job_ids=[r.id for r in records.values()])
+                new: list[SlurmJob] = []
+                known: list[tuple[SlurmJob, Job]] = []
                 for job in changed:
                     record = records.get(job.job_id)
-                    if record is None and not _may_enrol(job.comment or ""):
-                        self.state.ignored.add(job.job_id)
-                        continue
-                    work += 1
-                    await self._observe(session, job, record, latest.get(record.id) if record else None)
+                    if record is not None:
+                        known.append((job, record))
+                    elif _may_enrol(job.comment or ""):
+                        new.append(job)
+                    else:
+                        ignored.add(job.job_id)
+                # New jobs first, in bulk: the known jobs' workflows are loaded after their summaries moved.
+                work += await self._register_new(session, new)
+                if known:
+                    latest = await job_queries.latest_attempts_of_jobs(session, job_ids=[r.id for _, r in known])
+                    # the workflows whose summaries the attempts update, in one statement (not one per job);
+                    # held here because the session keeps unmodified rows only while someone refers to them
+                    workflows = await job_queries.workflows_by_ids(
+                        session, ids=list({r.workflow_id for _, r in known if r.workflow_id is not None})
+                    )
+                    for job, record in known:
+                        work += 1
+                        await self._observe(session, job, record, latest.get(record.id))
+                    del workflows
             for job in changed:
-                if job.job_id not in self.state.ignored:
+                if job.job_id not in ignored:
                     seen[job.job_id] = job
                 self.state.missing.pop(job.job_id, None)
         for job_id in gone:
@@ -151,24 +172,42 @@ class Observer(Service):
             work += await self._follow_missing()
         return work
 
-    async def _observe(self, session: Session, job: SlurmJob, record: Job | None, latest: Attempt | None) -> None:
-        if record is not None:
-            reason = job_id_reuse_reason(
-                SubmissionFingerprint(record.submit_time, record.name, record.comment, record.restart_count),
-                SubmissionFingerprint(job.submit_time, job.name, job.comment, job.restart_count),
-            )
-            if reason:
-                await jobs.retire_job(session, job=record, reason=reason)
-                record = await self._register(session, job, incarnation=record.incarnation + 1)
-                latest = None
-        else:
-            incarnation = await job_queries.next_incarnation(
-                session, cluster=self.settings.cluster, slurm_job_id=job.job_id
-            )
-            record = await self._register(session, job, incarnation=incarnation)
-        if record is None or record.enrolment != "ENROLLED":
-            if record is not None:  # a refused job seen again (it changed in squeue): its "last seen" moves on
-                record.last_seen_at = utcnow()
+    async def _register_new(self, session: Session, new: list[SlurmJob]) -> int:
+        """First sightings: every registration and first attempt of the tick in a few multi-row statements."""
+        if not new:
+            return 0
+        incarnations = await job_queries.next_incarnations(
+            session, cluster=self.settings.cluster, slurm_job_ids=[job.job_id for job in new]
+        )
+        items: list[tuple[jobs.JobRegistration, jobs.NewAttempt | None]] = []
+        for job in new:
+            registration = self._registration(job, incarnation=incarnations.get(job.job_id, 0))
+            if registration is None:
+                continue
+            first = None
+            if registration.enrolment == "ENROLLED":
+                values = attempt_values(job)
+                state = values.pop("state")
+                values.update(self._paths_for(job, registration, latest_index=job.restart_count, previous=None))
+                first = jobs.NewAttempt(attempt_index=job.restart_count, state=state, values=values)
+            items.append((registration, first))
+        await jobs.register_jobs(session, items=items, watching_since=self.state.watching_since)
+        return len(new)
+
+    async def _observe(self, session: Session, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
+        reason = job_id_reuse_reason(
+            SubmissionFingerprint(record.submit_time, record.name, record.comment, record.restart_count),
+            SubmissionFingerprint(job.submit_time, job.name, job.comment, job.restart_count),
+        )
+        if reason:
+            await jobs.retire_job(session, job=record, reason=reason)
+            registration = self._registration(job, incarnation=record.incarnation + 1)
+            if registration is None:
+                return
+            record = await jobs.register_job(session, registration=registration)
+            latest = None
+        if record.enrolment != "ENROLLED":
+            record.last_seen_at = utcnow()  # a refused job seen again (it changed in squeue): its "last seen" moves on
             return
         await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
         if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
@@ -178,7 +217,8 @@ class Observer(Service):
             record.requeue_eligible = job.requeue
         await self._track_attempts(session, job, record, latest)
 
-    async def _register(self, session: Session, job: SlurmJob, *, incarnation: int) -> Job | None:
+    def _registration(self, job: SlurmJob, *, incarnation: int) -> jobs.JobRegistration | None:
+        """What to record of a first sighting (None: no APS/HEIMDALL attempt at all, the job is ignored)."""
         result = parse_comment(job.comment)
         managed = self.settings.partition_managed(job.partition)
         decision = admission(result, environment=self.settings.environment, partition_managed=managed)
@@ -195,7 +235,7 @@ class Observer(Service):
             )
         requested = policy.mode if policy else None
         mode = effective_mode(Requested(requested, job.partition), self.settings)  # stored: the mode at registration
-        registration = jobs.JobRegistration(
+        return jobs.JobRegistration(
             cluster=self.settings.cluster,
             slurm_job_id=job.job_id,
             environment=self.settings.environment,
@@ -223,7 +263,6 @@ class Observer(Service):
             array_job_id=job.array_job_id,
             array_task_id=job.array_task_id,
         )
-        return await jobs.register_job(session, registration=registration)
 
     async def _track_attempts(self, session: Session, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
         index = job.restart_count
@@ -267,7 +306,9 @@ class Observer(Service):
                 workflow_id=record.workflow_id,
             )
 
-    def _paths_for(self, job: SlurmJob, record: Job, *, latest_index: int, previous: Attempt | None) -> dict[str, Any]:
+    def _paths_for(
+        self, job: SlurmJob, record: Job | jobs.JobRegistration, *, latest_index: int, previous: Attempt | None
+    ) -> dict[str, Any]:
         """Log paths for the attempt; a path the previous attempt used is stale unless paths are shared."""
         paths = {"stdout_path": job.stdout, "stderr_path": job.stderr}
         if previous is None or record.shared_log_paths:

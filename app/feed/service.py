@@ -7,12 +7,15 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import dialect_of
+from app.db import dialect_of, utcnow
 from app.feed.models import ChangeFeedEntry
+from app.sql import insert_rows
 
 NOTIFY_CHANNEL = "recovery_feed"
 # Any constant works; it serialises feed writers so that ids become visible in increasing order.
 _FEED_LOCK_KEY = 0x5245434F
+# session.info key of the entries queued while app.audit.service.batched() is open (None: write at once)
+QUEUE = "recovery.feed.queue"
 
 
 async def append(
@@ -25,8 +28,22 @@ async def append(
     slurm_job_id: int | None = None,
     attempt_index: int | None = None,
     payload: dict[str, Any] | None = None,
-) -> ChangeFeedEntry:
-    """Append one entry in the caller's transaction; it becomes visible when that commits."""
+) -> ChangeFeedEntry | None:
+    """Append one entry in the caller's transaction; it becomes visible when that commits (None: queued)."""
+    queue = session.info.get(QUEUE)
+    if queue is not None:
+        queue.append(
+            {
+                "topic": topic,
+                "entity_id": entity_id,
+                "cluster": cluster,
+                "workflow_id": workflow_id,
+                "slurm_job_id": slurm_job_id,
+                "attempt_index": attempt_index,
+                "payload": payload or {},
+            }
+        )
+        return None
     if dialect_of(session) == "postgresql":
         # Without this lock a reader could see id 11 committed before id 10 and skip 10 forever.
         await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _FEED_LOCK_KEY})
@@ -53,7 +70,7 @@ async def announce(
     entity_id: int | None,
     about: Any,
     payload: dict[str, Any] | None = None,
-) -> ChangeFeedEntry:
+) -> ChangeFeedEntry | None:
     """Append an entry scoped like `about` (a job, attempt, Advice, … row): its cluster, workflow, job and attempt."""
     return await append(
         session,
@@ -65,3 +82,18 @@ async def announce(
         attempt_index=getattr(about, "attempt_index", None),
         payload=payload,
     )
+
+
+async def append_many(session: AsyncSession, *, entries: list[dict[str, Any]]) -> None:
+    """Append entries (append()'s fields as dicts) in order, in multi-row inserts, with one NOTIFY."""
+    if not entries:
+        return
+    postgres = dialect_of(session) == "postgresql"
+    if postgres:
+        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _FEED_LOCK_KEY})
+    now = utcnow()
+    for entry in entries:
+        entry["created_at"] = now
+    last = max(await insert_rows(session, ChangeFeedEntry, entries))
+    if postgres:
+        await session.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(last)})

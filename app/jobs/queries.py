@@ -444,6 +444,18 @@ async def next_incarnation(session: AsyncSession, *, cluster: str, slurm_job_id:
     return 0 if highest is None else highest + 1
 
 
+async def next_incarnations(session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int]) -> dict[int, int]:
+    """next_incarnation for many Slurm job ids in one statement (ids never seen are left out: 0)."""
+    if not slurm_job_ids:
+        return {}
+    rows = await session.execute(
+        select(Job.slurm_job_id, func.max(Job.incarnation))
+        .where(Job.cluster == cluster, Job.slurm_job_id.in_(list(slurm_job_ids)))
+        .group_by(Job.slurm_job_id)
+    )
+    return {job_id: highest + 1 for job_id, highest in rows.all()}
+
+
 async def get_job(session: AsyncSession, *, job_id: int) -> Job | None:
     """One job record by id."""
     return await session.get(Job, job_id)

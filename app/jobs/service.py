@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import service as audit
@@ -16,6 +18,7 @@ from app.domain.adoption import adoption_reason
 from app.domain.identity import attempt_uuid
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy, Workflow
+from app.sql import insert_rows
 
 ATTEMPT_FIELDS = (
     "state",
@@ -50,14 +53,7 @@ async def ensure_workflow(session: AsyncSession, *, cluster: str, environment: s
     workflow = Workflow(cluster=cluster, environment=environment, workflow_key=workflow_key)
     session.add(workflow)
     await session.flush()
-    await feed.append(
-        session,
-        topic="workflow",
-        entity_id=workflow.id,
-        cluster=cluster,
-        workflow_id=workflow.id,
-        payload={"workflowKey": workflow_key},
-    )
+    await _announce_workflow(session, workflow_id=workflow.id, cluster=cluster, workflow_key=workflow_key)
     return workflow
 
 
@@ -152,18 +148,29 @@ async def register_job(
             errors=r.policy_errors,
         )
     )
-    enrolled = r.enrolment == "ENROLLED"
     await audit.record(
         session,
-        component="job_manager",
-        event_type=registration_event(r.enrolment),
-        level="INFO" if enrolled else "WARNING",
-        message=(
-            f"job {r.slurm_job_id} enrolled in workflow {workflow.workflow_key} ({r.effective_mode})"
-            if enrolled and workflow
+        **_registration_audit(r, workflow.workflow_key if workflow else None),
+        workflow_id=job.workflow_id,
+        produced_at=produced_at,
+    )
+    await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"enrolment": r.enrolment})
+    return job
+
+
+def _registration_audit(r: JobRegistration, workflow_key: str | None) -> dict[str, Any]:
+    """The audit event of a registration (its workflow id aside)."""
+    enrolled = r.enrolment == "ENROLLED"
+    return {
+        "component": "job_manager",
+        "event_type": registration_event(r.enrolment),
+        "level": "INFO" if enrolled else "WARNING",
+        "message": (
+            f"job {r.slurm_job_id} enrolled in workflow {workflow_key} ({r.effective_mode})"
+            if enrolled and workflow_key
             else f"job {r.slurm_job_id} not enrolled: {r.enrolment_reason}"
         ),
-        payload={
+        "payload": {
             "enrolment": r.enrolment,
             "reason": r.enrolment_reason,
             "effectiveMode": r.effective_mode,
@@ -175,13 +182,244 @@ async def register_job(
             "arrayJobId": r.array_job_id,
             "arrayTaskId": r.array_task_id,
         },
-        cluster=r.cluster,
-        slurm_job_id=r.slurm_job_id,
-        workflow_id=job.workflow_id,
-        produced_at=produced_at,
+        "cluster": r.cluster,
+        "slurm_job_id": r.slurm_job_id,
+    }
+
+
+@dataclass
+class NewAttempt:
+    """The first attempt of a job registered by register_jobs (what create_attempt is given)."""
+
+    attempt_index: int
+    state: str
+    values: dict[str, Any] = field(default_factory=dict)  # ATTEMPT_FIELDS
+
+
+async def register_jobs(
+    session: AsyncSession,
+    *,
+    items: Sequence[tuple[JobRegistration, NewAttempt | None]],
+    watching_since: dt.datetime | None = None,
+) -> int:
+    """register_job, then create_attempt(check_adoption=True) for the enrolled, for many jobs at once.
+
+    A few multi-row statements per table in the caller's transaction; the rows, audit events and
+    change-feed entries (in the same order) are those of registering the jobs one by one.
+    """
+    if not items:
+        return 0
+    for _, new_attempt in items:
+        if new_attempt is not None and set(new_attempt.values) - set(ATTEMPT_FIELDS):
+            raise TypeError(f"unknown attempt fields: {sorted(set(new_attempt.values) - set(ATTEMPT_FIELDS))}")
+    now = utcnow()
+    async with audit.batched(session):
+        workflows, created = await _ensure_workflows(session, registrations=[r for r, _ in items], now=now)
+        keys = [_workflow_key(r) for r, _ in items]
+        job_rows = [
+            {
+                "cluster": r.cluster,
+                "slurm_job_id": r.slurm_job_id,
+                "incarnation": r.incarnation,
+                "workflow_id": workflows[key] if key else None,
+                "name": r.name,
+                "user": r.user,
+                "partition": r.partition,
+                "submit_time": r.submit_time,
+                "comment": r.comment,
+                "enrolment": r.enrolment,
+                "enrolment_reason": r.enrolment_reason,
+                "requested_mode": r.requested_mode,
+                "effective_mode": r.effective_mode,
+                "mode_reason": r.mode_reason,
+                "requeue_eligible": r.requeue_eligible,
+                "state": new_attempt.state if key and new_attempt else r.state,
+                "restart_count": r.restart_count,
+                "shared_log_paths": r.shared_log_paths,
+                "array_job_id": r.array_job_id,
+                "array_task_id": r.array_task_id,
+                "last_seen_at": now,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for (r, new_attempt), key in zip(items, keys, strict=True)
+        ]
+        job_ids = await insert_rows(session, Job, job_rows)
+        await insert_rows(
+            session,
+            Policy,
+            [
+                {
+                    "job_id": job_id,
+                    "wrapper": r.policy_wrapper,
+                    "valid": r.policy_valid,
+                    "effective": r.policy_effective,
+                    "warnings": r.policy_warnings,
+                    "errors": r.policy_errors,
+                    "created_at": now,
+                }
+                for (r, _), job_id in zip(items, job_ids, strict=True)
+            ],
+        )
+        attempts: list[dict[str, Any] | None] = []
+        reasons: dict[int, str] = {}  # adopted attempts by job id: the reason in full (the row keeps 2000 chars)
+        for (r, new_attempt), key, job_id in zip(items, keys, job_ids, strict=True):
+            if not key or new_attempt is None:
+                attempts.append(None)
+                continue
+            row: dict[str, Any] = {name: None for name in ATTEMPT_FIELDS}
+            row |= {"nodes": [], "held": False, "excluded_nodes": []}
+            row |= new_attempt.values
+            active = new_attempt.state in states.ACTIVE
+            row |= {
+                "state": new_attempt.state,
+                "first_seen_running_at": now if active else None,
+                "uuid": _attempt_uuid(r.cluster, r.incarnation, r.slurm_job_id, new_attempt.attempt_index),
+                "job_id": job_id,
+                "workflow_id": workflows[key],
+                "cluster": r.cluster,
+                "slurm_job_id": r.slurm_job_id,
+                "attempt_index": new_attempt.attempt_index,
+                "adopted_at": None,
+                "adopted_reason": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+            reason = adoption_reason(
+                ended=row["state"] in states.ENDED,
+                state=row["state"],
+                first_seen_running_at=row["first_seen_running_at"],
+                end_time=row["end_time"],
+                watching_since=watching_since,
+            )
+            if reason is not None:
+                row["adopted_at"], row["adopted_reason"] = now, reason[:2000]
+                reasons[job_id] = reason
+            attempts.append(row)
+        rows = [row for row in attempts if row is not None]
+        if rows:
+            attempt_ids = await insert_rows(session, Attempt, rows)
+            for inserted, attempt_id in zip(rows, attempt_ids, strict=True):
+                inserted["id"] = attempt_id
+        announced: set[tuple[str, str]] = set()
+        summaries: dict[int, dict[str, Any]] = {}  # workflow id -> what _touch_workflow would leave
+        for (r, _), key, job_id, first in zip(items, keys, job_ids, attempts, strict=True):
+            workflow_id = workflows[key] if key else None
+            if key in created and key not in announced:
+                announced.add(key)
+                await _announce_workflow(session, workflow_id=created[key], cluster=key[0], workflow_key=key[1])
+            await audit.record(session, **_registration_audit(r, key[1] if key else None), workflow_id=workflow_id)
+            await feed.append(
+                session,
+                topic="job",
+                entity_id=job_id,
+                cluster=r.cluster,
+                workflow_id=workflow_id,
+                slurm_job_id=r.slurm_job_id,
+                payload={"enrolment": r.enrolment},
+            )
+            if first is None or workflow_id is None:
+                continue
+            summary = summaries.setdefault(workflow_id, {"wid": workflow_id, "added": 0, "updated_at": now})
+            summary["added"] += 1
+            summary["latest_state"], summary["latest_job_name"] = first["state"], r.name
+            attempt = SimpleNamespace(**first)
+            await audit.record(session, **_attempt_audit(attempt))
+            await _announce_row(session, attempt, {"state": attempt.state, "new": True})
+            if job_id in reasons:
+                await audit.record(
+                    session, **_adoption_audit(attempt, reasons[job_id], watching_since), workflow_id=workflow_id
+                )
+                await _announce_row(session, attempt, {"state": attempt.state, "adopted": True})
+        if summaries:
+            table = cast(Table, Workflow.__table__)
+            await session.execute(
+                update(table)
+                .where(table.c.id == bindparam("wid"))
+                .values(
+                    attempt_count=table.c.attempt_count + bindparam("added"),
+                    latest_state=bindparam("latest_state"),
+                    latest_job_name=bindparam("latest_job_name"),
+                    updated_at=bindparam("updated_at"),
+                ),
+                list(summaries.values()),
+            )
+    return len(items)
+
+
+def _workflow_key(r: JobRegistration) -> tuple[str, str] | None:
+    """(cluster, workflow key) of an enrolled registration; None for the others (they join no workflow)."""
+    if r.enrolment != "ENROLLED":
+        return None
+    return r.cluster, r.workflow_key or derived_workflow_key(r.slurm_job_id)
+
+
+async def _ensure_workflows(
+    session: AsyncSession, *, registrations: Sequence[JobRegistration], now: dt.datetime
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """ensure_workflow for many: (every workflow id by (cluster, key), the ones created now), in two statements.
+
+    Reads ids only: Workflow rows in the session would go stale when register_jobs moves their summaries.
+    """
+    wanted: dict[tuple[str, str], str] = {}
+    for r in registrations:
+        key = _workflow_key(r)
+        if key is not None:
+            wanted.setdefault(key, r.environment)
+    if not wanted:
+        return {}, {}
+    found = await session.execute(
+        select(Workflow.cluster, Workflow.workflow_key, Workflow.id).where(
+            Workflow.cluster.in_({cluster for cluster, _ in wanted}),
+            Workflow.workflow_key.in_({key for _, key in wanted}),
+        )
     )
-    await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"enrolment": r.enrolment})
-    return job
+    workflows = {(cluster, key): workflow_id for cluster, key, workflow_id in found.all()}
+    missing = [key for key in wanted if key not in workflows]
+    ids = await insert_rows(
+        session,
+        Workflow,
+        [
+            {
+                "cluster": cluster,
+                "environment": wanted[(cluster, key)],
+                "workflow_key": key,
+                "latest_state": None,
+                "latest_job_name": None,
+                "attempt_count": 0,
+                "failed_attempt_count": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for cluster, key in missing
+        ],
+    )
+    created = dict(zip(missing, ids, strict=True))
+    return workflows | created, created
+
+
+async def _announce_workflow(session: AsyncSession, *, workflow_id: int, cluster: str, workflow_key: str) -> None:
+    await feed.append(
+        session,
+        topic="workflow",
+        entity_id=workflow_id,
+        cluster=cluster,
+        workflow_id=workflow_id,
+        payload={"workflowKey": workflow_key},
+    )
+
+
+async def _announce_row(session: AsyncSession, attempt: Any, payload: dict[str, Any]) -> None:
+    await feed.append(
+        session,
+        topic="attempt",
+        entity_id=attempt.id,
+        cluster=attempt.cluster,
+        workflow_id=attempt.workflow_id,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        payload=payload,
+    )
 
 
 async def set_array_task(
@@ -215,8 +453,12 @@ async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:
 
 def incarnation_attempt_uuid(job: Job, attempt_index: int) -> str:
     """SPEC §3's deterministic UUID; a reused job id (incarnation > 0) gets its own namespace."""
-    cluster = job.cluster if job.incarnation == 0 else f"{job.cluster}#{job.incarnation}"
-    return attempt_uuid(cluster, job.slurm_job_id, attempt_index)
+    return _attempt_uuid(job.cluster, job.incarnation, job.slurm_job_id, attempt_index)
+
+
+def _attempt_uuid(cluster: str, incarnation: int, slurm_job_id: int, attempt_index: int) -> str:
+    namespace = cluster if incarnation == 0 else f"{cluster}#{incarnation}"
+    return attempt_uuid(namespace, slurm_job_id, attempt_index)
 
 
 async def create_attempt(
@@ -251,24 +493,7 @@ async def create_attempt(
     session.add(attempt)
     await session.flush()
     await _touch_workflow(session, attempt=attempt, job=job, new_attempt=True)
-    await audit.record(
-        session,
-        component="job_manager",
-        event_type="attempt.registered",
-        message=f"attempt {job.slurm_job_id}/{attempt_index} registered ({state})",
-        payload={
-            "state": state,
-            "nodes": attempt.nodes,
-            "stdout": attempt.stdout_path,
-            "stderr": attempt.stderr_path,
-            "uuid": attempt.uuid,
-        },
-        cluster=job.cluster,
-        slurm_job_id=job.slurm_job_id,
-        attempt_index=attempt_index,
-        workflow_id=job.workflow_id,
-        produced_at=produced_at,
-    )
+    await audit.record(session, **_attempt_audit(attempt), produced_at=produced_at)
     await _announce_attempt(session, attempt, {"state": state, "new": True})
     if check_adoption:
         await _adopt_if_unobserved(session, attempt=attempt, job=job, watching_since=watching_since)
@@ -294,23 +519,50 @@ async def _adopt_if_unobserved(
     attempt.adopted_reason = reason[:2000]
     await audit.record(
         session,
-        component="job_manager",
-        event_type="job.adopted",
-        level="WARNING" if attempt.state in states.FAILED else "INFO",
-        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index} recorded as history, no Advice: {reason}",
-        payload={
+        **_adoption_audit(attempt, reason, watching_since),
+        workflow_id=job.workflow_id if job is not None else attempt.workflow_id,
+    )
+    await _announce_attempt(session, attempt, {"state": attempt.state, "adopted": True})
+
+
+def _attempt_audit(attempt: Any) -> dict[str, Any]:
+    """The audit event of a new attempt (an Attempt row or a namespace with its fields)."""
+    return {
+        "component": "job_manager",
+        "event_type": "attempt.registered",
+        "message": f"attempt {attempt.slurm_job_id}/{attempt.attempt_index} registered ({attempt.state})",
+        "payload": {
+            "state": attempt.state,
+            "nodes": attempt.nodes,
+            "stdout": attempt.stdout_path,
+            "stderr": attempt.stderr_path,
+            "uuid": attempt.uuid,
+        },
+        "cluster": attempt.cluster,
+        "slurm_job_id": attempt.slurm_job_id,
+        "attempt_index": attempt.attempt_index,
+        "workflow_id": attempt.workflow_id,
+    }
+
+
+def _adoption_audit(attempt: Any, reason: str, watching_since: dt.datetime | None) -> dict[str, Any]:
+    """The audit event of an adopted attempt (its workflow id aside)."""
+    return {
+        "component": "job_manager",
+        "event_type": "job.adopted",
+        "level": "WARNING" if attempt.state in states.FAILED else "INFO",
+        "message": f"attempt {attempt.slurm_job_id}/{attempt.attempt_index} recorded as history, no Advice: {reason}",
+        "payload": {
             "reason": reason,
             "state": attempt.state,
             "endTime": attempt.end_time.isoformat() if attempt.end_time else None,
             "firstSeenRunningAt": attempt.first_seen_running_at.isoformat() if attempt.first_seen_running_at else None,
             "watchingSince": watching_since.isoformat() if watching_since else None,
         },
-        cluster=attempt.cluster,
-        slurm_job_id=attempt.slurm_job_id,
-        attempt_index=attempt.attempt_index,
-        workflow_id=job.workflow_id if job is not None else attempt.workflow_id,
-    )
-    await _announce_attempt(session, attempt, {"state": attempt.state, "adopted": True})
+        "cluster": attempt.cluster,
+        "slurm_job_id": attempt.slurm_job_id,
+        "attempt_index": attempt.attempt_index,
+    }
 
 
 async def update_attempt(

@@ -14,7 +14,14 @@ from app import metrics
 from app.config import Settings
 from app.slurm.adapter import JobLookup, JobTarget, node_text, target_text
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
-from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_pipe, parse_sinfo_node_names, parse_snapshot
+from app.slurm.parse import (
+    ParseError,
+    SnapshotParser,
+    parse_partition_nodes,
+    parse_sacct_pipe,
+    parse_sinfo_node_names,
+    parse_snapshot,
+)
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 
 # sacct columns for attempt history; Comment last because it may contain the `|` separator
@@ -44,6 +51,7 @@ class CliScheduler:
         if env is None and settings.slurm_conf:
             env = {**os.environ, "SLURM_CONF": settings.slurm_conf}  # this cluster's slurm.conf
         self.env = dict(env) if env is not None else None  # None: inherit os.environ at call time
+        self.snapshots = SnapshotParser()  # list_jobs decodes only the job records that changed
         self.last_result: CommandResult | None = None
 
     # ------------------------------------------------------------ plumbing
@@ -113,7 +121,7 @@ class CliScheduler:
         # would vanish from the answer the moment it ends
         result = await self.run("squeue", "--json", "--states=all")
         try:
-            return parse_snapshot(result.stdout, taken_at=taken_at, duration=result.duration)
+            return self.snapshots.parse(result.stdout, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
             raise TransientSchedulerError(
                 f"unreadable squeue --json output: {exc}",

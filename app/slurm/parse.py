@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from app.domain import states
 from app.slurm.names import NO_ARRAY_TASK, expand_filename, expand_hostlist
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
@@ -14,6 +16,7 @@ from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 __all__ = [
     "NO_ARRAY_TASK",
     "ParseError",
+    "SnapshotParser",
     "answer_meta",
     "decode_wait_status",
     "expand_filename",
@@ -353,6 +356,85 @@ def parse_snapshot(raw: bytes | str | dict, *, taken_at: datetime | None = None,
         slurm_release=release,
         data_parser=parser,
     )
+
+
+class _Answer(msgspec.Struct):
+    """The top level of a squeue/slurmrestd answer; each job record is kept as its raw bytes."""
+
+    jobs: list[msgspec.Raw] | None = None
+    errors: Any = None
+    meta: Any = None
+
+
+_ANSWER = msgspec.json.Decoder(_Answer)
+_RECORD = msgspec.json.Decoder()
+
+
+class SnapshotParser:
+    """parse_snapshot with a memory of the previous answer: a job record whose bytes did not change is not decoded.
+
+    The answer is scanned once (msgspec) into its job records' raw bytes; a record byte-for-byte the
+    same as one in the previous answer gets the same SlurmJob object back (parse_job is pure), so an
+    unchanged snapshot costs a scan and a dict lookup per job and its jobs compare by identity.
+    Only the previous answer is remembered (its records' bytes: about the size of the answer).
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[bytes, SlurmJob] = {}
+        self.decoded = 0  # records decoded by the last parse (tests and benches watch it)
+
+    def parse(self, raw: bytes | str, *, taken_at: datetime | None = None, duration: float = 0.0) -> Snapshot:
+        """All jobs of one answer, like parse_snapshot (same jobs, problems and errors)."""
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()  # as in _load: the decoded containers hold no cycles
+        try:
+            return self._parse(raw, taken_at=taken_at, duration=duration)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _parse(self, raw: bytes | str, *, taken_at: datetime | None, duration: float) -> Snapshot:
+        try:
+            answer = _ANSWER.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise ParseError(f"not a squeue answer: {exc}") from None
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise ParseError(f"not JSON: {exc}") from None
+        if answer.jobs is None:
+            raise ParseError("no `jobs` list in the answer")
+        previous, current = self._previous, {}
+        jobs: list[SlurmJob] = []
+        problems: list[str] = []
+        decoded = 0
+        for index, record_raw in enumerate(answer.jobs):
+            key = bytes(record_raw)
+            job = previous.get(key)
+            if job is None:
+                decoded += 1
+                record: Any = None
+                try:
+                    record = _RECORD.decode(key)
+                    job = parse_job(record)
+                except Exception as exc:  # one odd record must never cost the whole tick
+                    ident = record.get("job_id") if isinstance(record, dict) else None
+                    problems.append(f"job record #{index} (job_id={ident!r}) skipped: {type(exc).__name__}: {exc}")
+                    continue
+            current[key] = job
+            jobs.append(job)
+        self._previous = current
+        self.decoded = decoded
+        for error in answer.errors or ():
+            problems.append(f"slurm reported: {error}")
+        release, parser = _meta({"meta": answer.meta})
+        return Snapshot(
+            jobs=tuple(jobs),
+            taken_at=taken_at or datetime.now(UTC),
+            duration=duration,
+            problems=tuple(problems),
+            slurm_release=release,
+            data_parser=parser,
+        )
 
 
 def parse_jobs(raw: bytes | str | dict) -> list[SlurmJob]:

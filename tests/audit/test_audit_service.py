@@ -31,6 +31,7 @@ async def _seed(sessions, count: int = 30) -> None:
 async def test_record_appends_feed_entry_in_same_transaction(sessions) -> None:
     async with sessions() as session, session.begin():
         event = await audit.record(session, component="api", event_type="advice.vetoed", message="x", actor="alice")
+        assert event is not None
     async with sessions() as session:
         entries = await feed_queries.read_since(session, after_id=0)
     assert [(e.topic, e.entity_id) for e in entries] == [("audit", event.id)]

@@ -1,0 +1,258 @@
+"""Batch registration and changed ticks: statements counted per table on both databases, rows as one by one."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import event, select
+
+from app.audit.models import AuditEvent
+from app.context import AppContext
+from app.feed.models import ChangeFeedEntry
+from app.jobs import service as jobs
+from app.jobs.models import Attempt, Job, Policy, Workflow
+from app.slurm.fake import FakeScheduler, make_job
+from app.slurm.parse import SnapshotParser, parse_snapshot
+from worker.observer import Observer, attempt_values
+
+_WRITE = re.compile(r"^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.I)
+
+
+class Statements:
+    """Writes sent on the engine, by statement kind and table (before_cursor_execute fires once per execute)."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.writes: Counter[str] = Counter()
+        self.engine = ctx.engine.sync_engine
+        event.listen(self.engine, "before_cursor_execute", self._count)
+
+    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        match = _WRITE.match(statement)
+        if match:
+            self.writes[f"{match.group(1).split()[0].upper()} {match.group(2)}"] += 1
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._count)
+
+
+def _comment(workflow: str, environment: str, **extra: Any) -> str:
+    return json.dumps({"APS": {"workflow_id": workflow, "environment": environment, "mode": "observe", **extra}})
+
+
+def _population(scheduler: FakeScheduler, env: str, first: int, count: int) -> None:  # workflows named per `first`
+    """Every kind of first sighting: running, pending, array tasks, ended before the watch, rejected, plain."""
+    ended = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    for n in range(count):
+        job_id = first + n
+        kind = n % 6
+        if kind == 0:
+            job = make_job(job_id, comment=_comment(f"wf-{first}-{n % 4}", env), state="RUNNING", nodes=("n1",))
+        elif kind == 1:
+            job = make_job(job_id, comment=_comment(f"wf-{first}-{n % 4}", env), array_job_id=first, array_task_id=n)
+        elif kind == 2:  # ended an hour ago: adopted as history
+            job = make_job(
+                job_id, comment=_comment(f"wf-{first}-old", env), state="FAILED", exit_code=1, end_time=ended
+            )
+        elif kind == 3:
+            job = make_job(job_id, comment=_comment("wf-x", "elsewhere"))  # ENVIRONMENT_MISMATCH
+        elif kind == 4:
+            job = make_job(job_id, comment='{"APS": {"workflow_id": 3}}')  # invalid policy: rejected
+        else:
+            job = make_job(job_id, comment="nightly evaluation")  # not a candidate at all
+        scheduler.add(dataclasses.replace(job, stdout=f"/logs/{job_id}.out", stderr=f"/logs/{job_id}.out"))
+
+
+async def test_one_tick_registers_any_number_of_jobs_in_the_same_statements(ctx: AppContext) -> None:
+    env = ctx.settings.environment
+    counts = []
+    for first, count in ((1000, 12), (2000, 120)):
+        scheduler = FakeScheduler()
+        observer = Observer(ctx, scheduler)
+        observer.state.watching_since = dt.datetime.now(dt.UTC)  # a later tick: the old FAILED job is adopted
+        _population(scheduler, env, first, count)
+        statements = Statements(ctx)
+        try:
+            await observer.tick()
+        finally:
+            statements.close()
+        counts.append(statements.writes)
+    small, large = counts
+    assert small == large, (small, large)
+    # one multi-row INSERT per table (and one UPDATE of the workflows' summaries), whatever the count
+    assert large == Counter(
+        {
+            "INSERT workflows": 1,
+            "INSERT jobs": 1,
+            "INSERT policies": 1,
+            "INSERT attempts": 1,
+            "INSERT audit_events": 1,
+            "INSERT change_feed": 1,
+            "UPDATE workflows": 1,
+        }
+    )
+    async with ctx.sessions() as session:
+        registered = (await session.scalars(select(Job).where(Job.slurm_job_id >= 2000))).all()
+        adopted = (await session.scalars(select(Attempt).where(Attempt.adopted_at.is_not(None)))).all()
+    assert len(registered) == 100  # 120 minus the 20 plain jobs
+    assert {a.slurm_job_id for a in adopted} == {2000 + n for n in range(120) if n % 6 == 2} | {
+        1000 + n for n in range(12) if n % 6 == 2
+    }
+
+
+async def test_a_tick_where_jobs_changed_updates_them_in_a_few_statements(ctx: AppContext) -> None:
+    scheduler = FakeScheduler()
+    observer = Observer(ctx, scheduler)
+    env = ctx.settings.environment
+    for n in range(40):
+        scheduler.add(make_job(500 + n, comment=_comment(f"wf-{n % 5}", env)))
+        scheduler.start(500 + n, ["n1"])
+    await observer.tick()
+    for n in range(40):
+        scheduler.finish(500 + n, "FAILED" if n % 2 else "COMPLETED", exit_code=n % 2)
+    statements = Statements(ctx)
+    try:
+        await observer.tick()
+    finally:
+        statements.close()
+    assert statements.writes == Counter(
+        {
+            "UPDATE attempts": 1,
+            "UPDATE jobs": 1,
+            "UPDATE workflows": 1,  # one executemany: every workflow here gained a failed attempt
+            "INSERT audit_events": 1,
+            "INSERT change_feed": 1,
+        }
+    ), statements.writes
+    async with ctx.sessions() as session:
+        workflows = {w.workflow_key: w for w in (await session.scalars(select(Workflow))).all()}
+        changes = (
+            await session.scalars(select(AuditEvent).where(AuditEvent.event_type == "attempt.state_changed"))
+        ).all()
+    assert sum(w.failed_attempt_count for w in workflows.values()) == 20
+    assert sum(w.attempt_count for w in workflows.values()) == 40
+    assert len(changes) == 40
+
+
+async def _dump(ctx: AppContext, cluster: str) -> dict[str, list[tuple]]:
+    """The cluster's rows without timestamps, every id replaced by its rank among the cluster's rows of its table."""
+    async with ctx.sessions() as session:
+        workflows = (
+            await session.scalars(select(Workflow).where(Workflow.cluster == cluster).order_by(Workflow.id))
+        ).all()
+        job_rows = (await session.scalars(select(Job).where(Job.cluster == cluster).order_by(Job.id))).all()
+        attempts = (await session.scalars(select(Attempt).where(Attempt.cluster == cluster).order_by(Attempt.id))).all()
+        policies = (
+            await session.scalars(select(Policy).where(Policy.job_id.in_([j.id for j in job_rows])).order_by(Policy.id))
+        ).all()
+        events = (
+            await session.scalars(select(AuditEvent).where(AuditEvent.cluster == cluster).order_by(AuditEvent.id))
+        ).all()
+        feed = (
+            await session.scalars(
+                select(ChangeFeedEntry).where(ChangeFeedEntry.cluster == cluster).order_by(ChangeFeedEntry.id)
+            )
+        ).all()
+    rank = {
+        "workflow": {w.id: i for i, w in enumerate(workflows)},
+        "job": {j.id: i for i, j in enumerate(job_rows)},
+        "attempt": {a.id: i for i, a in enumerate(attempts)},
+        "audit": {e.id: i for i, e in enumerate(events)},
+    }
+    skip = {"id", "created_at", "updated_at", "last_seen_at", "first_seen_running_at", "adopted_at", "recorded_at"}
+    skip |= {"produced_at", "cluster", "uuid"}
+
+    def row(obj: Any, **ids: str) -> tuple:
+        values = []
+        for column in obj.__table__.columns:
+            if column.name in skip:
+                continue
+            value = getattr(obj, column.name)
+            if column.name in ids and value is not None:
+                value = rank[ids[column.name]][value]
+            if column.name == "payload":  # attempt uuids are derived from the cluster's name
+                value = {k: v for k, v in value.items() if k != "uuid"}
+            values.append((column.name, value))
+        return tuple(values)
+
+    return {
+        "workflows": [row(w) for w in workflows],
+        "jobs": [row(j, workflow_id="workflow") for j in job_rows],
+        "policies": [row(p, job_id="job") for p in policies],
+        "attempts": [row(a, job_id="job", workflow_id="workflow") for a in attempts],
+        "audit": [row(e, workflow_id="workflow") for e in events],
+        "feed": [row(f, workflow_id="workflow", entity_id=f.topic) for f in feed],
+    }
+
+
+async def test_batch_registration_writes_what_one_by_one_writes(ctx: AppContext) -> None:
+    """Same rows, audit events, feed entries and their order, adoption, arrays, on two clusters of one database."""
+    scheduler = FakeScheduler()
+    _population(scheduler, "test-env", 7000, 30)
+    observer = Observer(ctx, scheduler)
+    watching = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    snapshot = await scheduler.list_jobs()
+    items = []
+    for job in snapshot.jobs:
+        registration = observer._registration(job, incarnation=0)
+        if registration is None:
+            continue
+        first = None
+        if registration.enrolment == "ENROLLED":
+            values = attempt_values(job)
+            state = values.pop("state")
+            values |= {"stdout_path": job.stdout, "stderr_path": job.stderr}
+            first = jobs.NewAttempt(attempt_index=job.restart_count, state=state, values=values)
+        items.append((registration, first))
+    assert {r.enrolment for r, _ in items} >= {"ENROLLED", "ENVIRONMENT_MISMATCH", "NOT_ENROLLED"}
+
+    def on(cluster: str) -> list[tuple[jobs.JobRegistration, jobs.NewAttempt | None]]:
+        return [(dataclasses.replace(r, cluster=cluster), a) for r, a in items]
+
+    async with ctx.sessions() as session, session.begin():
+        await jobs.register_jobs(session, items=on("batch"), watching_since=watching)
+    async with ctx.sessions() as session, session.begin():
+        for registration, first in on("single"):
+            record = await jobs.register_job(session, registration=registration)
+            if first is not None:
+                await jobs.create_attempt(
+                    session,
+                    job=record,
+                    attempt_index=first.attempt_index,
+                    state=first.state,
+                    check_adoption=True,
+                    watching_since=watching,
+                    **first.values,
+                )
+    batch, single = await _dump(ctx, "batch"), await _dump(ctx, "single")
+    for table in single:
+        assert batch[table] == single[table], table
+    assert any(row for row in batch["audit"] if ("event_type", "job.adopted") in row)
+    assert len(batch["attempts"]) == 15 and len(batch["workflows"]) == 5
+
+
+def test_snapshot_parser_decodes_only_changed_records_and_agrees_with_parse_snapshot() -> None:
+    records: list[dict[str, Any]] = [
+        {"job_id": 1, "job_state": "RUNNING", "name": "a", "nodes": "n[1-2]", "comment": "x"},
+        {"job_id": 2, "job_state": ["PENDING"], "restart_cnt": {"set": True, "infinite": False, "number": 1}},
+        {"job_id": "not a number"},
+    ]
+    answer = {"jobs": records, "errors": [{"error": "partial"}], "meta": {"plugin": {"type": "openapi/v0.0.38"}}}
+    parser = SnapshotParser()
+    first = parser.parse(json.dumps(answer))
+    assert parser.decoded == 3
+    reference = parse_snapshot(json.dumps(answer))
+    assert (first.jobs, first.problems, first.data_parser) == (
+        reference.jobs,
+        reference.problems,
+        reference.data_parser,
+    )
+    records[1]["job_state"] = ["RUNNING"]
+    second = parser.parse(json.dumps(answer).encode())
+    assert parser.decoded == 2  # job 2 and the broken record
+    assert second.jobs[0] is first.jobs[0] and second.jobs[1].state == "RUNNING"
+    assert second.jobs == parse_snapshot(json.dumps(answer)).jobs
