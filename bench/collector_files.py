@@ -2,13 +2,16 @@
 
 Usage: .venv/bin/python bench/collector_files.py [--files 1000] [--repeat 5] [--smoke]
 
-Sets up a migrated SQLite database with N enrolled RUNNING attempts (through app.jobs.service),
-each writing its own log file, primes the collector (the first tick reads every file), then
+Sets up a migrated SQLite database with N enrolled RUNNING jobs, each writing its own log file: the
+observer registers them from one N-job `squeue --json` answer (as the worker does, so the process
+holds what a worker with N jobs holds), then primes the collector (the first tick reads every file), then
 measures ticks when nothing changed and when 1% of the files got a few new lines (a crash line in
 some). Two wake-up paths are measured: inotify (the changed paths are known, as the watchfiles
 task would report them; set here directly so the run is deterministic) and the polling fallback
 (stat every file). The baseline, measured in the same run, is plain Python: open/seek/read of only
-the changed files' new bytes plus `os.stat` of all N files. No timing is asserted anywhere.
+the changed files' new bytes plus `os.stat` of all N files. The resident memory of the process
+(observer and collector state of N jobs and N files) is printed at the end. Ends with one `figure`
+line per goal (issue 16, item 4). No timing is asserted anywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import argparse
 import asyncio
 import datetime as dt
 import functools
+import importlib
+import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -36,6 +42,10 @@ from app.jobs import service as jobs  # noqa: E402
 from app.jobs.models import Attempt  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from worker.collector import Collector  # noqa: E402
+from worker.observer import Observer  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+observer_tick = importlib.import_module("observer_tick")  # the same snapshot and scheduler as that bench
 
 ITERATION = (
     " iteration {i:>8}/  500000 | consumed samples: 12800 | elapsed time per iteration (ms): "
@@ -55,37 +65,30 @@ class Clock:
         return self.now
 
 
-async def enrol(ctx: AppContext, directory: Path, count: int) -> list[Path]:
-    """N enrolled jobs with one RUNNING attempt each, each attempt writing its own file (setup, not measured)."""
-    paths = [directory / f"out-{200000 + i}.log" for i in range(count)]
-    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
-    async with ctx.sessions() as session, session.begin():
-        for i, path in enumerate(paths):
-            path.write_text("".join(ITERATION.format(i=n) for n in range(20)))
-            job = await jobs.register_job(
-                session,
-                registration=jobs.JobRegistration(
-                    cluster=ctx.settings.cluster,
-                    slurm_job_id=200000 + i,
-                    environment="bench",
-                    enrolment="ENROLLED",
-                    enrolment_reason=None,
-                    workflow_key=f"wf-{i % 200}",
-                    policy_valid=True,
-                    policy_effective={"mode": "observe"},
-                    state="RUNNING",
-                ),
-            )
-            await jobs.create_attempt(
-                session,
-                job=job,
-                attempt_index=0,
-                state="RUNNING",
-                stdout_path=str(path),
-                stderr_path=str(path),
-                start_time=started,
-            )
-    return paths
+async def enrol(ctx: AppContext, directory: Path, count: int) -> tuple[list[Path], Observer]:
+    """N enrolled RUNNING jobs registered by the observer from one answer, each writing its own file (not measured)."""
+    paths = [directory / f"out-{100000 + i}.log" for i in range(count)]
+    for path in paths:
+        path.write_text("".join(ITERATION.format(i=n) for n in range(20)))
+    document = observer_tick.build_snapshot(count, count)
+    started = int((dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)).timestamp())
+    for record, path in zip(document["jobs"], paths, strict=True):
+        record["standard_output"] = record["standard_error"] = str(path)
+        record["start_time"] = started
+    observer = Observer(ctx, observer_tick.StaticScheduler(json.dumps(document).encode()))
+    observer.state.watching_since = dt.datetime.now(dt.UTC)
+    await observer.tick()
+    return paths, observer
+
+
+def resident_mb() -> tuple[float, float]:
+    """(resident set size now, its peak) of this process in MB."""
+    now = 0.0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                now = int(line.split()[1]) / 1024
+    return now, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def observe_change(ctx: AppContext, round_: int) -> None:
@@ -152,7 +155,7 @@ async def main(args: argparse.Namespace) -> None:
         ctx = AppContext.open(settings)
         await upgrade(ctx.engine)
         t0 = time.perf_counter()
-        paths = await enrol(ctx, logs, args.files)
+        paths, observer = await enrol(ctx, logs, args.files)
         print(
             f"setup: {args.files} enrolled RUNNING attempts, one log file each "
             f"({time.perf_counter() - t0:.1f} s, not measured)"
@@ -179,6 +182,7 @@ async def main(args: argparse.Namespace) -> None:
         rows: dict[str, list[tuple[float, int]]] = {
             key: [] for key in ("idle_inotify", "idle_poll", "changed_inotify", "changed_poll", "poke", "baseline")
         }
+        stats: list[float] = []  # the idle polling tick's floor: os.stat of every file
         for round_ in range(1, args.repeat + 1):
             poll_not_due()
             rows["idle_inotify"].append(await timed(lambda: inotify_tick([]), counter))
@@ -192,6 +196,11 @@ async def main(args: argparse.Namespace) -> None:
             append_lines(changed, 2 * round_ + 1)
             poll_due()
             rows["changed_poll"].append(await timed(collector.tick, counter))
+
+            t0 = time.perf_counter()
+            for path in paths:
+                os.stat(path)
+            stats.append(time.perf_counter() - t0)
 
             for path in changed:  # the baseline reads the same bytes the two changed ticks read
                 with path.open("ab"):
@@ -228,8 +237,20 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{label:44s} {seconds * 1000:9.2f} ms  {statements:5d} SQL  ratio/baseline {seconds / base:8.2f}x")
         changed_s, _ = median("changed_inotify")
         print(f"ratio changed tick / baseline:               {changed_s / base:8.2f}x (median of {args.repeat})")
+        idle_poll_s, _ = median("idle_poll")
+        stat_s = statistics.median(stats)
+        print(f"plain stat baseline (os.stat of {args.files} files):    {stat_s * 1000:9.2f} ms")
+        print(f"ratio idle tick (poll) / plain stat:         {idle_poll_s / stat_s:8.2f}x")
+        await observer.tick()  # the worker keeps looking at its N jobs meanwhile
+        rss, peak = resident_mb()
+        print(
+            f"resident memory, observer with {len(observer.state.seen)} jobs + collector with "
+            f"{len(collector.tracked)} files: {rss:.0f} MB (peak of the run {peak:.0f} MB)"
+        )
         await collector.on_stop()
         await ctx.close()
+    print(f"figure collector_idle_poll_tick_vs_stat {idle_poll_s / stat_s:.2f} x goal <= 2")
+    print(f"figure worker_resident_memory {rss:.0f} MB goal <= 500")
 
 
 if __name__ == "__main__":

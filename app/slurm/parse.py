@@ -368,6 +368,9 @@ class _Answer(msgspec.Struct):
 
 _ANSWER = msgspec.json.Decoder(_Answer)
 _RECORD = msgspec.json.Decoder()
+# records that differ from the one at their place last time decoded before the rest is looked up by bytes
+# (a changed record costs a decode; a dict of every previous record only pays off once records moved)
+_DECODE_BEFORE_LOOKUP = 64
 
 
 class SnapshotParser:
@@ -375,12 +378,15 @@ class SnapshotParser:
 
     The answer is scanned once (msgspec) into its job records' raw bytes; a record byte-for-byte the
     same as one in the previous answer gets the same SlurmJob object back (parse_job is pure), so an
-    unchanged snapshot costs a scan and a dict lookup per job and its jobs compare by identity.
-    Only the previous answer is remembered (its records' bytes: about the size of the answer).
+    unchanged snapshot costs a scan and one comparison of bytes per job (with the record at the same
+    place last time; a dict by bytes once many records moved), and its jobs compare by identity.
+    Only the previous answer is remembered (about its size).
     """
 
     def __init__(self) -> None:
-        self._previous: dict[bytes, SlurmJob] = {}
+        # the previous answer's records (msgspec.Raw, compared by their bytes) and what they became
+        self._raws: list[msgspec.Raw] = []
+        self._jobs: list[SlurmJob | None] = []
         self.decoded = 0  # records decoded by the last parse (tests and benches watch it)
 
     def parse(self, raw: bytes | str, *, taken_at: datetime | None = None, duration: float = 0.0) -> Snapshot:
@@ -403,26 +409,33 @@ class SnapshotParser:
             raise ParseError(f"not JSON: {exc}") from None
         if answer.jobs is None:
             raise ParseError("no `jobs` list in the answer")
-        previous, current = self._previous, {}
+        previous_raws, previous_jobs = self._raws, self._jobs
+        by_bytes: dict[bytes, SlurmJob | None] | None = None  # built only when records moved in the list
         jobs: list[SlurmJob] = []
+        made: list[SlurmJob | None] = []
         problems: list[str] = []
         decoded = 0
         for index, record_raw in enumerate(answer.jobs):
-            key = bytes(record_raw)
-            job = previous.get(key)
-            if job is None:
+            # most records sit where they sat last time: one comparison of bytes, no hashing
+            job = previous_jobs[index] if index < len(previous_raws) and record_raw == previous_raws[index] else None
+            if job is None and previous_raws and decoded >= _DECODE_BEFORE_LOOKUP:
+                # many records differ from their place last time: they moved, find them by their bytes
+                if by_bytes is None:
+                    by_bytes = {bytes(r): j for r, j in zip(previous_raws, previous_jobs, strict=True) if j is not None}
+                job = by_bytes.get(bytes(record_raw))
+            if job is None:  # new or changed (a record that failed before is tried again)
                 decoded += 1
                 record: Any = None
                 try:
-                    record = _RECORD.decode(key)
+                    record = _RECORD.decode(record_raw)
                     job = parse_job(record)
                 except Exception as exc:  # one odd record must never cost the whole tick
                     ident = record.get("job_id") if isinstance(record, dict) else None
                     problems.append(f"job record #{index} (job_id={ident!r}) skipped: {type(exc).__name__}: {exc}")
-                    continue
-            current[key] = job
-            jobs.append(job)
-        self._previous = current
+            made.append(job)
+            if job is not None:
+                jobs.append(job)
+        self._raws, self._jobs = answer.jobs, made
         self.decoded = decoded
         for error in answer.errors or ():
             problems.append(f"slurm reported: {error}")

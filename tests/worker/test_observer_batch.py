@@ -256,3 +256,14 @@ def test_snapshot_parser_decodes_only_changed_records_and_agrees_with_parse_snap
     assert parser.decoded == 2  # job 2 and the broken record
     assert second.jobs[0] is first.jobs[0] and second.jobs[1].state == "RUNNING"
     assert second.jobs == parse_snapshot(json.dumps(answer)).jobs
+
+
+def test_snapshot_parser_finds_records_that_moved_and_tries_broken_ones_again() -> None:
+    records: list[dict[str, Any]] = [{"job_id": n, "job_state": "RUNNING"} for n in range(1, 100)] + [{"job_id": "x"}]
+    parser = SnapshotParser()
+    first = parser.parse(json.dumps({"jobs": records}))
+    second = parser.parse(json.dumps({"jobs": [{"job_id": 100}, *reversed(records)]}).encode())
+    # the first records in the wrong place are decoded, then the rest (they moved) are found by their bytes
+    assert parser.decoded < 70  # of 101: the new job 100, the broken record, and at most 64 before the lookup
+    assert [j.job_id for j in second.jobs] == [100, *range(99, 0, -1)] and second.jobs[-1] is first.jobs[0]
+    assert len(second.problems) == 1 and second.problems[0].startswith("job record #1 (job_id='x')")

@@ -39,8 +39,14 @@ class FileRead:
         return sum(r.bytes_read for r in self.results)
 
 
-def read_files(tailer: LogTailer, candidates: list[Tracked]) -> tuple[list[FileRead], list[str]]:
-    """(what was read, paths left unfinished by the byte budget); touches only the tailer and the Tracked objects."""
+def read_files(
+    tailer: LogTailer, candidates: list[Tracked], max_files: int = MAX_FILES_PER_TICK
+) -> tuple[list[FileRead], list[str]]:
+    """(what was read, paths left unfinished by the byte or file budget); touches only the tailer and Tracked objects.
+
+    Every candidate is looked at (a stat: an idle poll of N files is N stats); only files with
+    something to read count against `max_files`, the rest of those are left for the next tick.
+    """
     reads: list[FileRead] = []
     budget = MAX_BYTES_PER_TICK
     unfinished: list[str] = []
@@ -48,7 +54,12 @@ def read_files(tailer: LogTailer, candidates: list[Tracked]) -> tuple[list[FileR
         if budget <= 0:
             unfinished.append(tracked.path)
             continue
+        seen_mtime = tracked.mtime
         if not tracked.closing and _unchanged(tracked):
+            continue
+        if len(reads) >= max_files:
+            tracked.mtime = seen_mtime  # not read this tick: the next one must still see the change
+            unfinished.append(tracked.path)
             continue
         results: list[ReadResult] = []
         position = tracked.position

@@ -35,7 +35,7 @@ from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import RuleSet
 from app.logs.reader import LogTailer
 from worker.collector.discovery import Discovery, JobInfo, Tracked
-from worker.collector.reading import MAX_FILES_PER_TICK, FileRead, read_files
+from worker.collector.reading import FileRead, read_files
 from worker.collector.recording import Recorder
 from worker.service import Service
 
@@ -128,9 +128,9 @@ class Collector(Service):
             candidates = [self.tracked[i] for i in sorted(ids)] + [
                 t for t in self.tracked.values() if t.closing and t.source_id not in ids
             ]
-        self._dirty.difference_update(t.path for t in candidates)
-        reads, left = await asyncio.to_thread(read_files, self.tailer, candidates[:MAX_FILES_PER_TICK])
-        left += [t.path for t in candidates[MAX_FILES_PER_TICK:]]
+        if self._dirty:
+            self._dirty.difference_update(t.path for t in candidates)
+        reads, left = await asyncio.to_thread(read_files, self.tailer, candidates)
         self._dirty.update(left)
         unfinished = len(left)
         anomalies = 0
