@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +32,9 @@ if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas'
 log = logging.getLogger("recovery.observer")
 
 _CANDIDATE_MARKERS = ("aps", "heimdall")
+# Jobs known before the cyclic GC is told to leave the long-lived objects alone (gc.freeze), and again
+# each time their number doubles: otherwise every full collection walks all of them, in every tick.
+_FREEZE_AT = 1000
 
 
 def _may_enrol(comment: str) -> bool:
@@ -90,6 +94,7 @@ class Observer(Service):
         self.on_change = on_change
         self.state = ObserverState()
         self.last_tick_seconds = 0.0
+        self._freeze_at = _FREEZE_AT
 
     async def tick(self) -> None:
         taken_at = utcnow()
@@ -101,7 +106,23 @@ class Observer(Service):
             raise
         await self._scheduler_reachable()
         started = time.perf_counter()
-        changed = await self.apply(snapshot, taken_at=taken_at)
+        # A tick allocates many objects that hold no cycles (or only until the session closes): the cyclic
+        # GC would walk every live object again and again meanwhile (as in app.slurm.parse: paused).
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            changed = await self.apply(snapshot, taken_at=taken_at)
+            known = len(self.state.seen) + len(self.state.ignored)
+            if known >= self._freeze_at:
+                # what is alive now (jobs, parsed records) lives long: collect this tick's garbage (all of it
+                # young, the GC was paused), then leave the survivors out of every later collection
+                self._freeze_at = 2 * known
+                gc.collect(0)
+                gc.freeze()
+        finally:
+            if paused:
+                gc.enable()
         self.last_tick_seconds = time.perf_counter() - started
         metrics.OBSERVER_TICK_SECONDS.observe(self.last_tick_seconds)
         metrics.OBSERVER_JOBS_SEEN.set(len(snapshot.jobs))

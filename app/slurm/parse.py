@@ -368,8 +368,9 @@ class _Answer(msgspec.Struct):
 
 _ANSWER = msgspec.json.Decoder(_Answer)
 _RECORD = msgspec.json.Decoder()
-# records that differ from the one at their place last time decoded before the rest is looked up by bytes
-# (a changed record costs a decode; a dict of every previous record only pays off once records moved)
+# records that differ from the one at their place last time decoded (at least; 5% of the previous answer)
+# before the rest is looked up by bytes: a changed record costs a decode, a dict of every previous record
+# only pays off once records moved
 _DECODE_BEFORE_LOOKUP = 64
 
 
@@ -418,7 +419,7 @@ class SnapshotParser:
         for index, record_raw in enumerate(answer.jobs):
             # most records sit where they sat last time: one comparison of bytes, no hashing
             job = previous_jobs[index] if index < len(previous_raws) and record_raw == previous_raws[index] else None
-            if job is None and previous_raws and decoded >= _DECODE_BEFORE_LOOKUP:
+            if job is None and previous_raws and decoded >= max(_DECODE_BEFORE_LOOKUP, len(previous_raws) // 20):
                 # many records differ from their place last time: they moved, find them by their bytes
                 if by_bytes is None:
                     by_bytes = {bytes(r): j for r, j in zip(previous_raws, previous_jobs, strict=True) if j is not None}
