@@ -188,6 +188,11 @@ async def log_sources_of_jobs(session: AsyncSession, *, job_ids: Sequence[int], 
     return rows
 
 
+async def next_pending_at(session: AsyncSession) -> dt.datetime | None:
+    """When the earliest waiting event is due again (None: none waits)."""
+    return await session.scalar(select(func.min(PendingLogEvent.next_try_at)))
+
+
 async def due_pending(
     session: AsyncSession, *, now: dt.datetime | None, limit: int = 200
 ) -> Sequence[tuple[PendingLogEvent, LogSource]]:

@@ -36,12 +36,19 @@ LAST_READ_TOUCH = dt.timedelta(seconds=60)  # how stale last_read_at may get whi
 NEW_FILE_NOTES = ("truncated", "rotated", "deleted")
 
 
+_PENDING_BATCH = 200  # waiting events redelivered per tick
+_NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)  # nothing waits: only a new deferral or a poke asks again
+
+
 class Recorder:
     """Applies a tick's file reads to the database and redelivers events waiting for their attempt."""
 
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
+        # when the earliest waiting event is due (None: not known, ask the database): ticks before it
+        # skip the query, so an idle tick costs only its stats
+        self._next_due: dt.datetime | None = None
 
     async def apply(
         self, reads: list[FileRead], jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
@@ -142,8 +149,8 @@ class Recorder:
             is not None
         )
 
-    @staticmethod
     async def _attribute(
+        self,
         session: Session,
         row: LogSource,
         job: JobInfo | None,
@@ -178,13 +185,12 @@ class Recorder:
             if attempt is not None:
                 return await _record(session, attempt, event)
         delay = assoc.next_retry_delay(0) or 0.0
+        next_try_at = now + dt.timedelta(seconds=delay)
         await evidence.defer_event(
-            session,
-            source=row,
-            event=event,
-            reason=decision.reason or assoc.NO_ATTEMPTS,
-            next_try_at=now + dt.timedelta(seconds=delay),
+            session, source=row, event=event, reason=decision.reason or assoc.NO_ATTEMPTS, next_try_at=next_try_at
         )
+        if self._next_due is not None:
+            self._next_due = min(self._next_due, next_try_at)
         return 0
 
     # ---- waiting events ---------------------------------------------------------------------
@@ -192,8 +198,10 @@ class Recorder:
     async def retry_pending(self, now: dt.datetime, *, free: bool) -> int:
         """Redeliver undecided events: due ones count a try; `free` (the observer's poke) retries all without one."""
         anomalies = 0
+        if not free and self._next_due is not None and now < self._next_due:
+            return 0
         async with self.ctx.sessions() as session, session.begin():
-            due = await evidence_queries.due_pending(session, now=None if free else now)
+            due = await evidence_queries.due_pending(session, now=None if free else now, limit=_PENDING_BATCH)
             for pending, source in due:
                 scheduled = pending.next_try_at <= now
                 event = evidence.pending_to_event(pending, source.path)
@@ -222,6 +230,10 @@ class Recorder:
                     await evidence.delete_pending(session, pending=pending)
                 else:
                     pending.next_try_at = now + dt.timedelta(seconds=delay)
+            # a full batch may leave more due; else the earliest next try (the moved ones included)
+            self._next_due = None if len(due) >= _PENDING_BATCH else await evidence_queries.next_pending_at(session)
+            if self._next_due is None and len(due) < _PENDING_BATCH:
+                self._next_due = _NEVER
         return anomalies
 
 
