@@ -1,7 +1,7 @@
 """Observer tick cost on a 10,000-job `squeue --json` snapshot, against `json.loads` of the same bytes.
 
 Usage: .venv/bin/python bench/observer_tick.py [--jobs 10000] [--enrolled 1000] [--repeat 5]
-       [--database-url postgresql+asyncpg://...] [--smoke]
+       [--first-ticks 3] [--database-url postgresql+asyncpg://...] [--smoke]
 
 The snapshot is built from a real Slurm 22.05 record captured on the lab
 (tests/fixtures/slurm/squeue-v0.0.38-lab.json), one record per job with its own id, state and
@@ -143,27 +143,38 @@ async def main(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         values = {"database_url": args.database_url} if args.database_url else {}
-        settings = Settings.build(data_dir=tmp, environment="bench", cluster="bench", **values)
-        ctx = AppContext.open(settings)
-        await upgrade(ctx.engine)
-        backend = ctx.engine.dialect.name
-        print(f"database: {backend}")
-        scheduler = StaticScheduler(raw)
-        observer = Observer(ctx, scheduler)  # type: ignore[arg-type]
-        counter = StatementCounter(ctx)
-
         loads_s = median_seconds(without_gc(lambda: json.loads(raw)), args.repeat)
         fast_s = median_seconds(without_gc(lambda: msgspec.json.decode(raw)), args.repeat)
         print(f"json.loads of the snapshot:              {loads_s * 1000:8.1f} ms (median of {args.repeat})")
         print(f"msgspec.json.decode of the snapshot:     {fast_s * 1000:8.1f} ms (the fast parser)")
 
-        started = time.perf_counter()
-        await observer.tick()
-        first_s = time.perf_counter() - started
-        statements = counter.take()
+        # The first tick, once per cluster of one database (each registers the same jobs anew); each is
+        # compared with a json.loads measured right before it, so load from elsewhere hits both alike.
+        first_ratios, first_times = [], []
+        opened: list[AppContext] = []
+        for round_ in range(args.first_ticks):
+            settings = Settings.build(data_dir=tmp, environment="bench", cluster=f"bench-{round_}", **values)
+            ctx = AppContext.open(settings)
+            if not opened:
+                await upgrade(ctx.engine)
+            else:
+                await opened.pop().close()
+            opened.append(ctx)
+            scheduler = StaticScheduler(raw)
+            observer = Observer(ctx, scheduler)  # type: ignore[arg-type]
+            counter = StatementCounter(ctx)
+            before = median_seconds(without_gc(lambda: json.loads(raw)), 3)
+            started = time.perf_counter()
+            await observer.tick()
+            first_times.append(time.perf_counter() - started)
+            first_ratios.append(first_times[-1] / before)
+            statements = counter.take()
+        backend = ctx.engine.dialect.name
+        print(f"database: {backend}")
+        first_s, first_ratio = statistics.median(first_times), statistics.median(first_ratios)
         print(
-            f"first tick (registers {args.enrolled} jobs and attempts): {first_s * 1000:8.1f} ms, "
-            f"{first_s / loads_s:.2f}x json.loads, {first_s / fast_s:.2f}x msgspec"
+            f"first tick (registers {args.enrolled} jobs and attempts): {first_s * 1000:8.1f} ms "
+            f"(median of {args.first_ticks}), {first_ratio:.2f}x json.loads (paired), {first_s / fast_s:.2f}x msgspec"
         )
         print(
             f"  {sum(statements.values())} SQL statements: "
@@ -202,7 +213,7 @@ async def main(args: argparse.Namespace) -> None:
         await ctx.close()
 
     suffix = "" if backend == "sqlite" else f"_{backend}"
-    print(f"figure observer_first_tick_vs_json_loads{suffix} {first_s / loads_s:.2f} x goal <= 4")
+    print(f"figure observer_first_tick_vs_json_loads{suffix} {first_ratio:.2f} x goal <= 4")
     print(f"figure observer_unchanged_tick_vs_json_loads{suffix} {unchanged_s / loads_s:.2f} x goal <= 1.2")
     print(f"figure observer_changed_tick_vs_unchanged{suffix} {changed_s / unchanged_s:.2f} x goal <= 1.3")
 
@@ -212,9 +223,10 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--enrolled", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--first-ticks", type=int, default=3, help="first ticks measured (one cluster each)")
     parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
     parser.add_argument("--smoke", action="store_true", help="small run for CI (1,000 jobs)")
     arguments = parser.parse_args()
     if arguments.smoke:
-        arguments.jobs, arguments.enrolled, arguments.repeat = 1_000, 100, 3
+        arguments.jobs, arguments.enrolled, arguments.repeat, arguments.first_ticks = 1_000, 100, 3, 1
     asyncio.run(main(arguments))

@@ -229,18 +229,26 @@ def parse_job(record: dict) -> SlurmJob:
     stdout_raw = _text(get("standard_output"))
     stderr_raw = _text(get("standard_error"))
     first_node = batch_host or (nodes[0] if nodes else None)
-    stdout = _text(get("stdout_expanded")) or expand_filename(
-        stdout_raw,
-        job_id=job_id,
-        name=name,
-        user=user,
-        array_job_id=array_job_id,
-        array_task_id=array_task_id,
-        first_node=first_node,
-        working_directory=cwd,
+    stdout_expanded = _text(get("stdout_expanded"))
+    expanded_out = (
+        None
+        if stdout_expanded
+        else expand_filename(
+            stdout_raw,
+            job_id=job_id,
+            name=name,
+            user=user,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+            first_node=first_node,
+            working_directory=cwd,
+        )
     )
+    stdout = stdout_expanded or expanded_out
     if stderr_raw is None:  # no --error: stderr goes to the stdout file (25.x reports "")
         stderr = _text(get("stderr_expanded")) or stdout
+    elif stderr_raw == stdout_raw and expanded_out is not None:  # the same pattern expands the same way
+        stderr = _text(get("stderr_expanded")) or expanded_out
     else:
         stderr = _text(get("stderr_expanded")) or expand_filename(
             stderr_raw,
@@ -367,7 +375,43 @@ class _Answer(msgspec.Struct):
 
 
 _ANSWER = msgspec.json.Decoder(_Answer)
-_RECORD = msgspec.json.Decoder()
+# The fields of a job record parse_job reads (a test checks this against its source): decoding only
+# these skips the other ~100 of each record, and parse_job gets a small dict (absent ones are None).
+JOB_FIELDS = (
+    "job_id",
+    "job_state",
+    "name",
+    "user_name",
+    "state_reason",
+    "state_description",
+    "priority",
+    "exit_code",
+    "batch_host",
+    "current_working_directory",
+    "array_job_id",
+    "array_task_id",
+    "array_task_string",
+    "het_job_id",
+    "het_job_offset",
+    "nodes",
+    "excluded_nodes",
+    "hold",
+    "standard_output",
+    "standard_error",
+    "stdout_expanded",
+    "stderr_expanded",
+    "restart_cnt",
+    "partition",
+    "requeue",
+    "comment",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "cluster",
+    "tasks_per_node",
+    "tasks",
+)
+_RECORD = msgspec.json.Decoder(msgspec.defstruct("_JobFields", [(name, Any, None) for name in JOB_FIELDS]))
 # records that differ from the one at their place last time decoded (at least; 5% of the previous answer)
 # before the rest is looked up by bytes: a changed record costs a decode, a dict of every previous record
 # only pays off once records moved
@@ -428,7 +472,7 @@ class SnapshotParser:
                 decoded += 1
                 record: Any = None
                 try:
-                    record = _RECORD.decode(record_raw)
+                    record = msgspec.structs.asdict(_RECORD.decode(record_raw))
                     job = parse_job(record)
                 except Exception as exc:  # one odd record must never cost the whole tick
                     ident = record.get("job_id") if isinstance(record, dict) else None

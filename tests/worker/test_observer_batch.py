@@ -267,3 +267,38 @@ def test_snapshot_parser_finds_records_that_moved_and_tries_broken_ones_again() 
     assert parser.decoded < 70  # of 101: the new job 100, the broken record, and at most 64 before the lookup
     assert [j.job_id for j in second.jobs] == [100, *range(99, 0, -1)] and second.jobs[-1] is first.jobs[0]
     assert len(second.problems) == 1 and second.problems[0].startswith("job record #1 (job_id='x')")
+
+
+def test_the_fields_decoded_of_each_record_are_those_parse_job_reads() -> None:
+    import inspect
+
+    from app.slurm import parse
+
+    read = set(re.findall(r'get\("(\w+)"\)', inspect.getsource(parse.parse_job)))
+    assert read == set(parse.JOB_FIELDS)
+
+
+def test_snapshot_parser_agrees_with_parse_snapshot_on_every_captured_answer() -> None:
+    from pathlib import Path
+
+    from app.slurm.parse import ParseError
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+    checked = 0
+    for path in sorted(root.rglob("*.json")):
+        raw = path.read_bytes()
+        try:
+            reference = parse_snapshot(raw)
+        except ParseError:
+            continue  # not a job list (sinfo, sacct, ...)
+        parser = SnapshotParser()
+        for _ in range(2):  # decoded, then reused
+            got = parser.parse(raw)
+            assert (got.jobs, got.problems, got.slurm_release, got.data_parser) == (
+                reference.jobs,
+                reference.problems,
+                reference.slurm_release,
+                reference.data_parser,
+            ), path
+        checked += 1
+    assert checked >= 5
