@@ -177,6 +177,7 @@ async def test_phone_width_keyboard_timeline_and_graphiql_offline(
                 slurm_job_id=4242,
                 attempt_index=1,
             )
+        assert event is not None  # written at once (no audit.batched block)
         await wide.wait_for_selector(f'tr[data-event-id="{event.id}"]', timeout=15000)
         assert "checkpoint.loaded" in await wide.inner_text("#audit-results")
 
