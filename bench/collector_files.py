@@ -230,6 +230,9 @@ async def main(args: argparse.Namespace) -> None:
         print(f"ratio changed tick / baseline:               {changed_s / base:8.2f}x (median of {args.repeat})")
         await collector.on_stop()
         await ctx.close()
+        from bench.figures import figure
+
+        figure("collector_idle_poll_tick_vs_stat_baseline", median("idle_poll")[0] / base, "x", "<=", 2)
 
 
 if __name__ == "__main__":
