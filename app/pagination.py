@@ -133,7 +133,10 @@ async def paginate(
         query = query.where(bound(request.before, False))
     scan_descending = descending != backward
     query = query.order_by(*[c.desc() if scan_descending else c.asc() for c in columns]).limit(size + 1)
-    found = list((await session.execute(query)).all() if rows else (await session.scalars(query)).all())
+    if rows:  # Core: the session's connection runs the select, no ORM result processing
+        found = list((await (await session.connection()).execute(query)).all())
+    else:
+        found = list((await session.scalars(query)).all())
     more = len(found) > size
     found = found[:size]
     if backward:

@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="~20 MB instead of ~300 MB")
     parser.add_argument("--mb", type=int, help="size of the generated log in MB")
     parser.add_argument("--engine", choices=("auto", "hyperscan", "python"), default="auto")
-    parser.add_argument("--repeat", type=int, default=2, help="take the best of N runs (page cache warm)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="take the best of N runs of each, in turns (page cache warm)"
+    )
     parser.add_argument("--no-fallback", action="store_true", help="skip timing the pure-Python fallback")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

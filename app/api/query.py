@@ -271,7 +271,7 @@ class Query:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         service_filter = audit_filter(filter)
         fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
-        return await read_connection(info.context.loaders.sessions, request, fetch, audit_event)
+        return await read_connection(info.context.app.read_sessions, request, fetch, audit_event)
 
     @strawberry.field(
         description="Every cluster of this installation (recorded jobs, or a worker that held its lease), by name."

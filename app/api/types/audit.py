@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 from strawberry.scalars import JSON
 
+from app.api.ids import to_global_id
 from app.api.types.node import Info, Node, WorkflowRef, workflow_of
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -19,7 +20,8 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
 @strawberry.type(description="One thing a component saw or did (SPEC §7).")
 class AuditEvent(Node):
     # Plain attributes, copied from the row once (`audit_event(row)`): strawberry serves them without a resolver call
-    # each, which is most of the cost of a page of 100 events.
+    # each, which is most of the cost of a page of 100 events (app/api/execution.py serves such objects in one loop).
+    id: strawberry.ID = strawberry.field(description="Opaque global id.")
     component: str = strawberry.field(
         description="collector, watcher, job_manager, advisor, controller, watchdog, api, observer."
     )
@@ -43,6 +45,7 @@ def audit_event(row: AuditEventRow) -> AuditEvent:
     """The GraphQL object of one audit row (an ORM object or a Core row: anything with the columns as attributes)."""
     return AuditEvent(
         row=row,
+        id=strawberry.ID(to_global_id("AuditEvent", row.id)),
         component=row.component,
         event_type=row.event_type,
         level=row.level,
