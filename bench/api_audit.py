@@ -287,6 +287,20 @@ async def interleaved(
     return tuple(statistics.median(x) * 1000 for x in (graphql, rest, floor_samples))  # type: ignore[return-value]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_request(pid: int, call: Any, repeats: int) -> float:
+    """Server CPU ms per request: unlike latency, it does not depend on what else the machine runs."""
+    before = cpu_seconds(pid)
+    for _ in range(repeats):
+        (await call()).raise_for_status()
+    return (cpu_seconds(pid) - before) / repeats * 1000
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="20,000 events instead of 1,000,000")
@@ -320,6 +334,21 @@ async def main() -> None:
                 await interleaved(http, floor, job_id, 5)  # warm up
                 http_first, rest_first, floor_first = await interleaved(http, floor, job_id, repeats)
                 raw_first = await time_raw(conn, job_id, None, repeats)
+                cpu_repeats = max(repeats, 200)
+                first_page = {"filter": {"jobId": job_id}, "first": 100, "after": None}
+                cpu_graphql = await cpu_per_request(
+                    process.pid,
+                    lambda: http.post("/graphql", json={"query": QUERY, "variables": first_page}),
+                    cpu_repeats,
+                )
+                cpu_rest = await cpu_per_request(
+                    process.pid,
+                    lambda: http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
+                    cpu_repeats,
+                )
+                cpu_floor = await cpu_per_request(
+                    floor_process.pid, lambda: floor.get("/events", params={"jobId": job_id, "limit": 100}), cpu_repeats
+                )
                 raw_top_samples = []
                 for _ in range(repeats):
                     started = time.perf_counter()
@@ -330,7 +359,8 @@ async def main() -> None:
                 # of the same list in turns.
                 deep = min(args.deep, count // 100 - 1)
                 cursor, key, walked = await walk_pages(http, deep)
-                http_top_samples, http_deep_samples = [], []
+                http_top_samples: list[float] = []
+                http_deep_samples: list[float] = []
                 for _ in range(repeats):
                     for after, samples in ((None, http_top_samples), (cursor, http_deep_samples)):
                         started = time.perf_counter()
@@ -363,6 +393,11 @@ async def main() -> None:
         )
         print(f"  {'floor: Starlette route + asyncpg + JSON':<44} {floor_first:8.2f} ms")
         print(f"  {'raw keyset SQL (asyncpg, no HTTP)':<44} {raw_first:8.2f} ms")
+        print(
+            f"server CPU per request (load-independent): GraphQL {cpu_graphql:.2f} ms "
+            f"({cpu_graphql / cpu_floor:.2f}x), "
+            f"REST {cpu_rest:.2f} ms ({cpu_rest / cpu_floor:.2f}x), floor {cpu_floor:.2f} ms"
+        )
         print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
         print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
         print(

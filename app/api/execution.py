@@ -11,6 +11,7 @@ ordinary way, so errors keep graphql-core's messages, paths and locations.
 
 from __future__ import annotations
 
+import datetime as dt
 import operator
 from typing import Any
 
@@ -20,6 +21,7 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, Undefined, is_leaf_type
 
 _BASIC = "_get_basic_result"  # strawberry's resolver of a plain attribute field
+_PLAIN = frozenset({str, int, float, bool, dict, list, dt.datetime})  # leaf values that are never awaitable
 
 
 class _Fallback(Exception):
@@ -81,8 +83,17 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return super().execute_fields(parent_type, source_value, path, grouped_field_set, position_context)
 
     def _execute_plan(self, plan: Plan, source_value: Any) -> dict[str, Any]:
-        complete = self._complete
-        return {name: complete(spec, non_null, resolve(source_value)) for name, resolve, spec, non_null in plan}
+        results: dict[str, Any] = {}
+        for name, resolve, spec, non_null in plan:
+            value = resolve(source_value)
+            if spec[0] == "leaf" and type(value) in _PLAIN:  # the usual case, inline: no await or null to mind
+                serialized = spec[1](value)
+                if serialized is None or serialized is Undefined:
+                    raise _Fallback
+                results[name] = serialized
+            else:
+                results[name] = self._complete(spec, non_null, value)
+        return results
 
     def _complete(self, spec: Spec, non_null: bool, value: Any) -> Any:
         if value is None:
