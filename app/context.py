@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.auth import Authenticator, process_authenticator
 from app.config import Settings
-from app.db import create_engine, session_factory
+from app.db import Sessions, create_engine, read_session_factory, session_factory
 
 
 @dataclass
@@ -19,6 +19,14 @@ class AppContext:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     _authenticator: Authenticator | None = field(default=None, repr=False)
+    _read_sessions: Sessions | None = field(default=None, repr=False)
+
+    @property
+    def read_sessions(self) -> Sessions:
+        """Sessions for single-statement reads (API pages): autocommit on PostgreSQL, see app.db."""
+        if self._read_sessions is None:
+            self._read_sessions = read_session_factory(self.engine, self.sessions)
+        return self._read_sessions
 
     def authenticator(self) -> Authenticator:
         """The process's one authenticator (one JWKS cache), shared by the API and the dashboard; built on first use."""

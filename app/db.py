@@ -151,6 +151,14 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
 
+def read_session_factory(engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]) -> Sessions:
+    """Sessions for reads of one statement: on PostgreSQL in autocommit (no BEGIN and ROLLBACK round trips around
+    the query; one statement sees one snapshot either way), elsewhere the ordinary sessions."""
+    if engine.dialect.name != "postgresql":
+        return sessions
+    return async_sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False)
+
+
 def row_dict(row: Any) -> dict[str, Any] | None:
     """Every mapped column of an ORM row, JSON-ready (datetimes as ISO 8601 UTC)."""
     if row is None:

@@ -36,6 +36,32 @@ class Page(Generic[T]):
         return self.cursors[-1] if self.cursors else None
 
 
+class LazyCursors(Sequence[str]):
+    """A page's cursors, each encoded when first asked for (REST needs only the last one)."""
+
+    def __init__(self, kind: str, keys: Sequence[Sequence[Any]]) -> None:
+        self._kind = kind
+        self._keys = keys
+        self._encoded: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = range(len(self._keys))[index]
+        cursor = self._encoded.get(position)
+        if cursor is None:
+            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._keys[position]))
+        return cursor
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class PageRequest:
     """Relay-style arguments, already capped: exactly one of first/last is set."""
@@ -78,11 +104,13 @@ async def paginate(
     descending: bool,
     request: PageRequest,
     key_of: Any,
+    rows: bool = False,
 ) -> Page[Any]:
-    """Run `query` (which selects one entity) as one keyset page ordered by `columns`.
+    """Run `query` (which selects one entity, or columns with `rows=True`) as one keyset page ordered by `columns`.
 
     `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
-    index ending in its sort key, so a deep page costs the same as the first one (no OFFSET).
+    index ending in its sort key, so a deep page costs the same as the first one (no OFFSET). With
+    `rows=True` the page holds Core rows (column values as attributes, no ORM objects to build).
     """
     backward = request.last is not None
     size = request.last if backward else request.first
@@ -105,12 +133,15 @@ async def paginate(
         query = query.where(bound(request.before, False))
     scan_descending = descending != backward
     query = query.order_by(*[c.desc() if scan_descending else c.asc() for c in columns]).limit(size + 1)
-    rows = list((await session.scalars(query)).all())
-    more = len(rows) > size
-    rows = rows[:size]
+    if rows:  # Core: the session's connection runs the select, no ORM result processing
+        found = list((await (await session.connection()).execute(query)).all())
+    else:
+        found = list((await session.scalars(query)).all())
+    more = len(found) > size
+    found = found[:size]
     if backward:
-        rows.reverse()
-    cursors = [encode_cursor(kind, list(key_of(row))) for row in rows]
+        found.reverse()
+    cursors = LazyCursors(kind, [key_of(row) for row in found])
     if backward:
-        return Page(rows, cursors, has_next_page=request.before is not None, has_previous_page=more)
-    return Page(rows, cursors, has_next_page=more, has_previous_page=request.after is not None)
+        return Page(found, cursors, has_next_page=request.before is not None, has_previous_page=more)
+    return Page(found, cursors, has_next_page=more, has_previous_page=request.after is not None)

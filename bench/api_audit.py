@@ -1,12 +1,15 @@
-"""Audit-event API latency with 1,000,000 events: first and deep pages over HTTP vs the raw keyset SQL.
+"""Audit-event API latency with 1,000,000 events: GraphQL and REST pages over HTTP against the framework's floor.
 
     .venv/bin/python bench/api_audit.py            # 1,000,000 events into a fresh PostgreSQL database
     .venv/bin/python bench/api_audit.py --smoke    # 20,000 events (CI)
 
 Creates a scratch database on $RECOVERY_TEST_PG's server (default postgres@127.0.0.1:5432), fills it
-with COPY, starts `recovery serve` (real uvicorn, dev auth on loopback) and times
-`auditEvents(filter: {jobId})` first pages and a page after N pages of cursors, next to the same
-keyset query run directly with asyncpg in the same run. Prints medians and ratios; no timed assertions.
+with COPY, starts `recovery serve` (real uvicorn, dev auth on loopback) and times the first page of
+100 events of one job (`auditEvents(filter: {jobId})` and `GET /v1/audit/events?jobId=`) and a page
+after N pages of cursors. The floor, measured in the same run: a minimal Starlette JSON route under
+the same uvicorn that runs the same keyset query with the same driver (asyncpg, a pool) and returns
+the rows as JSON. Also the raw keyset SQL alone. Prints medians and ratios, then `figure` lines; no
+timed assertions.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -32,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from app.api.ids import from_global_id  # noqa: E402
 from app.db import create_engine  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
+from bench.figures import figure  # noqa: E402
 
 PG_SERVER = os.environ.get("RECOVERY_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 JOBS = 1000
@@ -114,12 +119,106 @@ async def fill(url: str, count: int) -> float:
     return time.perf_counter() - started
 
 
-def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+FLOOR_COLUMNS = (
+    "id, component, event_type, level, message, payload, cluster, slurm_job_id, attempt_index, actor, "
+    "produced_at, recorded_at"
+)
+
+
+def floor_app(url: str) -> object:
+    """The framework's floor: one Starlette JSON route running the first-page keyset query on an asyncpg pool."""
+    import contextlib
+    import json
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    pool: list[asyncpg.Pool] = []
+    statement = (
+        f"SELECT {FLOOR_COLUMNS} FROM audit_events WHERE slurm_job_id = $1 ORDER BY produced_at DESC, id DESC LIMIT $2"
+    )
+
+    async def events(request: Request) -> JSONResponse:
+        limit = int(request.query_params.get("limit", "100"))
+        async with pool[0].acquire() as conn:
+            rows = await conn.fetch(statement, int(request.query_params["jobId"]), limit + 1)
+        return JSONResponse(
+            {
+                "events": [
+                    {
+                        "id": r["id"],
+                        "component": r["component"],
+                        "eventType": r["event_type"],
+                        "level": r["level"],
+                        "message": r["message"],
+                        "payload": json.loads(r["payload"]) if isinstance(r["payload"], str) else r["payload"],
+                        "cluster": r["cluster"],
+                        "jobId": r["slurm_job_id"],
+                        "attemptIndex": r["attempt_index"],
+                        "actor": r["actor"],
+                        "producedAt": r["produced_at"].isoformat(),
+                        "recordedAt": r["recorded_at"].isoformat(),
+                    }
+                    for r in rows[:limit]
+                ],
+                "more": len(rows) > limit,
+            }
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        pool.append(await asyncpg.create_pool(dsn(url), min_size=1, max_size=4))
+        yield
+        await pool[0].close()
+
+    return Starlette(routes=[Route("/events", events)], lifespan=lifespan)
+
+
+def free_port() -> int:
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+def wait_up(process: subprocess.Popen[bytes], probe: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(probe, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError(f"{probe} did not answer")
+
+
+def start_floor(url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The floor app under uvicorn (same server, same log level as `recovery serve`), in its own process."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--serve-floor", url, "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_up(process, base + "/events?jobId=1&limit=1")
+    return process, base
+
+
+async def serve_floor(url: str, port: int) -> None:
+    import uvicorn
+
+    app: Any = floor_app(url)
+    await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info", lifespan="on")).serve()
+
+
+def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
     env = {
         **os.environ,
         "RECOVERY_DATABASE_URL": url,
@@ -135,28 +234,8 @@ def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError("recovery serve did not start")
-
-
-async def time_http(http: httpx.AsyncClient, job_id: int | None, after: str | None, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        flt = {"jobId": job_id} if job_id is not None else {}
-        response = await http.post(
-            "/graphql", json={"query": QUERY, "variables": {"filter": flt, "first": 100, "after": after}}
-        )
-        response.raise_for_status()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
+    wait_up(process, base + "/healthz")
+    return process, base
 
 
 async def time_raw(conn: asyncpg.Connection, job_id: int, bound: tuple[dt.datetime, int] | None, repeats: int) -> float:
@@ -187,47 +266,114 @@ async def walk_pages(http: httpx.AsyncClient, pages: int) -> tuple[str | None, t
     return after, key, walked
 
 
+async def interleaved(
+    http: httpx.AsyncClient, floor: httpx.AsyncClient, job_id: int, repeats: int
+) -> tuple[float, float, float]:
+    """Median ms of the GraphQL, REST and floor first page of one job, timed in turns (shared-machine noise)."""
+    graphql: list[float] = []
+    rest: list[float] = []
+    floor_samples: list[float] = []
+    variables = {"filter": {"jobId": job_id}, "first": 100, "after": None}
+    for _ in range(repeats):
+        started = time.perf_counter()
+        (await http.post("/graphql", json={"query": QUERY, "variables": variables})).raise_for_status()
+        graphql.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        (await http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100})).raise_for_status()
+        rest.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        (await floor.get("/events", params={"jobId": job_id, "limit": 100})).raise_for_status()
+        floor_samples.append(time.perf_counter() - started)
+    return tuple(statistics.median(x) * 1000 for x in (graphql, rest, floor_samples))  # type: ignore[return-value]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_request(pid: int, call: Any, repeats: int) -> float:
+    """Server CPU ms per request: unlike latency, it does not depend on what else the machine runs."""
+    before = cpu_seconds(pid)
+    for _ in range(repeats):
+        (await call()).raise_for_status()
+    return (cpu_seconds(pid) - before) / repeats * 1000
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="20,000 events instead of 1,000,000")
     parser.add_argument("--events", type=int, default=None)
     parser.add_argument("--deep", type=int, default=500, help="pages to walk before timing a deep page")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=None, help="samples per figure (100; smoke 30)")
+    parser.add_argument("--serve-floor", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_floor:
+        await serve_floor(args.serve_floor, args.port)
+        return
     count = args.events or (20_000 if args.smoke else 1_000_000)
+    repeats = args.repeats or (30 if args.smoke else 100)
     url = await create_database()
-    process = None
+    processes: list[subprocess.Popen[bytes]] = []
     try:
         seconds = await fill(url, count)
         print(f"inserted {count:,} audit events with COPY in {seconds:.1f}s ({count / seconds:,.0f}/s)")
         with tempfile.TemporaryDirectory() as tmp:
             process, base = start_server(url, tmp)
+            processes.append(process)
+            floor_process, floor_base = start_floor(url)
+            processes.append(floor_process)
             conn = await asyncpg.connect(dsn(url))
-            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            async with (
+                httpx.AsyncClient(base_url=base, timeout=60) as http,
+                httpx.AsyncClient(base_url=floor_base, timeout=60) as floor,
+            ):
                 job_id = 100_000 + 7
-                await time_http(http, job_id, None, 3)  # warm up
-                http_first = await time_http(http, job_id, None, args.repeats)
-                raw_first = await time_raw(conn, job_id, None, args.repeats)
-                http_top = await time_http(http, None, None, args.repeats)
+                await interleaved(http, floor, job_id, 5)  # warm up
+                http_first, rest_first, floor_first = await interleaved(http, floor, job_id, repeats)
+                raw_first = await time_raw(conn, job_id, None, repeats)
+                cpu_repeats = max(repeats, 200)
+                first_page = {"filter": {"jobId": job_id}, "first": 100, "after": None}
+                cpu_graphql = await cpu_per_request(
+                    process.pid,
+                    lambda: http.post("/graphql", json={"query": QUERY, "variables": first_page}),
+                    cpu_repeats,
+                )
+                cpu_rest = await cpu_per_request(
+                    process.pid,
+                    lambda: http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
+                    cpu_repeats,
+                )
+                cpu_floor = await cpu_per_request(
+                    floor_process.pid, lambda: floor.get("/events", params={"jobId": job_id, "limit": 100}), cpu_repeats
+                )
                 raw_top_samples = []
-                for _ in range(args.repeats):
+                for _ in range(repeats):
                     started = time.perf_counter()
                     await conn.fetch("SELECT * FROM audit_events ORDER BY produced_at DESC, id DESC LIMIT 101")
                     raw_top_samples.append(time.perf_counter() - started)
                 raw_top = statistics.median(raw_top_samples) * 1000
-                # A deep page of the whole table: walk `deep` pages with cursors, then time the next one.
+                # A deep page of the whole table: walk `deep` pages with cursors, then time it and the first page
+                # of the same list in turns.
                 deep = min(args.deep, count // 100 - 1)
                 cursor, key, walked = await walk_pages(http, deep)
-                http_deep_samples = []
-                for _ in range(args.repeats):
-                    started = time.perf_counter()
-                    (
-                        await http.post("/graphql", json={"query": QUERY, "variables": {"first": 100, "after": cursor}})
-                    ).raise_for_status()
-                    http_deep_samples.append(time.perf_counter() - started)
+                http_top_samples: list[float] = []
+                http_deep_samples: list[float] = []
+                for _ in range(repeats):
+                    for after, samples in ((None, http_top_samples), (cursor, http_deep_samples)):
+                        started = time.perf_counter()
+                        (
+                            await http.post(
+                                "/graphql", json={"query": QUERY, "variables": {"first": 100, "after": after}}
+                            )
+                        ).raise_for_status()
+                        samples.append(time.perf_counter() - started)
+                http_top = statistics.median(http_top_samples) * 1000
                 http_deep = statistics.median(http_deep_samples) * 1000
                 raw_deep_samples = []
-                for _ in range(args.repeats):
+                for _ in range(repeats):
                     started = time.perf_counter()
                     await conn.fetch(
                         "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY "
@@ -237,10 +383,22 @@ async def main() -> None:
                     raw_deep_samples.append(time.perf_counter() - started)
                 raw_deep = statistics.median(raw_deep_samples) * 1000
             await conn.close()
-        print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
+        print(f"first page of 100 events of one job (median of {repeats}, timed in turns):")
         print(
-            f"{'first page, filter {jobId}':<38} {http_first:>16.2f} {raw_first:>11.2f} {http_first / raw_first:>7.1f}"
+            f"  {'GraphQL auditEvents(filter: {jobId})':<44} {http_first:8.2f} ms  "
+            f"{http_first / floor_first:5.2f}x floor"
         )
+        print(
+            f"  {'REST GET /v1/audit/events?jobId=':<44} {rest_first:8.2f} ms  {rest_first / floor_first:5.2f}x floor"
+        )
+        print(f"  {'floor: Starlette route + asyncpg + JSON':<44} {floor_first:8.2f} ms")
+        print(f"  {'raw keyset SQL (asyncpg, no HTTP)':<44} {raw_first:8.2f} ms")
+        print(
+            f"server CPU per request (load-independent): GraphQL {cpu_graphql:.2f} ms "
+            f"({cpu_graphql / cpu_floor:.2f}x), "
+            f"REST {cpu_rest:.2f} ms ({cpu_rest / cpu_floor:.2f}x), floor {cpu_floor:.2f} ms"
+        )
+        print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
         print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
         print(
             f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} "
@@ -250,8 +408,11 @@ async def main() -> None:
             f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: "
             f"depth adds no cost)"
         )
+        figure("graphql_first_page_vs_floor", http_first / floor_first, "x", "<=", 2)
+        figure("rest_first_page_vs_floor", rest_first / floor_first, "x", "<=", 1.3)
+        figure("graphql_deep_page_vs_first_page", http_deep / http_top, "x", "<=", 1.1)
     finally:
-        if process is not None:
+        for process in processes:
             process.terminate()
             process.wait(timeout=10)
         await drop_database(url)

@@ -249,8 +249,10 @@ async def main(args: argparse.Namespace) -> None:
         )
         await collector.on_stop()
         await ctx.close()
-    print(f"figure collector_idle_poll_tick_vs_stat {idle_poll_s / stat_s:.2f} x goal <= 2")
-    print(f"figure worker_resident_memory {rss:.0f} MB goal <= 500")
+    from bench.figures import figure
+
+    figure("collector_idle_poll_tick_vs_stat", idle_poll_s / stat_s, "x", "<=", 2)
+    figure("worker_resident_memory", rss, "MB", "<=", 500)
 
 
 if __name__ == "__main__":

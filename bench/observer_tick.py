@@ -211,11 +211,12 @@ async def main(args: argparse.Namespace) -> None:
         print("  " + ", ".join(f"{k} {v / len(changed_raws):.0f}" for k, v in sorted(statements.items())))
         print(f"ratio changed tick / unchanged tick:     {changed_s / unchanged_s:8.2f}x")
         await ctx.close()
+    from bench.figures import figure
 
     suffix = "" if backend == "sqlite" else f"_{backend}"
-    print(f"figure observer_first_tick_vs_json_loads{suffix} {first_ratio:.2f} x goal <= 4")
-    print(f"figure observer_unchanged_tick_vs_json_loads{suffix} {unchanged_s / loads_s:.2f} x goal <= 1.2")
-    print(f"figure observer_changed_tick_vs_unchanged{suffix} {changed_s / unchanged_s:.2f} x goal <= 1.3")
+    figure(f"observer_first_tick_vs_json_loads{suffix}", first_ratio, "x", "<=", 4)
+    figure(f"observer_unchanged_tick_vs_json_loads{suffix}", unchanged_s / loads_s, "x", "<=", 1.2)
+    figure(f"observer_changed_tick_vs_unchanged{suffix}", changed_s / unchanged_s, "x", "<=", 1.3)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 attempt RUNNING, beside the same job requeued by Slurm's own `RequeueExit=75`, in the same run.
 
     .venv/bin/python bench/recovery_latency.py                    # 5 runs
-    .venv/bin/python bench/recovery_latency.py --smoke            # 2 runs (CI)
+    .venv/bin/python bench/recovery_latency.py --smoke            # 1 run, 45 s collective timeout
     .venv/bin/python bench/recovery_latency.py --configure-lab    # add RequeueExit=75 to the lab first
 
 The worker (observer + advisor + controller + watchdog) runs in this process on a temporary
@@ -14,6 +14,11 @@ wait Slurm's BeginTime (cred_expire, 5 s in the lab), so the RUNNING ratio shows
 adds on top of Slurm's own requeue. Needs root and the lab; `--configure-lab` rewrites the lab's
 slurm.conf with RECOVERY_LAB_EXTRA_CONF=RequeueExit=75 (lab.sh then restarts slurmctld and slurmd,
 which other users of the shared lab will notice). Prints numbers; asserts nothing about time.
+
+The partial-failure case submits, at the same time, an enrolled and a non-enrolled copy of a job whose rank 0
+prints a crash line and dies while the rest blocks in a collective until a "collective timeout" (60 s; 45 s in
+smoke mode) and then exits 75: both clocks start at the crash line, ours ends when our next attempt runs, Slurm's
+when RequeueExit's next attempt runs after the job finally exits. Ends with `figure` lines (bench/figures.py).
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from app.advice.models import Advice, SchedulerAction  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.context import AppContext  # noqa: E402
 from app.lab.cli import default_lab_dir  # noqa: E402
-from app.lab.cli import run as lab_run
+from app.lab.cli import run as lab_run  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.slurm.cli_scheduler import CliScheduler  # noqa: E402
+from bench.figures import figure  # noqa: E402
 from worker.registry import build_services  # noqa: E402
 from worker.runner import WorkerRunner  # noqa: E402
 
@@ -60,19 +66,29 @@ if [ -z "$SLURM_RESTART_COUNT" ]; then
 fi
 date +%s.%N > "start-$SLURM_JOB_ID"
 """
-# A crash line on a still-running attempt (the process hangs after the error, as NCCL failures do):
-# the collector reads it, the watcher records the anomaly, the advisor decides, the controller acts.
-CRASH_SCRIPT = """#!/bin/bash
+# A partial failure: rank 0 prints a crash line and dies while the other ranks block in a collective until the
+# "collective timeout" (the NCCL timeout of real jobs, 10-30 minutes) and only then does the job exit. Enrolled, the
+# crash line is recovered while the job still runs; not enrolled, exit {code} is requeued by Slurm's RequeueExit.
+PARTIAL_SCRIPT = """#!/bin/bash
 #SBATCH --job-name={name}
 #SBATCH --requeue
 #SBATCH --comment='{comment}'
 #SBATCH --output=out-%j.log
+#SBATCH --open-mode=append
 if [ -z "$SLURM_RESTART_COUNT" ]; then
   echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] training ..."
-  sleep 1
-  date +%s.%N > "crash-$SLURM_JOB_ID"
-  echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] RuntimeError: CUDA error: an illegal memory access was encountered"
-  sleep 300
+  (
+    sleep 1
+    date +%s.%N > "crash-$SLURM_JOB_ID"
+    echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] [rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    exit 1
+  ) &
+  rank0=$!
+  sleep {timeout}
+  wait $rank0
+  echo "[$(date -u '+%Y-%m-%d %H:%M:%S')] [rank1]: Watchdog caught collective operation timeout"
+  date +%s.%N > "exit-$SLURM_JOB_ID"
+  exit {code}
 fi
 date +%s.%N > "start-$SLURM_JOB_ID"
 """
@@ -100,9 +116,11 @@ def requeue_exit_configured() -> bool:
     return match is not None and str(REQUEUE_EXIT) in match.group(1).split(",")
 
 
-def submit(directory: Path, *, name: str, comment: str, code: int = 0, template: str = SCRIPT) -> int:
+def submit(
+    directory: Path, *, name: str, comment: str, code: int = 0, template: str = SCRIPT, timeout: float = 0
+) -> int:
     script = directory / f"{name}-{uuid.uuid4().hex[:6]}.sh"
-    script.write_text(template.format(name=name, comment=comment, code=code))
+    script.write_text(template.format(name=name, comment=comment, code=code, timeout=timeout))
     result = subprocess.run(
         ["sbatch", "--parsable", f"--chdir={directory}", str(script)],
         capture_output=True,
@@ -142,7 +160,9 @@ async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> floa
     raise TimeoutError(f"no release of job {job_id} within {timeout:.0f} s")
 
 
-async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: bool) -> dict[str, float]:
+async def one_run(
+    ctx: AppContext, directory: Path, environment: str, baseline: bool, collective_timeout: float
+) -> dict[str, float]:
     policy = json.dumps(
         {
             "APS": {
@@ -172,14 +192,36 @@ async def one_run(ctx: AppContext, directory: Path, environment: str, baseline: 
         subprocess.run(
             ["scancel", str(theirs)], capture_output=True, timeout=30, check=False
         )  # RequeueExit would loop forever
-    crashing = submit(directory, name="bench-crashline", comment=policy, template=CRASH_SCRIPT)
+    # The partial failure, ours and Slurm's, at the same time: both clocks start at the crash line.
+    crashing = submit(
+        directory, name="bench-partial", comment=policy, template=PARTIAL_SCRIPT, timeout=collective_timeout
+    )
+    stuck = (
+        submit(
+            directory,
+            name="bench-partial-requeueexit",
+            comment="benchmark baseline, not enrolled",
+            code=REQUEUE_EXIT,
+            template=PARTIAL_SCRIPT,
+            timeout=collective_timeout,
+        )
+        if baseline
+        else None
+    )
     crashed = await wait_file(directory / f"crash-{crashing}", 120)
     row["crash_line_to_release"] = await release_returned(ctx, crashing, 120) - crashed
-    await wait_file(directory / f"start-{crashing}", 180)
+    row["crash_line_to_running"] = await wait_file(directory / f"start-{crashing}", 180) - crashed
+    if stuck is not None:
+        stuck_crash = await wait_file(directory / f"crash-{stuck}", 120)
+        stuck_exit = await wait_file(directory / f"exit-{stuck}", collective_timeout + 120)
+        stuck_start = await wait_file(directory / f"start-{stuck}", 180)
+        row["requeueexit_partial_exit_to_running"] = stuck_start - stuck_exit
+        row["requeueexit_partial_crash_line_to_running"] = stuck_start - stuck_crash
+        subprocess.run(["scancel", str(stuck)], capture_output=True, timeout=30, check=False)
     return row
 
 
-async def bench(runs: int, configure_lab: bool) -> int:
+async def bench(runs: int, configure_lab: bool, collective_timeout: float) -> int:
     lab_up("RequeueExit=75" if configure_lab else None)
     baseline = requeue_exit_configured()
     if not baseline:
@@ -206,7 +248,7 @@ async def bench(runs: int, configure_lab: bool) -> int:
         rows = []
         try:
             for number in range(1, runs + 1):
-                row = await one_run(ctx, directory, environment, baseline)
+                row = await one_run(ctx, directory, environment, baseline, collective_timeout)
                 rows.append(row)
                 print(f"run {number}: " + "  ".join(f"{key}={value:.2f}s" for key, value in row.items()), flush=True)
         finally:
@@ -216,33 +258,46 @@ async def bench(runs: int, configure_lab: bool) -> int:
     print()
     print(f"median over {len(rows)} runs (poll interval {settings.poll_interval}s, lab cred_expire 5s):")
     med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    nan = float("nan")
     print(f"  job exit -> our scontrol release returned : {med['exit_to_release']:.2f} s")
     print(f"  job exit -> next attempt RUNNING (ours)    : {med['exit_to_running']:.2f} s")
+    exit_ratio = nan
     if "requeueexit_exit_to_running" in med:
+        exit_ratio = med["exit_to_running"] / med["requeueexit_exit_to_running"]
         print(f"  job exit -> next attempt RUNNING (Slurm RequeueExit=75): {med['requeueexit_exit_to_running']:.2f} s")
+        print(f"  ratio ours / RequeueExit (exit -> RUNNING): {exit_ratio:.2f}")
+    print(f"partial failure (rank 0 crashes, the rest blocks {collective_timeout:g} s in a collective, then exits):")
+    print(f"  crash line -> our scontrol release returned (job still running): {med['crash_line_to_release']:.2f} s")
+    print(f"  crash line -> next attempt RUNNING (ours)   : {med['crash_line_to_running']:.2f} s")
+    partial_ratio = nan
+    if "requeueexit_partial_crash_line_to_running" in med:
+        theirs = med["requeueexit_partial_crash_line_to_running"]
+        partial_ratio = med["crash_line_to_running"] / theirs
         print(
-            f"  ratio ours / RequeueExit (exit -> RUNNING): "
-            f"{med['exit_to_running'] / med['requeueexit_exit_to_running']:.2f}"
+            f"  crash line -> next attempt RUNNING (Slurm RequeueExit=75): {theirs:.2f} s "
+            f"(of which job exit -> RUNNING {med['requeueexit_partial_exit_to_running']:.2f} s)"
         )
-    print(
-        f"  crash line written -> our scontrol release returned (attempt still running): "
-        f"{med['crash_line_to_release']:.2f} s"
-    )
+        print(f"  ratio ours / RequeueExit (crash line -> RUNNING): {partial_ratio:.2f}")
+    figure("recovery_exit_to_running_vs_requeueexit", exit_ratio, "x", "<=", 1.05)
+    figure("recovery_crash_line_to_release", med["crash_line_to_release"], "s", "<=", 1)
+    figure("recovery_partial_failure_vs_requeueexit", partial_ratio, "x", "<=", 0.2)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="2 runs instead of 5")
+    parser.add_argument("--smoke", action="store_true", help="1 run and a 45 s collective timeout (5 runs, 60 s)")
     parser.add_argument("--runs", type=int, help="number of runs")
+    parser.add_argument("--collective-timeout", type=float, help="seconds the surviving ranks block (60; smoke 45)")
     parser.add_argument(
         "--configure-lab",
         action="store_true",
         help="bring the lab up with RequeueExit=75 (restarts its daemons if the config changes)",
     )
     args = parser.parse_args(argv)
-    runs = args.runs or (2 if args.smoke else 5)
-    return asyncio.run(bench(runs, args.configure_lab))
+    runs = args.runs or (1 if args.smoke else 5)
+    timeout = args.collective_timeout or (45.0 if args.smoke else 60.0)
+    return asyncio.run(bench(runs, args.configure_lab, timeout))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ class QueryCostLimiter(SchemaExtension):
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
-        if document is not None and context.pre_execution_errors is None:
+        if document is not None and not context.pre_execution_errors:  # [] = validated before (a cached document)
             try:
                 cost = operation_cost(context.schema._schema, document, context.operation_name, context.variables or {})
             except _Unknown:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,22 +73,63 @@ class MaskUnexpectedErrors(MaskErrors):
         return masked(error)
 
 
+# Documents that parsed and validated cleanly, by their text: a client (the dashboard, a script) sends the same
+# few operations over and over, and parsing plus validating them cost more than executing a page. Bounded (LRU);
+# only valid documents are kept (errors are computed afresh, so a cached error object is never shared).
+DOCUMENT_CACHE_SIZE = 256
+MAX_CACHED_QUERY_LENGTH = 64 * 1024
+_documents: OrderedDict[str, Any] = OrderedDict()
+
+
+def _cached_document(query: str | None) -> Any:
+    if not query:
+        return None
+    document = _documents.get(query)
+    if document is not None:
+        _documents.move_to_end(query)
+    return document
+
+
+def _remember_document(query: str | None, document: Any) -> None:
+    if not query or document is None or len(query) > MAX_CACHED_QUERY_LENGTH:
+        return
+    _documents[query] = document
+    _documents.move_to_end(query)
+    while len(_documents) > DOCUMENT_CACHE_SIZE:
+        _documents.popitem(last=False)
+
+
 class SpecValidationFirst(SchemaExtension):
     """Runs graphql-core's own validation rules before the limit rules, so a document with (say) an undefined
-    fragment gets the spec's message ("Unknown fragment 'F'.") rather than a limiter's crash."""
+    fragment gets the spec's message ("Unknown fragment 'F'.") rather than a limiter's crash.
+
+    A document text that already parsed and passed every rule (spec, depth, aliases, tokens) is neither parsed nor
+    validated again: the checks that depend on the request (the variable-dependent cost limit, subscriptions over
+    HTTP) still run each time."""
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        if context.graphql_document is None:
+            context.graphql_document = _cached_document(context.query)
+        yield
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
+        cached = document is not None and _cached_document(context.query) is document
         if document is not None and context.pre_execution_errors is None:
-            errors = validate(context.schema._schema, document, specified_rules)
+            errors = [] if cached else validate(context.schema._schema, document, specified_rules)
             if errors:
                 context.pre_execution_errors = errors
             elif _subscription_over_http(context):
                 context.pre_execution_errors = [
                     bad_input("subscriptions are served over WebSocket (graphql-transport-ws) at /graphql")
                 ]
+            elif cached:
+                context.pre_execution_errors = []  # strawberry then skips its own (full) validation
         yield
+        if not cached and document is not None and context.pre_execution_errors == []:
+            _remember_document(context.query, document)
 
 
 def _subscription_over_http(context: Any) -> bool:

@@ -13,7 +13,7 @@ from app.api import validation
 from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read_connection
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
-from app.api.types import NODE_TYPES, Advice, Attempt, AuditEvent, Job, Node, Workflow
+from app.api.types import NODE_BUILDERS, Advice, Attempt, AuditEvent, Job, Node, Workflow, audit_event
 from app.api.types.cluster import Cluster, cluster_of
 from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
 from app.audit import queries as audit_queries
@@ -106,7 +106,7 @@ class Query:
         if loader is None:
             raise bad_input(f"unknown object type {type_name!r} in id")
         row = await loader.load(pk)
-        return NODE_TYPES[type_name](row=row) if row is not None else None
+        return NODE_BUILDERS[type_name](row) if row is not None else None
 
     @strawberry.field(description="Workflows, most recently updated first.")
     async def workflows(
@@ -271,7 +271,7 @@ class Query:
         request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         service_filter = audit_filter(filter)
         fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
-        return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: AuditEvent(row=row))
+        return await read_connection(info.context.app.read_sessions, request, fetch, audit_event)
 
     @strawberry.field(
         description="Every cluster of this installation (recorded jobs, or a worker that held its lease), by name."

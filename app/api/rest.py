@@ -381,7 +381,7 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
         produced_before=_time(request, "producedBefore"),
         cluster=_text(request, "cluster"),
     )
-    async with ctx.sessions() as session:
+    async with ctx.read_sessions() as session:
         page = await audit_queries.query(
             session, filter=flt, page=_page(request, AUDIT_LIMITS), descending=order == "desc"
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 import strawberry
 
+from app.api.execution import LeafFastExecutionContext
 from app.api.limits import limit_extensions
 from app.api.masking import error_id, should_mask
 from app.api.mutation import Mutation
@@ -46,6 +47,7 @@ def build_schema() -> RecoverySchema:
         mutation=Mutation,
         subscription=Subscription,
         extensions=[*limit_extensions(), DatabaseOutageErrors],
+        execution_context_class=LeafFastExecutionContext,
     )
 
 

@@ -18,7 +18,7 @@ from app.api import validation
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.query import AuditEventFilter, audit_filter
-from app.api.types import Advice, Attempt, AuditEvent
+from app.api.types import Advice, Attempt, AuditEvent, audit_event
 from app.audit.queries import AuditFilter
 from app.errors import retrying
 from app.feed import queries as feed_queries
@@ -178,7 +178,7 @@ class Subscription:
         async for entries in _feed(info, ["audit"], after, match):
             for entry, row in await _rows(info, "audit_event", entries):
                 if _audit_matches(flt, row):
-                    yield AuditEventUpdate(position=str(entry.id), event=AuditEvent(row=row))
+                    yield AuditEventUpdate(position=str(entry.id), event=audit_event(row))
 
     @strawberry.subscription(
         description="Advice as it is created, reviewed and reconciled; onlyActive skips inactive Advice."

@@ -19,6 +19,8 @@ from app.sql import by_ids
 
 __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job_reference"]
 
+# A page reads plain column values: no ORM objects (identity map, instrumentation) on the read path.
+_COLUMNS = tuple(AuditEvent.__table__.columns)
 TIMELINE_EVENT_TYPES = ("attempt.registered", "attempt.state_changed")
 VERIFICATION_PREFIX = "reconciliation."
 MAX_TIMELINE_EVENTS = 2000
@@ -99,16 +101,17 @@ async def query(
     filter: AuditFilter,
     page: PageRequest,
     descending: bool = True,
-) -> Page[AuditEvent]:
-    """One keyset page of matching events ordered by (produced_at, id)."""
+) -> Page[Any]:
+    """One keyset page of matching events ordered by (produced_at, id), as Core rows (the columns as attributes)."""
     return await paginate(
         session,
-        _filtered(select(AuditEvent), filter),
+        _filtered(select(*_COLUMNS), filter),
         kind="audit",
         columns=(AuditEvent.produced_at, AuditEvent.id),
         descending=descending,
         request=page,
         key_of=lambda e: (e.produced_at, e.id),
+        rows=True,
     )
 
 

@@ -42,9 +42,18 @@ def _decode_value(value: Any) -> Any:
     raise CursorError("cursor holds an unexpected value")
 
 
+def _json_value(value: Any) -> str:
+    """`json.dumps(_encode_value(value), separators=(",", ":"))`, without the encoder for the usual key types."""
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return '{"t":"' + value.astimezone(dt.UTC).isoformat() + '"}'  # digits, -, :, ., +, T: nothing to escape
+    return json.dumps(_encode_value(value), separators=(",", ":"))
+
+
 def encode_cursor(kind: str, values: list[Any] | tuple[Any, ...]) -> str:
     """Encode the sort-key values of one row; `kind` stops a cursor being reused on another list."""
-    payload = json.dumps([kind, [_encode_value(v) for v in values]], separators=(",", ":"))
+    payload = "[" + json.dumps(kind) + ",[" + ",".join(_json_value(v) for v in values) + "]]"
     return base64.urlsafe_b64encode((_PREFIX + payload).encode()).decode().rstrip("=")
 
 

@@ -46,3 +46,24 @@ async def test_token_limit(client: httpx.AsyncClient) -> None:
 async def test_introspection_is_allowed_for_authenticated_users(client: httpx.AsyncClient) -> None:
     body = await run_graphql(client, "{ __schema { queryType { name } types { name } } }")
     assert body["data"]["__schema"]["queryType"]["name"] == "Query"
+
+
+async def test_a_document_validated_once_is_reused_yet_its_cost_and_errors_are_checked_each_time(
+    client: httpx.AsyncClient,
+) -> None:
+    from app.api import masking
+
+    query = (
+        "query($n: Int) { workflows(first: 20) { edges { node { jobs(first: 20) { edges { node { "
+        "attempts(first: $n) { edges { node { state } } } } } } } } } } # cached"
+    )
+    assert (await run_graphql(client, query, {"n": 1}, expect_errors=True)).get("errors") is None
+    assert query in masking._documents  # parsed and validated once, kept by its text
+    # Served from the cache, the variable-dependent cost limit still refuses big pages.
+    error = (await run_graphql(client, query, {"n": 100}, expect_errors=True))["errors"][0]
+    assert error["extensions"]["limit"] == "cost"
+    # An invalid document is never kept: it gets the spec's error every time.
+    for _ in range(2):
+        body = await run_graphql(client, "{ viewer { noSuchField } }", expect_errors=True)
+        assert "Cannot query field 'noSuchField'" in body["errors"][0]["message"]
+    assert "{ viewer { noSuchField } }" not in masking._documents

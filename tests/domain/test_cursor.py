@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -26,3 +27,25 @@ def test_a_cursor_of_another_list_is_refused() -> None:
 def test_garbage_and_wrong_arity_are_refused(bad: str) -> None:
     with pytest.raises(CursorError):
         decode_cursor("audit", bad, 1)
+
+
+def test_cursor_text_is_the_json_encoding_of_the_key() -> None:
+    """The hand-built JSON of the usual key types is byte for byte what json.dumps wrote (old cursors stay valid)."""
+    import base64
+    import json
+
+    from app.domain.cursor import _PREFIX, _encode_value, encode_cursor
+
+    keys: list[tuple[str, list[Any]]] = [
+        ("audit", [dt.datetime(2025, 1, 1, tzinfo=dt.UTC), 5]),
+        (
+            "jobs",
+            [None, True, 'a"b\\', -3, dt.datetime(2025, 1, 1, 3, 4, 5, 123, tzinfo=dt.timezone(dt.timedelta(hours=2)))],
+        ),
+        ("ümlaut", []),
+    ]
+    for kind, values in keys:
+        payload = json.dumps([kind, [_encode_value(v) for v in values]], separators=(",", ":"))
+        assert encode_cursor(kind, values) == base64.urlsafe_b64encode((_PREFIX + payload).encode()).decode().rstrip(
+            "="
+        )

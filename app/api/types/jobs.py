@@ -11,7 +11,7 @@ from strawberry.scalars import JSON
 
 from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
 from app.api.types.advice import Advice
-from app.api.types.audit import AuditEvent
+from app.api.types.audit import AuditEvent, audit_event
 from app.api.types.evidence import Anomaly, Checkpoint
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.audit import queries as audit_queries
@@ -481,4 +481,4 @@ class Attempt(Node):
             slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster
         )
         fetch = partial(audit_queries.query, filter=flt, descending=False)
-        return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: AuditEvent(row=row))
+        return await read_connection(loaders_of(info).sessions, request, fetch, audit_event)
