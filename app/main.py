@@ -23,6 +23,7 @@ from app.errors import database_error_text, database_problem, outage_response
 from app.guards import EdgeGuard
 from app.metrics import RequestMetrics
 from app.migrate import current_revision, head_revision
+from views.find import not_found as not_found_page
 from views.routes import dashboard_routes
 
 log = logging.getLogger("recovery.http")
@@ -158,7 +159,7 @@ def create_app(settings: Settings, *, ctx: AppContext | None = None, background:
     routes: list[BaseRoute] = inner
     if settings.url_prefix:
         routes = [Route("/healthz", healthz), Mount(settings.url_prefix, routes=inner)]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found_page})
     app.state.ctx = ctx
     app.state.settings = settings
     # Added innermost first: RequestMetrics > SecurityHeaders > EdgeGuard > DatabaseOutages > routes, so the

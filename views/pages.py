@@ -11,6 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from app.advice import queries as advice_queries
+from app.advice import stories
+from app.advice.queries import OverviewFilter
 from app.audit import queries as audit_queries
 from app.db import Session, utcnow
 from app.domain import bounds
@@ -18,6 +20,7 @@ from app.domain.bounds import check_time
 from app.domain.cursor import CursorError
 from app.domain.identity import parse_scheduler_job_id
 from app.domain.timefmt import iso_utc
+from app.domain.story import OUTCOMES, shown_reason
 from app.evidence import queries as evidence_queries
 from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
@@ -25,6 +28,7 @@ from app.jobs.queries import JobFilter, WorkflowFilter
 from app.leases import queries as lease_queries
 from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
+from views.find import workflow_path
 from views.render import dashboard_of, explain, render
 from views.serialize import attempt_json
 from views.timeline import Mark, Row, legend_items, render_timeline, state_spans, time_window
@@ -56,21 +60,28 @@ class WorkflowSummary:
     last_anomaly: Any = None
     last_anomaly_ref: tuple[int, int] | None = None  # (slurm job id, attempt index)
     active_advice: list[Any] = field(default_factory=list)
+    latest_job: Any = None
+    told: Any = None  # app.advice.stories.Told of the latest job's headline attempt
 
 
 async def workflow_summaries(session: Session, *, workflow_ids: Sequence[int]) -> dict[int, WorkflowSummary]:
-    """Retry count, newest anomaly and active Advice of each workflow: three statements for a whole page."""
+    """Retries, newest anomaly, active Advice, latest job and its story: a fixed number of statements a page."""
     retries = await job_queries.workflow_retries(session, workflow_ids=workflow_ids)
     newest = await evidence_queries.newest_anomaly_of_workflows(session, workflow_ids=workflow_ids)
     active = await advice_queries.active_advice_of_workflows(session, workflow_ids=workflow_ids)
+    latest = await job_queries.latest_jobs_of_workflows(session, workflow_ids=workflow_ids)
+    told = await stories.stories_of_jobs(session, job_ids=[j.id for j in latest.values()])
     result = {}
     for wid in workflow_ids:
         found = newest.get(wid)
+        job = latest.get(wid)
         result[wid] = WorkflowSummary(
             retries=retries.get(wid, 0),
             last_anomaly=found[0] if found else None,
             last_anomaly_ref=(found[1], found[2]) if found else None,
             active_advice=active.get(wid, []),
+            latest_job=job,
+            told=stories.headline(told.get(job.id, [])) if job else None,
         )
     return result
 
@@ -105,18 +116,33 @@ async def workflows(request: Request) -> Response:
         search=(q.get("q") or "").strip()[: bounds.MAX_SEARCH_LENGTH] or None,
         failed_only=q.get("failed") in {"1", "true", "on"},
     )
+    outcome = (q.get("outcome") or "").strip()
+    facet = OverviewFilter(
+        outcome=outcome if outcome in OUTCOMES else None,
+        category=(q.get("category") or "")[:cap] or None,
+        rule=(q.get("rule") or "")[:cap] or None,
+    )
     error = None
     if flt.state and flt.state not in STATES:
         error = f"There is no state {flt.state!r}; showing every state. States: {', '.join(STATES)}."
         flt = replace(flt, state=None)
-    filtered = any([flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only])
+    if outcome and facet.outcome is None:
+        error = f"Unknown outcome {outcome[:40]!r}: choose one of {', '.join(OUTCOMES)}; showing every outcome."
+    filtered = any(
+        [flt.cluster, flt.environment, flt.state, flt.search, flt.failed_only, outcome, facet.category, facet.rule]
+    )
     async with dashboard.ctx.sessions() as session:
         try:
-            page = await job_queries.list_workflows(session, filter=flt, page=page_request(request))
+            page = await advice_queries.list_overview(
+                session, workflows=flt, overview=facet, page=page_request(request)
+            )
         except (CursorError, PageArgumentError):
             error = "That page link is no longer valid; showing the first page."
-            page = await job_queries.list_workflows(session, filter=flt, page=PageRequest.build(first=PAGE_SIZE))
+            page = await advice_queries.list_overview(
+                session, workflows=flt, overview=facet, page=PageRequest.build(first=PAGE_SIZE)
+            )
         summaries = await workflow_summaries(session, workflow_ids=[w.id for w in page.items])
+        facets = await advice_queries.overview_facets(session, workflows=flt, overview=facet)
         extra: dict[str, Any] = {}
         if not request.headers.get("hx-request") or request.headers.get("hx-history-restore-request"):
             clusters, environments = await job_queries.workflow_filter_choices(session)
@@ -138,6 +164,8 @@ async def workflows(request: Request) -> Response:
             "page": page,
             "summaries": summaries,
             "filter": flt,
+            "facet": facet,
+            "facets": facets,
             "filtered": filtered,
             "query": query,
             "error": error,
@@ -160,17 +188,30 @@ async def _storm_pauses(dashboard: Any) -> list[Any]:
 async def workflow(request: Request) -> Response:
     """One workflow: its jobs (newest first) and each job's attempts in order."""
     dashboard = dashboard_of(request)
-    workflow_id = request.path_params["workflow_id"]
+    key = request.path_params["key"][: bounds.MAX_SEARCH_LENGTH]
+    cluster = (request.query_params.get("cluster") or "")[: bounds.MAX_FILTER_LENGTH] or None
     async with dashboard.ctx.sessions() as session:
-        found = (await job_queries.workflows_by_ids(session, ids=[workflow_id])).get(workflow_id)
+        same_key = await job_queries.find_workflows_by_key(session, key=key)
+        if cluster:
+            same_key = [w for w in same_key if w.cluster == cluster] + [w for w in same_key if w.cluster != cluster]
+        found = same_key[0] if same_key else None
+        if found is None and key.isdigit() and len(key) <= 18:
+            # The old URLs named the internal record number: send them to the workflow id's URL.
+            old = (await job_queries.workflows_by_ids(session, ids=[int(key)])).get(int(key))
+            if old is not None:
+                return RedirectResponse(workflow_path(request, old.workflow_key, old.cluster), status_code=301)
         if found is None:
+            similar = await job_queries.similar_workflows(session, text=key, limit=5)
             return explain(
                 request,
                 title="Unknown workflow",
                 status=404,
-                message=f"No workflow with id {workflow_id} is recorded.",
-                links=[("Workflows Overview", request.url_for("dashboard:workflows").path)],
+                message=f"No workflow with id {key[:80]!r} is recorded.",
+                hint="A workflow id is the workflow_id of the jobs' APS comment (case-sensitive).",
+                links=[(f"workflow {w.workflow_key}", workflow_path(request, w.workflow_key)) for w in similar]
+                + [("Workflows Overview", request.url_for("dashboard:workflows").path)],
             )
+        workflow_id = found.id
         try:
             jobs = await job_queries.list_jobs(
                 session, filter=JobFilter(workflow_id=workflow_id), page=page_request(request, 25)
@@ -185,6 +226,7 @@ async def workflow(request: Request) -> Response:
         "workflow.html",
         {
             "workflow": found,
+            "same_key": [w for w in same_key if w.id != found.id],
             "jobs": jobs,
             "blocks": blocks,
             "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
@@ -201,12 +243,20 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
     advice = await advice_queries.advice_of_attempts(session, attempt_ids=attempt_ids)
     anomalies = await evidence_queries.latest_anomalies_of_attempts(session, attempt_ids=attempt_ids, limit=1)
     policies = await job_queries.policies_by_job_ids(session, job_ids=job_ids)
+    told = await stories.stories_of_jobs(session, job_ids=job_ids)
+    by_attempt = {t.attempt.id: t for rows in told.values() for t in rows}
     return [
         {
             "job": job,
             "policy": policies.get(job.id),
+            "told": stories.headline(told.get(job.id, [])),
             "attempts": [
-                {"attempt": a, "advice": advice.get(a.id), "anomaly": next(iter(anomalies.get(a.id) or []), None)}
+                {
+                    "attempt": a,
+                    "advice": advice.get(a.id),
+                    "anomaly": next(iter(anomalies.get(a.id) or []), None),
+                    "told": by_attempt.get(a.id),
+                }
                 for a in attempts.get(job.id, [])
             ],
         }
@@ -321,6 +371,9 @@ async def attempt_details(request: Request) -> Response:
             if advice
             else []
         )
+        told = (await stories.stories_of_jobs(session, job_ids=[job.id])).get(job.id, [])
+    mine = next((t for t in told if t.attempt.id == attempt.id), None)
+    caused_by = next((t for t in told if t.next_attempt is not None and t.next_attempt.id == attempt.id), None)
     raw = attempt_json(
         attempt=attempt,
         job=job,
@@ -346,6 +399,8 @@ async def attempt_details(request: Request) -> Response:
             "anomalies": anomalies,
             "advice": advice,
             "milestones": milestones,
+            "told": mine,
+            "caused_by": caused_by if caused_by and (caused_by.advice or caused_by.anomaly) else None,
             "raw": raw,
             "now": utcnow(),
             "self_url": request.url.path,
@@ -510,6 +565,8 @@ def build_rows(
     """Timeline rows from stored records: state spans from state-change events, everything else as marks."""
     history: dict[int, list[tuple[dt.datetime, str]]] = {}
     verifications: dict[int, list[Mark]] = {}
+    index_of = {a.id: a.attempt_index for a in attempts}
+    observed_only = {index_of[aid]: adv.mode == "observe" for aid, adv in advice.items() if aid in index_of}
     for event in events:
         if event.attempt_index is None:
             continue
@@ -518,8 +575,15 @@ def build_rows(
             if state:
                 history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))
         else:
+            shadow = event.event_type == "reconciliation.shadow" or (
+                observed_only.get(event.attempt_index, False) and event.event_type != "reconciliation.abandoned"
+            )
             verifications.setdefault(event.attempt_index, []).append(
-                Mark("verification", event.produced_at, f"{event.event_type}: {event.message}")
+                Mark(
+                    "shadow-verification" if shadow else "verification",
+                    event.produced_at,
+                    ("observe only, nothing was done: " if shadow else "") + f"{event.event_type}: {event.message}",
+                )
             )
     rows = []
     for a in attempts:
@@ -556,10 +620,16 @@ def build_rows(
                 Mark(
                     "advice",
                     found.created_at,
-                    f"{found.operation} generation {found.generation}{excl} ({found.mode}): {found.reason}",
+                    f"{found.operation} generation {found.generation}{excl} ({found.mode}): "
+                    f"{shown_reason(found.reason, found.mode)}",
                 )
             )
             for m in milestones.get(found.id, []):
+                if m.status == "SHADOW":
+                    marks.append(
+                        Mark("shadow", m.started_at, f"observe only, not run: {m.step} (generation {m.generation})")
+                    )
+                    continue
                 marks.append(
                     Mark("action", m.started_at, f"{m.step} {m.status} (generation {m.generation})", end=m.finished_at)
                 )

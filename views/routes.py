@@ -7,7 +7,18 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.context import AppContext
-from views import advice_page, audit_page, fleet_page, glossary_page, live, log_page, login, not_enrolled_page, pages
+from views import (
+    advice_page,
+    audit_page,
+    find,
+    fleet_page,
+    glossary_page,
+    live,
+    log_page,
+    login,
+    not_enrolled_page,
+    pages,
+)
 from views.auth import DashboardAuth, DashboardSessions, session_secret
 from views.render import Dashboard
 from views.static_files import CompressedStaticFiles
@@ -38,7 +49,8 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     routes = [
         Route("/", pages.dashboard_home, name="home"),
         Route("/workflow", pages.workflows, name="workflows"),
-        Route("/workflow/{workflow_id:int}", pages.workflow, name="workflow"),
+        Route("/go", find.go, name="go"),
+        Route("/workflow/{key:path}", pages.workflow, name="workflow"),
         Route("/jobs", pages.find_job, name="find_job"),
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/jobs/{job_id:int}/attempts/{attempt_index:int}", pages.attempt_details, name="attempt"),

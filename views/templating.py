@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from app.domain import glossary
+from app.domain.story import shown_reason
 from app.domain.timefmt import iso_utc
 from app.resources import resource_dir
 
@@ -181,6 +182,7 @@ def build_templates() -> Jinja2Templates:
         exit_words=exit_words,
         state_icon=state_icon,
         glossed=glossed,
+        shown_reason=shown_reason,
     )
     env.trim_blocks = True
     env.lstrip_blocks = True

@@ -13,12 +13,14 @@ from markupsafe import Markup, escape
 from app.domain import states
 from app.domain.timefmt import iso_utc
 
-MARK_KINDS = ("anomaly", "advice", "action", "verification", "checkpoint")
+MARK_KINDS = ("anomaly", "advice", "action", "shadow", "verification", "shadow-verification", "checkpoint")
 MARK_LABELS = {
     "anomaly": "detection (anomaly)",
     "advice": "decision (Advice)",
     "action": "scheduler action",
     "verification": "verification (reconciliation)",
+    "shadow": "observe only: action not run",
+    "shadow-verification": "observe only: check, nothing was done",
     "checkpoint": "checkpoint",
 }
 # The same colours as the chips in static/dashboard.css (WCAG AA with white text: tests/views/test_contrast.py).
@@ -35,6 +37,8 @@ MARK_COLOURS = {
     "advice": "#7c3aed",
     "action": "#ea580c",
     "verification": "#059669",
+    "shadow": "#6d28d9",
+    "shadow-verification": "#6d28d9",
     "checkpoint": "#0284c7",
 }
 TEXT_COLOURS = {"axis": "#4b5563", "label": "#1f2937", "link": "#1d4ed8", "silence": "#7c2d12"}
@@ -482,6 +486,13 @@ def _mark_svg(mark: Mark, x: Any, y: float, extra: Sequence[Mark] = (), count: b
             f'<circle cx="{mx}" cy="{y}" r="5"/><path d="M{mx - 3} {y} L{mx - 1} {y + 2} '
             f'L{mx + 3} {y - 2}" fill="none" stroke="#fff" stroke-width="1.5"/>'
         )
+    elif mark.kind == "shadow":  # hollow, dashed: what observe mode would have sent, never a filled action bar
+        shape = (
+            f'<rect x="{mx - 5}" y="{y - 4}" width="10" height="8" fill="none" stroke="#6d28d9" '
+            f'stroke-dasharray="2 1.5" stroke-width="1.5"/>'
+        )
+    elif mark.kind == "shadow-verification":  # a hollow ring: no tick, nothing was verified as done
+        shape = f'<circle cx="{mx}" cy="{y}" r="4.5" fill="none" stroke="#6d28d9" stroke-width="1.5"/>'
     else:  # checkpoint
         shape = f'<rect x="{mx - 4}" y="{y - 4}" width="8" height="8" rx="1"/>'
     if extra and count:

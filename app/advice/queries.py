@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy import and_, case, distinct, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
 from app.db import dialect_of
 from app.domain import states
+from app.domain.story import OUTCOMES, Outcome
 from app.evidence.models import Anomaly
 from app.evidence.queries import DECIDED_KINDS
-from app.jobs.models import Attempt, Job
+from app.jobs.models import Attempt, Job, Workflow
+from app.jobs.queries import WorkflowFilter, workflow_query
 from app.pagination import Page, PageRequest, paginate
 
 
@@ -239,3 +243,171 @@ async def active_counts(session: AsyncSession, *, cluster: str) -> dict[str, int
         )
     ).all()
     return {str(operation): int(count) for operation, count in rows}
+
+
+# ---- the Overview's outcome, facets and "had a failure" ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class OverviewFilter:
+    """Filters of the Overview beyond the workflow columns: outcome, anomaly category, Advice rule, had a failure."""
+
+    outcome: str | None = None
+    category: str | None = None
+    rule: str | None = None
+    had_failure: bool = False
+
+
+@dataclass(frozen=True)
+class Facets:
+    """Counts of matching workflows by outcome, by anomaly category and by Advice rule (each without its own filter)."""
+
+    outcomes: dict[str, int]
+    categories: dict[str, int]
+    rules: dict[str, int]
+
+
+_STOPPED_STATES = sorted(states.FAILED | {"CANCELLED"})
+
+
+def _headline_advice() -> tuple[Any, Any]:
+    """(joined selectable, Advice alias): each workflow's newest job and that job's newest Advice (outer joins)."""
+    latest_job = (
+        select(Job.workflow_id.label("workflow_id"), func.max(Job.id).label("job_id"))
+        .where(Job.workflow_id.is_not(None))
+        .group_by(Job.workflow_id)
+        .subquery()
+    )
+    latest_advice = (
+        select(Advice.job_id.label("job_id"), func.max(Advice.id).label("advice_id")).group_by(Advice.job_id).subquery()
+    )
+    headline = aliased(Advice)
+    joined = (
+        Workflow.__table__.outerjoin(latest_job, latest_job.c.workflow_id == Workflow.id)
+        .outerjoin(latest_advice, latest_advice.c.job_id == latest_job.c.job_id)
+        .outerjoin(headline, headline.id == latest_advice.c.advice_id)
+    )
+    return joined, headline
+
+
+def workflow_outcome(headline: Any) -> Any:
+    """The outcome of a workflow in SQL, by the rule of app.domain.story.tell on its headline attempt."""
+    none = headline.id.is_(None)
+    return case(
+        (and_(none, Workflow.latest_state == "COMPLETED"), Outcome.COMPLETED.value),
+        (and_(none, Workflow.latest_state.in_(_STOPPED_STATES)), Outcome.STOPPED.value),
+        (none, Outcome.RUNNING.value),
+        (headline.mode == "observe", Outcome.OBSERVE_ONLY.value),
+        (headline.review == "VETOED", Outcome.STOPPED.value),
+        (headline.operation == "TERMINATE", Outcome.STOPPED.value),
+        (headline.disposition == "ABANDONED", Outcome.STOPPED.value),
+        else_=Outcome.RECOVERED.value,
+    )
+
+
+def _had_failure() -> Any:
+    advice = select(Advice.id).join(Job, Job.id == Advice.job_id).where(Job.workflow_id == Workflow.id)
+    return or_(Workflow.failed_attempt_count > 0, exists(advice))
+
+
+def _matching_ids(base: Any, flt: OverviewFilter, *, skip: str = "") -> Any:
+    """SELECT of the ids of workflows matching `base` (jobs.queries.workflow_query) and `flt`, but for `skip`."""
+    joined, headline = _headline_advice()
+    query = select(Workflow.id).select_from(joined)
+    if base.whereclause is not None:
+        query = query.where(base.whereclause)
+    if flt.had_failure:
+        query = query.where(_had_failure())
+    if flt.outcome and skip != "outcome":
+        query = query.where(workflow_outcome(headline) == flt.outcome)
+    if flt.category and skip != "category":
+        anomalies = (
+            select(Anomaly.id)
+            .join(Attempt, Attempt.id == Anomaly.attempt_id)
+            .where(Attempt.workflow_id == Workflow.id, Anomaly.category == flt.category)
+        )
+        query = query.where(exists(anomalies))
+    if flt.rule and skip != "rule":
+        rules = (
+            select(Advice.id)
+            .join(Job, Job.id == Advice.job_id)
+            .where(Job.workflow_id == Workflow.id, Advice.rule == flt.rule)
+        )
+        query = query.where(exists(rules))
+    return query
+
+
+def _active(flt: OverviewFilter) -> bool:
+    return bool(flt.outcome or flt.category or flt.rule or flt.had_failure)
+
+
+async def list_overview(
+    session: AsyncSession, *, workflows: WorkflowFilter, overview: OverviewFilter, page: PageRequest
+) -> Page[Workflow]:
+    """One page of the Overview: workflows matching both filters, most recently updated first."""
+    if workflows.failed_only:  # "failed only" means "had a failure" (a requeued hang too), decided here
+        workflows, overview = replace(workflows, failed_only=False), replace(overview, had_failure=True)
+    base = workflow_query(workflows)
+    query = select(Workflow).where(Workflow.id.in_(_matching_ids(base, overview))) if _active(overview) else base
+    return await paginate(
+        session,
+        query,
+        kind="workflows",
+        columns=(Workflow.updated_at, Workflow.id),
+        descending=True,
+        request=page,
+        key_of=lambda w: (w.updated_at, w.id),
+    )
+
+
+async def overview_facets(
+    session: AsyncSession, *, workflows: WorkflowFilter, overview: OverviewFilter, top: int = 12
+) -> Facets:
+    """How many matching workflows have each outcome, anomaly category and Advice rule: three statements."""
+    if workflows.failed_only:
+        workflows, overview = replace(workflows, failed_only=False), replace(overview, had_failure=True)
+    base = workflow_query(workflows)
+    joined, headline = _headline_advice()
+    outcome = workflow_outcome(headline)
+    rows = await session.execute(
+        select(outcome, func.count())
+        .select_from(joined)
+        .where(Workflow.id.in_(_matching_ids(base, overview, skip="outcome")))
+        .group_by(outcome)
+    )
+    outcomes = {o: 0 for o in OUTCOMES}
+    outcomes.update({str(name): int(n) for name, n in rows.all()})
+    category_count = func.count(distinct(Attempt.workflow_id))
+    categories = await session.execute(
+        select(Anomaly.category, category_count)
+        .join(Attempt, Attempt.id == Anomaly.attempt_id)
+        .where(Attempt.workflow_id.in_(_matching_ids(base, overview, skip="category")))
+        .group_by(Anomaly.category)
+        .order_by(category_count.desc(), Anomaly.category)
+        .limit(top)
+    )
+    rule_count = func.count(distinct(Job.workflow_id))
+    rules = await session.execute(
+        select(Advice.rule, rule_count)
+        .join(Job, Job.id == Advice.job_id)
+        .where(Advice.rule.is_not(None), Job.workflow_id.in_(_matching_ids(base, overview, skip="rule")))
+        .group_by(Advice.rule)
+        .order_by(rule_count.desc(), Advice.rule)
+        .limit(top)
+    )
+    return Facets(
+        outcomes=outcomes,
+        categories={str(c): int(n) for c, n in categories.all()},
+        rules={str(r): int(n) for r, n in rules.all()},
+    )
+
+
+async def outcomes_of_workflows(session: AsyncSession, *, workflow_ids: Sequence[int]) -> dict[int, str]:
+    """The outcome of each workflow (the Overview's column), in one statement."""
+    if not workflow_ids:
+        return {}
+    joined, headline = _headline_advice()
+    rows = await session.execute(
+        select(Workflow.id, workflow_outcome(headline)).select_from(joined).where(Workflow.id.in_(list(workflow_ids)))
+    )
+    return {wid: str(outcome) for wid, outcome in rows.all()}

@@ -17,7 +17,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import states
-from app.domain.identity import SchedulerJobId, parse_attempt_ref
+from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.pagination import Page, PageRequest, paginate
 from app.sql import by_ids, chunks, first_per_group, scalars_in
@@ -61,7 +61,8 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _workflow_query(flt: WorkflowFilter) -> Any:
+def workflow_query(flt: WorkflowFilter) -> Any:
+    """The SELECT of workflows matching `flt` (other areas add their own conditions, then page it)."""
     query = select(Workflow)
     if flt.cluster:
         query = query.where(Workflow.cluster == flt.cluster)
@@ -72,13 +73,21 @@ def _workflow_query(flt: WorkflowFilter) -> Any:
     if flt.failed_only:
         query = query.where(Workflow.failed_attempt_count > 0)
     if flt.search and flt.search.strip():
-        pattern = f"%{_escape_like(flt.search.strip().lower())}%"
-        query = query.where(
-            or_(
-                func.lower(Workflow.workflow_key).like(pattern, escape="\\"),
-                func.lower(Workflow.latest_job_name).like(pattern, escape="\\"),
-            )
-        )
+        text = flt.search.strip()
+        pattern = f"%{_escape_like(text.lower())}%"
+        matches = [
+            func.lower(Workflow.workflow_key).like(pattern, escape="\\"),
+            func.lower(Workflow.latest_job_name).like(pattern, escape="\\"),
+        ]
+        ref = parse_scheduler_job_id(text)
+        if ref is not None:  # a job id (or array_task) names the workflow of that job
+            jobs = select(Job.workflow_id).where(Job.workflow_id.is_not(None))
+            if ref.task is None:
+                jobs = jobs.where(or_(Job.slurm_job_id == ref.job_id, Job.array_job_id == ref.job_id))
+            else:
+                jobs = jobs.where(Job.array_job_id == ref.job_id, Job.array_task_id == ref.task)
+            matches.append(Workflow.id.in_(jobs.scalar_subquery()))
+        query = query.where(or_(*matches))
     return query
 
 
@@ -86,7 +95,7 @@ async def list_workflows(session: AsyncSession, *, filter: WorkflowFilter, page:
     """One page of workflows, most recently updated first."""
     return await paginate(
         session,
-        _workflow_query(filter),
+        workflow_query(filter),
         kind="workflows",
         columns=(Workflow.updated_at, Workflow.id),
         descending=True,
@@ -101,6 +110,41 @@ async def find_workflow(session: AsyncSession, *, key: str, cluster: str | None 
     if cluster:
         query = query.where(Workflow.cluster == cluster)
     return await session.scalar(query.order_by(Workflow.updated_at.desc(), Workflow.id.desc()).limit(1))
+
+
+async def latest_jobs_of_workflows(session: AsyncSession, *, workflow_ids: Sequence[int]) -> dict[int, Job]:
+    """Each workflow's newest job record, in one statement."""
+    if not workflow_ids:
+        return {}
+    newest = (
+        select(func.max(Job.id)).where(Job.workflow_id.in_(list(set(workflow_ids)))).group_by(Job.workflow_id)
+    ).scalar_subquery()
+    rows = (await session.scalars(select(Job).where(Job.id.in_(newest)))).all()
+    return {row.workflow_id: row for row in rows if row.workflow_id is not None}
+
+
+async def find_workflows_by_key(session: AsyncSession, *, key: str, limit: int = 20) -> list[Workflow]:
+    """Every workflow with this key (one per cluster and environment), most recently updated first."""
+    query = (
+        select(Workflow).where(Workflow.workflow_key == key).order_by(Workflow.updated_at.desc(), Workflow.id.desc())
+    )
+    return list((await session.scalars(query.limit(limit))).all())
+
+
+async def similar_workflows(session: AsyncSession, *, text: str, limit: int = 5) -> list[Workflow]:
+    """Workflows whose key contains `text` (case-insensitive), for "did you mean" suggestions."""
+    pattern = f"%{_escape_like(text.strip().lower())}%"
+    query = select(Workflow).where(func.lower(Workflow.workflow_key).like(pattern, escape="\\"))
+    return list((await session.scalars(query.order_by(Workflow.updated_at.desc()).limit(limit))).all())
+
+
+async def nearby_jobs(session: AsyncSession, *, slurm_job_id: int, limit: int = 5) -> list[Job]:
+    """Recorded jobs with the closest ids to `slurm_job_id` (a mistyped digit), for suggestions."""
+    above = select(Job).where(Job.slurm_job_id > slurm_job_id).order_by(Job.slurm_job_id).limit(limit)
+    below = select(Job).where(Job.slurm_job_id < slurm_job_id).order_by(Job.slurm_job_id.desc()).limit(limit)
+    found = list((await session.scalars(above)).all()) + list((await session.scalars(below)).all())
+    found.sort(key=lambda j: abs(j.slurm_job_id - slurm_job_id))
+    return found[:limit]
 
 
 async def workflows_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Workflow]:

@@ -19,9 +19,16 @@ async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_adv
     assert doc.find("h1").text == "Workflows Overview"
     row = doc.find("tr", data_workflow="llama-pretrain")
     cells = [td.text for td in row.find_all("td")]
-    assert cells[4] == "RUNNING" and cells[5] == "2" and cells[6].startswith("1")  # 2 attempts, 1 retry
-    assert "CRASH · xid" in cells[7] and "RESTART 4242/0" in cells[8]
-    assert row.find("a").attrs["href"] == f"/dashboard/workflow/{seeded.workflow_id}"
+    assert cells[6] == "RUNNING" and cells[7] == "2" and cells[8].startswith("1")  # 2 attempts, 1 retry
+    assert "CRASH · xid" in cells[9] and "RESTART 4242/0" in cells[10]
+    # the story first: outcome, sentence, and the latest job's id
+    assert cells[1] == "observe only"
+    assert (
+        cells[2].startswith("Attempt 0 crashed (Xid 79) on gpu-a02") and "would have restarted as attempt 1" in cells[2]
+    )
+    assert row.find("a", data_job="4242").attrs["href"] == "/dashboard/jobs/4242"
+    assert row.find("a").attrs["href"] == "/dashboard/workflow/llama-pretrain?cluster=test"
+    assert seeded.workflow_id
     # the live region re-fetches itself on SSE "changed" events (and polls when the stream is down)
     live = doc.by_id("workflow-live")
     assert "sse:changed" in live.attrs["hx-trigger"] and live.attrs["hx-get"] == "/dashboard/workflow"
@@ -70,7 +77,9 @@ async def test_overview_filters_and_failed_only(viewer, sessions) -> None:
 
 async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
-    doc = parse((await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")).text)
+    old = await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")  # the old URL (internal number) redirects
+    assert old.status_code == 301 and old.headers["location"] == "/dashboard/workflow/llama-pretrain?cluster=test"
+    doc = parse((await viewer.get("/dashboard/workflow/llama-pretrain")).text)
     rows = doc.find("table", class_="attempts").find_all("tr", data_attempt=True)
     assert [r.attrs["data-attempt"] for r in rows] == ["0", "1"]
     first = [td.text for td in rows[0].find_all("td")]
@@ -146,7 +155,8 @@ async def test_timeline_page_has_svg_rows_for_every_attempt(viewer, sessions) ->
     rows = svg.find_all("g", class_="row")
     assert [r.attrs["data-attempt"] for r in rows] == ["0", "1"] and "focus" in rows[0].attrs["class"]
     kinds = {g.attrs["class"].split()[1] for g in rows[0].find_all("g", class_="mark")}
-    assert kinds == {"mark-anomaly", "mark-checkpoint", "mark-advice", "mark-action", "mark-verification"}
+    # observe mode: its scheduler actions and verification get their own hollow marks, never the acting ones
+    assert kinds == {"mark-anomaly", "mark-checkpoint", "mark-advice", "mark-shadow", "mark-shadow-verification"}
     assert rows[1].find_all("g", class_="open")  # attempt 1 is still running
     assert doc.by_id("timeline").attrs["data-running"] == "yes"
     assert doc.find(None, sse_connect=f"/dashboard/live?view=attempt&job={seeded.slurm_job_id}")
@@ -175,7 +185,7 @@ async def test_url_prefix_is_honoured_in_links(database, settings, stub_tokens, 
         srcs = [s.attrs["src"] for s in doc.find_all("script")] + [link.attrs["href"] for link in doc.find_all("link")]
         assert hrefs and all(h.startswith("/mc/recovery/") for h in hrefs), hrefs
         assert all(s.startswith("/mc/recovery/static/") for s in srcs)
-        assert f"/mc/recovery/dashboard/workflow/{seeded.workflow_id}" in hrefs
+        assert "/mc/recovery/dashboard/workflow/llama-pretrain?cluster=test" in hrefs and seeded.workflow_id
         assert (await client.get(srcs[0])).status_code == 200
 
 

@@ -143,7 +143,9 @@ async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(
     rows = doc.find_all("tr", data_workflow=True)
     assert len(rows) == 50 and rows[0].attrs["data-workflow"] == "wf-09999"
     first_count = len(statements)
-    assert first_count <= 9, statements  # 8, plus one for the restart-storm banner (open cluster pauses)
+    # fixed: the page, summaries (4), stories of the latest jobs (7), facets (3), filter choices, leases, not
+    # enrolled, and one for the restart-storm banner (open cluster pauses)
+    assert first_count <= 19, statements
     # a deep page (keyset, not OFFSET) costs the same statements
     href = doc.find("a", rel="next").attrs["href"]
     for _ in range(3):
@@ -163,7 +165,7 @@ async def test_overview_with_10000_workflows_costs_a_fixed_number_of_statements(
 async def test_workflow_and_details_pages_do_not_grow_statements_with_attempts(viewer, sessions, database) -> None:
     small = await seed_history(sessions, slurm_job_id=1000)
     with count_statements(database.engine) as few:
-        await viewer.get(f"/dashboard/workflow/{small.workflow_id}")
+        await viewer.get("/dashboard/workflow/llama-pretrain")
     from app.jobs import service as jobs
 
     async with sessions() as session, session.begin():
@@ -171,7 +173,7 @@ async def test_workflow_and_details_pages_do_not_grow_statements_with_attempts(v
         for index in range(2, 30):
             await jobs.create_attempt(session, job=job, attempt_index=index, state="FAILED")
     with count_statements(database.engine) as many:
-        page = await viewer.get(f"/dashboard/workflow/{small.workflow_id}")
+        page = await viewer.get("/dashboard/workflow/llama-pretrain")
     assert len(parse(page.text).find_all("tr", data_attempt=True)) == 30
     assert len(many) == len(few)
     with count_statements(database.engine) as timeline:

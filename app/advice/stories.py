@@ -1,0 +1,132 @@
+"""Reads that build the story of attempts (app.domain.story) from stored records, a fixed number of statements.
+
+`stories_of_jobs` loads a set of jobs' attempts with their newest decided anomaly, Advice, scheduler actions
+and the checkpoint each next attempt loaded, and tells every attempt's story; `headline` picks the attempt a
+job is summed up by (its newest attempt with Advice, else its newest attempt), the same rule the Overview's
+outcome filter uses in SQL (app.advice.queries.workflow_outcome).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.advice.models import Advice, SchedulerAction
+from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
+from app.evidence.models import Anomaly, Checkpoint
+from app.evidence.queries import DECIDED_KINDS
+from app.jobs.models import Attempt, Job
+from app.sql import scalars_in
+
+
+@dataclass
+class Told:
+    """One attempt with its story and the records the story links to."""
+
+    attempt: Attempt
+    story: Story
+    advice: Advice | None
+    anomaly: Anomaly | None
+    next_attempt: Attempt | None
+
+
+def _anomaly_fact(x: Anomaly | None) -> AnomalyFact | None:
+    if x is None:
+        return None
+    return AnomalyFact(
+        kind=x.kind, category=x.category, node=x.node, xid=x.xid, line_number=x.line_number, log_path=x.log_path
+    )
+
+
+def _advice_fact(a: Advice | None, actions: Sequence[SchedulerAction]) -> AdviceFact | None:
+    if a is None:
+        return None
+    return AdviceFact(
+        operation=a.operation,
+        mode=a.mode,
+        rule=a.rule,
+        exclusions=tuple(a.exclusions or ()),
+        review=a.review,
+        disposition=a.disposition,
+        shadow_actions=sum(1 for m in actions if m.status == "SHADOW"),
+        failed_actions=sum(1 for m in actions if m.status == "FAILED"),
+    )
+
+
+def _next_fact(n: Attempt | None, loaded: Checkpoint | None) -> NextFact | None:
+    if n is None:
+        return None
+    return NextFact(
+        attempt_index=n.attempt_index,
+        state=n.state,
+        nodes=tuple(n.nodes or ()),
+        started=n.start_time is not None or n.first_seen_running_at is not None,
+        loaded_iteration=loaded.iteration if loaded else None,
+        loaded_checkpoint=loaded is not None,
+    )
+
+
+async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, list[Told]]:
+    """Every attempt of these jobs, in order, with its story: six statements for any number of jobs."""
+    result: dict[int, list[Told]] = {jid: [] for jid in job_ids}
+    if not job_ids:
+        return result
+    jobs = {j.id: j for j in await scalars_in(session, select(Job), Job.id, sorted(set(job_ids)))}
+    attempts = list(
+        await scalars_in(session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, list(jobs))
+    )
+    ids = [a.id for a in attempts]
+    advice = {a.attempt_id: a for a in await scalars_in(session, select(Advice), Advice.attempt_id, ids)}
+    actions: dict[int, list[SchedulerAction]] = {}
+    for m in await scalars_in(
+        session,
+        select(SchedulerAction).order_by(SchedulerAction.id),
+        SchedulerAction.advice_id,
+        [a.id for a in advice.values()],
+    ):
+        actions.setdefault(m.advice_id, []).append(m)
+    anomalies: dict[int, Anomaly] = {}
+    for x in await scalars_in(
+        session, select(Anomaly).where(Anomaly.kind.in_(DECIDED_KINDS)).order_by(Anomaly.id), Anomaly.attempt_id, ids
+    ):
+        anomalies[x.attempt_id] = x  # ordered by id: the newest wins
+    loaded: dict[int, Checkpoint] = {}
+    for c in await scalars_in(
+        session,
+        select(Checkpoint).where(Checkpoint.kind == "loaded").order_by(Checkpoint.id),
+        Checkpoint.attempt_id,
+        ids,
+    ):
+        loaded.setdefault(c.attempt_id, c)  # the first load of the attempt is the resume
+    by_job: dict[int, dict[int, Attempt]] = {}
+    for a in attempts:
+        by_job.setdefault(a.job_id, {})[a.attempt_index] = a
+    for a in attempts:
+        nxt = by_job[a.job_id].get(a.attempt_index + 1)
+        adv = advice.get(a.id)
+        job: Any = jobs.get(a.job_id)
+        facts = AttemptFacts(
+            attempt_index=a.attempt_index,
+            state=a.state,
+            nodes=tuple(a.nodes or ()),
+            exit_code=a.exit_code,
+            exit_signal=a.exit_signal,
+            anomaly=_anomaly_fact(anomalies.get(a.id)),
+            advice=_advice_fact(adv, actions.get(adv.id, []) if adv else []),
+            next_attempt=_next_fact(nxt, loaded.get(nxt.id) if nxt else None),
+            enrolled=job is None or job.enrolment == "ENROLLED",
+        )
+        result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
+    return result
+
+
+def headline(told: Sequence[Told]) -> Told | None:
+    """The attempt a job is summed up by: its newest attempt with Advice, else its newest attempt."""
+    with_advice = [t for t in told if t.advice is not None]
+    if with_advice:
+        return with_advice[-1]
+    return told[-1] if told else None
