@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from app.domain import bounds
 from app.domain.identity import parse_attempt_ref, parse_scheduler_job_id
@@ -27,7 +27,7 @@ def _home(request: Request) -> tuple[str, str]:
 async def _suggestions(session: Any, request: Request, text: str) -> list[tuple[str, str]]:
     """Links to what the reader may have meant: nearby job ids, workflows whose id contains the text."""
     links: list[tuple[str, str]] = []
-    digits = "".join(ch for ch in text if ch.isdigit())
+    digits = "".join(ch for ch in text if ch in "0123456789")
     if digits and len(digits) <= 10:
         for job in await job_queries.nearby_jobs(session, slurm_job_id=int(digits), limit=3):
             links.append((f"job {job.slurm_job_id}", url_path(request, "dashboard:job", job_id=job.slurm_job_id)))
@@ -101,9 +101,13 @@ async def go(request: Request) -> Response:
 async def not_found(request: Request, exc: Exception) -> Response:
     """An unknown path under /dashboard: an HTML page that says what to try (API paths keep their JSON 404)."""
     if "dashboard" not in request.scope:
-        from starlette.responses import PlainTextResponse
-
-        return PlainTextResponse("Not Found", status_code=404)
+        detail = getattr(exc, "detail", None) or "Not Found"
+        if "/v1/" in request.url.path:  # the REST API's error shape
+            return JSONResponse(
+                {"error": {"code": "NOT_FOUND", "message": f"no such endpoint: {request.url.path[:120]}"}},
+                status_code=404,
+            )
+        return PlainTextResponse(str(detail), status_code=404)
     return explain(
         request,
         title="Page not found",

@@ -195,7 +195,7 @@ async def workflow(request: Request) -> Response:
         if cluster:
             same_key = [w for w in same_key if w.cluster == cluster] + [w for w in same_key if w.cluster != cluster]
         found = same_key[0] if same_key else None
-        if found is None and key.isdigit() and len(key) <= 18:
+        if found is None and key.isascii() and key.isdigit() and len(key) <= 18:
             # The old URLs named the internal record number: send them to the workflow id's URL.
             old = (await job_queries.workflows_by_ids(session, ids=[int(key)])).get(int(key))
             if old is not None:

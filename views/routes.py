@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -37,13 +39,19 @@ class _WithDashboard:
         await self.app(scope, receive, send)
 
 
+def _templates() -> Any:
+    templates = build_templates()
+    templates.env.globals["advice_actions"] = advice_page.actions_for  # only the actions that apply
+    return templates
+
+
 def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
     """The dashboard's pages, fragments and live-update streams."""
     settings = ctx.settings
     dashboard = Dashboard(
         ctx=ctx,
         auth=DashboardAuth(settings, ctx.authenticator),
-        templates=build_templates(),
+        templates=_templates(),
         streams=live.StreamLimiter(),
     )
     routes = [

@@ -126,7 +126,7 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
         fragment = await browser.post(
             f"/dashboard/advice/{seeded.advice_id}/veto",
             headers={"X-CSRF-Token": token, "HX-Request": "true"},
-            data={"reason": ""},
+            data={"reason": "", "confirm": "yes"},  # htmx adds confirm=yes once hx-confirm was accepted
         )
         assert (
             fragment.status_code == 200
@@ -152,7 +152,7 @@ async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, o
     assert buttons == ["Approve", "Veto", "Re-run reconciliation"]
     # a bearer caller (a script) needs no CSRF token: no browser can attach its header cross-site
     rerun = await operator.post(f"/dashboard/advice/{seeded.advice_id}/rerun", headers={"HX-Request": "true"})
-    assert rerun.status_code == 200 and "Reconciliation requested." in rerun.text
+    assert rerun.status_code == 200 and f"Reconciliation of Advice {seeded.advice_id} (RESTART 4242/0)" in rerun.text
     async with sessions() as session:
         event = await session.scalar(select(AuditEvent).where(AuditEvent.event_type == "advice.reconcile_requested"))
     assert event.actor == "otto"
