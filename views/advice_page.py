@@ -174,7 +174,7 @@ async def advice_action(request: Request) -> Response:
         current = await advice_queries.get_advice(session, advice_id=advice_id)
         jobs = await job_queries.jobs_by_ids(session, ids=[current.job_id] if current else [])
     mode = (
-        effective_mode(jobs.get(current.job_id), dashboard.settings).mode
+        effective_mode(jobs[current.job_id], dashboard.settings).mode
         if current and current.job_id in jobs
         else None
     )

@@ -9,6 +9,7 @@ from typing import Any
 from strawberry.dataloader import DataLoader
 
 from app.advice import queries as advice_queries
+from app.advice import stories
 from app.audit import queries as audit_queries
 from app.db import Sessions
 from app.evidence import queries as evidence_queries
@@ -57,6 +58,8 @@ class Loaders:
         self.advice_of_attempt = keyed(advice_queries.advice_of_attempts, "attempt_ids")
         self.milestones = keyed(advice_queries.milestones_of_advice, "advice_ids", list)
         self.audit_event = keyed(audit_queries.events_by_ids)
+        self.stories = keyed(stories.stories_of_jobs, "job_ids", list)  # job id -> [Told] in attempt order
+        self.latest_job = keyed(job_queries.latest_jobs_of_workflows, "workflow_ids")
         self.first_attempts = limited(job_queries.first_attempts_of_jobs, "job_ids")
         self.latest_checkpoints = limited(evidence_queries.latest_checkpoints_of_attempts, "attempt_ids")
         self.latest_anomalies = limited(evidence_queries.latest_anomalies_of_attempts, "attempt_ids")

@@ -14,6 +14,7 @@ from app.audit.service import LEVELS
 from app.domain import bounds
 from app.domain.cursor import MAX_CURSOR_LENGTH
 from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.story import OUTCOMES
 
 # (default, max) page sizes; app.api.rest uses these.
 JOBS_LIMITS = (100, 250)
@@ -76,8 +77,25 @@ def _paging(limits: tuple[int, int]) -> list[dict[str, Any]]:
     ]
 
 
+STORY = {
+    "oneOf": [
+        {"type": "null"},
+        _object(
+            {
+                "sentence": {"type": "string"},
+                "outcome": {"type": "string", "enum": list(OUTCOMES)},
+                "happened": {"type": "string"},
+                "decided": {"type": "string"},
+                "result": {"type": "string"},
+                "nextAttemptIndex": _NULLABLE_INT,
+            }
+        ),
+    ],
+    "description": "One plain sentence: what happened, what Recovery decided, whether it happened.",
+}
 ATTEMPT = _object(
     {
+        "story": STORY,
         "jobId": {"type": "integer"},
         "attemptIndex": {"type": "integer"},
         "heimdallJobId": {"type": "string"},
@@ -156,6 +174,7 @@ ADVICE = _object(
 )
 WORKFLOW = _object(
     {
+        "outcome": {"type": "string", "enum": list(OUTCOMES)},
         "id": {"type": "integer"},
         "workflowId": {"type": "string"},
         "cluster": {"type": "string"},
@@ -226,6 +245,20 @@ COMPUTE_NODE = _object(
                     "outlook": _NULLABLE_STRING,
                     "blamedAt": _TIME,
                 }
+            ),
+        },
+    }
+)
+INSTALLATION = _object(
+    {
+        "version": {"type": "string"},
+        "cluster": {"type": "string"},
+        "environment": {"type": "string"},
+        "managedPartitions": _STRINGS,
+        "clusters": {
+            "type": "array",
+            "items": _object(
+                {"name": {"type": "string"}, "environment": {"type": "string"}, "managedPartitions": _STRINGS}
             ),
         },
     }
@@ -328,7 +361,16 @@ def openapi_document() -> dict[str, Any]:
                         _text_param(
                             "search", "Substring of the workflow key or latest job name.", bounds.MAX_SEARCH_LENGTH
                         ),
-                        _bool_param("failedOnly", "Only workflows with at least one failed attempt."),
+                        _bool_param(
+                            "failedOnly", "Only workflows that had a failure (a failed attempt or any Advice)."
+                        ),
+                        {
+                            "name": "outcome",
+                            "in": "query",
+                            "required": False,
+                            "description": "Only workflows with this outcome (the dashboard's Outcome column).",
+                            "schema": {"type": "string", "enum": list(OUTCOMES)},
+                        },
                         *_paging(JOBS_LIMITS),
                     ],
                     "responses": _responses("WorkflowList"),
@@ -376,6 +418,15 @@ def openapi_document() -> dict[str, Any]:
                     "responses": _responses("AuditEventList"),
                 }
             },
+            "/v1/installation": {
+                "get": {
+                    "operationId": "installation",
+                    "summary": "The service's version, environment and managed partitions (what check-script "
+                    "--server judges against).",
+                    "parameters": [],
+                    "responses": _responses("Installation"),
+                }
+            },
             "/v1/clusters": {
                 "get": {
                     "operationId": "listClusters",
@@ -408,6 +459,7 @@ def openapi_document() -> dict[str, Any]:
                 "WorkflowList": _list("workflows", "Workflow"),
                 "AuditEventList": _list("events", "AuditEvent"),
                 "ClusterOverview": CLUSTER_OVERVIEW,
+                "Installation": INSTALLATION,
                 "ComputeNode": COMPUTE_NODE,
                 "NodeList": _object(
                     {"nodes": {"type": "array", "items": {"$ref": "#/components/schemas/ComputeNode"}}}

@@ -12,10 +12,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from app import __version__
 from app.advice import queries as advice_queries
+from app.advice import stories
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
+from app.clusters import every_cluster
+from app.config import SettingsError
 from app.context import AppContext
 from app.domain import bounds
 from app.domain.cursor import MAX_CURSOR_LENGTH, CursorError
@@ -27,6 +31,7 @@ from app.domain.identity import (
     parse_scheduler_job_id,
 )
 from app.domain.mode import ModeSettings, effective_mode
+from app.domain.story import OUTCOMES
 from app.domain.timefmt import iso_utc_or_none
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet_service
@@ -300,6 +305,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
         Route("/clusters", endpoint(list_clusters), methods=["GET"]),
         Route("/nodes", endpoint(list_nodes), methods=["GET"]),
+        Route("/installation", endpoint(installation), methods=["GET"]),
     ]
 
 
@@ -333,11 +339,57 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
         workflows = await job_queries.workflows_by_ids(
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
         )
+        told = await stories.stories_of_jobs(session, job_ids=sorted({a.job_id for a in page.items}))
+    by_attempt = {t.attempt.id: t for rows in told.values() for t in rows}
     attempts = [
-        attempt_json(a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None, ctx.settings)
+        {
+            **attempt_json(
+                a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None, ctx.settings
+            ),
+            "story": story_json(by_attempt.get(a.id)),
+        }
         for a in page.items
     ]
     return JSONResponse({"attempts": attempts, "nextPageToken": _next_token(page)})
+
+
+def story_json(told: Any) -> dict[str, Any] | None:
+    """An attempt's story (app.domain.story) as the REST API shows it."""
+    if told is None:
+        return None
+    story = told.story
+    return {
+        "sentence": story.sentence,
+        "outcome": story.outcome.value,
+        "happened": story.happened,
+        "decided": story.decided,
+        "result": story.result,
+        "nextAttemptIndex": told.next_attempt.attempt_index if told.next_attempt is not None else None,
+    }
+
+
+def _clusters(settings: Any) -> list[Any]:
+    try:
+        return every_cluster(settings)
+    except SettingsError:  # a broken clusters file is the worker's to report; here the installation's own values
+        return [settings]
+
+
+async def installation(request: Request, ctx: AppContext) -> Response:
+    """What `recovery check-script --server` judges against: version, environment and managed partitions."""
+    settings = ctx.settings
+    return JSONResponse(
+        {
+            "version": __version__,
+            "cluster": settings.cluster,
+            "environment": settings.environment,
+            "managedPartitions": list(settings.managed_partitions),
+            "clusters": [
+                {"name": c.cluster, "environment": c.environment, "managedPartitions": list(c.managed_partitions)}
+                for c in _clusters(settings)
+            ],
+        }
+    )
 
 
 async def list_advice(request: Request, ctx: AppContext) -> Response:
@@ -354,6 +406,9 @@ async def list_advice(request: Request, ctx: AppContext) -> Response:
 
 async def list_workflows(request: Request, ctx: AppContext) -> Response:
     """Workflows, most recently updated first: {"workflows": [...], "nextPageToken"}."""
+    outcome = _text(request, "outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise BadRequest(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome[:20]!r}")
     flt = job_queries.WorkflowFilter(
         cluster=_text(request, "cluster"),
         environment=_text(request, "environment"),
@@ -362,8 +417,19 @@ async def list_workflows(request: Request, ctx: AppContext) -> Response:
         failed_only=_bool(request, "failedOnly"),
     )
     async with ctx.sessions() as session:
-        page = await job_queries.list_workflows(session, filter=flt, page=_page(request, JOBS_LIMITS))
-    return JSONResponse({"workflows": [workflow_json(w) for w in page.items], "nextPageToken": _next_token(page)})
+        page = await advice_queries.list_overview(
+            session,
+            workflows=flt,
+            overview=advice_queries.OverviewFilter(outcome=outcome),
+            page=_page(request, JOBS_LIMITS),
+        )
+        outcomes = await advice_queries.outcomes_of_workflows(session, workflow_ids=[w.id for w in page.items])
+    return JSONResponse(
+        {
+            "workflows": [{**workflow_json(w), "outcome": outcomes.get(w.id, "running")} for w in page.items],
+            "nextPageToken": _next_token(page),
+        }
+    )
 
 
 async def list_audit_events(request: Request, ctx: AppContext) -> Response:

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 from strawberry.scalars import JSON
 
+from app.advice.stories import headline
 from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent, audit_event
 from app.api.types.evidence import Anomaly, Checkpoint
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
+from app.api.types.story import Story
 from app.audit import queries as audit_queries
 from app.domain.identity import format_attempt_ref, format_scheduler_job_id
 from app.evidence import queries as evidence_queries
@@ -71,6 +73,14 @@ class Workflow(Node):
     @strawberry.field
     def updated_at(self) -> dt.datetime:
         return self.row.updated_at
+
+    @strawberry.field(
+        description="The story of the workflow's newest job (its newest attempt with Advice, else its newest)."
+    )
+    async def story(self, info: Info) -> Story | None:
+        job = await loaders_of(info).latest_job.load(self.row.id)
+        told = headline(await loaders_of(info).stories.load(job.id)) if job else None
+        return Story(told=told) if told else None
 
     @strawberry.field(description="The workflow's jobs, newest first (one statement per workflow).")
     async def jobs(
@@ -252,6 +262,11 @@ class Job(Node):
     def mode_at_registration(self) -> str:
         return self.row.effective_mode
 
+    @strawberry.field(description="The job's story: its newest attempt with Advice, else its newest attempt.")
+    async def story(self, info: Info) -> Story | None:
+        told = headline(await loaders_of(info).stories.load(self.row.id))
+        return Story(told=told) if told else None
+
     @strawberry.field(description="Why modeAtRegistration applied when the job was registered.")
     def mode_reason_at_registration(self) -> str | None:
         return self.row.mode_reason
@@ -415,6 +430,12 @@ class Attempt(Node):
     @strawberry.field
     async def workflow(self, info: Info) -> Workflow | None:
         return await workflow_of(info, self.row.workflow_id)
+
+    @strawberry.field(description="This attempt's story: what happened, what was decided, whether it happened.")
+    async def story(self, info: Info) -> Story | None:
+        told = await loaders_of(info).stories.load(self.row.job_id)
+        mine = next((t for t in told if t.attempt.id == self.row.id), None)
+        return Story(told=mine) if mine else None
 
     @strawberry.field(description="The attempt's Advice (one per attempt; a changed decision is a new generation).")
     async def advice(self, info: Info) -> Advice | None:
