@@ -173,11 +173,7 @@ async def advice_action(request: Request) -> Response:
             message, failed = str(exc), True
         current = await advice_queries.get_advice(session, advice_id=advice_id)
         jobs = await job_queries.jobs_by_ids(session, ids=[current.job_id] if current else [])
-    mode = (
-        effective_mode(jobs[current.job_id], dashboard.settings).mode
-        if current and current.job_id in jobs
-        else None
-    )
+    mode = effective_mode(jobs[current.job_id], dashboard.settings).mode if current and current.job_id in jobs else None
     did, cannot = result_message(action, current, mode) if not failed else (message, "")
     if is_partial_request(request):
         context = {"advice": current, "jobs": jobs, "message": did, "cannot": cannot, "failed": failed}
