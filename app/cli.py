@@ -216,16 +216,33 @@ def _cmd_lab(args: argparse.Namespace, settings: Settings) -> int:
     return run_args(args.lab_action, args)
 
 
+def _target(args: argparse.Namespace, settings: Settings) -> Callable[[str | None], Any]:
+    """The installation check-policy/check-script judge against (flags, --server, RECOVERY_ENVIRONMENT or none)."""
+    from app.authoring.target import resolve
+
+    def judge(comment: str | None) -> Any:
+        return resolve(
+            settings,
+            environment=args.environment,
+            partitions=args.partitions,
+            server=args.server,
+            token=args.token,
+            comment=comment,
+        )
+
+    return judge
+
+
 def _cmd_check_policy(args: argparse.Namespace, settings: Settings) -> int:
     from app.authoring.policy_check import run
 
-    return run(args.policy, as_json=args.json, settings=settings)
+    return run(args.policy, as_json=args.json, settings=settings, target=_target(args, settings))
 
 
 def _cmd_check_script(args: argparse.Namespace, settings: Settings) -> int:
     from app.authoring.script_check import run
 
-    return run(args.script, as_json=args.json, settings=settings)
+    return run(args.script, as_json=args.json, settings=settings, target=_target(args, settings))
 
 
 def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
@@ -242,6 +259,18 @@ def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
+def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from app.client import status
+
+    return status(settings, args.job, server=args.server, token=args.token, as_json=args.json)
+
+
+def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    from app.client import watch
+
+    return watch(settings, args.job, server=args.server, token=args.token)
+
+
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo import run_demo
 
@@ -251,7 +280,10 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="recovery", description="Keeps GPU training runs on Slurm alive.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from app import __version__
+
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (libraries' INFO lines too)")
+    parser.add_argument("--version", action="version", version=f"recovery {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(
@@ -285,6 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
     cs = command("check-script", _cmd_check_script, "will this batch script's job be enrolled? what would go wrong?")
     cs.add_argument("script", help="path to the sbatch script")
     cs.add_argument("--json", action="store_true", help="machine-readable output")
+    for p in (cp, cs):
+        p.add_argument("--environment", help="the installation's RECOVERY_ENVIRONMENT to judge against")
+        p.add_argument("--partitions", help="its managed partitions, comma-separated (`*`: all)")
+        p.add_argument(
+            "--server", metavar="URL", help="ask a running service for its environment and partitions (RECOVERY_SERVER)"
+        )
+        p.add_argument("--token", help="bearer token for --server (default: RECOVERY_TOKEN)")
     cl = command("check-log", _cmd_check_log, "which lines would the detectors see in this log file?")
     cl.add_argument("file", help="path to a training log")
     cl.add_argument("--json", action="store_true", help="machine-readable output")
@@ -293,6 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--script", metavar="FILE", help="the job's sbatch script: use the hang thresholds of its policy")
     cl.add_argument("--nodes", help="the attempt's nodes, comma-separated (blames a single node, maps ranks to nodes)")
     cl.add_argument("--tasks-per-node", help="SLURM_TASKS_PER_NODE of the attempt, e.g. 4(x2), to map ranks to nodes")
+    st = command("status", _cmd_status, "the story of a job (or JOB/ATTEMPT) from a running service")
+    st.add_argument("job", help="a Slurm job id (12345), an array task (12345_7), or JOB/ATTEMPT (12345/1)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    wt = command("watch", _cmd_watch, "follow a job live (GraphQL subscription), one line per new story")
+    wt.add_argument("job", help="a Slurm job id")
+    for p in (st, wt):
+        p.add_argument("--server", metavar="URL", help="the service (default RECOVERY_SERVER, else RECOVERY_BIND)")
+        p.add_argument("--token", help="bearer token (default RECOVERY_TOKEN; none against a dev-mode service)")
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")

@@ -92,6 +92,9 @@ class _Handler(logging.StreamHandler):
     """The handler configure() installs (so that a second call replaces it and leaves others alone)."""
 
 
+QUIET_LIBRARIES = ("watchfiles", "httpx", "httpcore", "websockets", "asyncio", "multipart", "python_multipart")
+
+
 def configure(
     *, fmt: str = "text", verbose: bool = False, cluster: str | None = None, stream: TextIO | None = None
 ) -> logging.Handler:
@@ -110,6 +113,9 @@ def configure(
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("sqlalchemy.engine").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # Libraries' INFO lines (watchfiles logs one per file change) bury our own; -v brings them back.
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True

@@ -7,7 +7,7 @@ import re
 import statistics
 import sys
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -164,6 +164,24 @@ def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> Silence
     return scan
 
 
+def _end_of_file(scan: SilenceScan, thresholds: HangThresholds, *, now: datetime) -> dict[str, Any] | None:
+    """The silence after the last timestamped line counts too: when would a still-running job's hang be raised?"""
+    if not scan.state.armed or scan.last_time is None:
+        return None
+    phase = scan.state.phase or "pretraining"
+    threshold = thresholds.for_phase(phase)
+    silent = max((now - scan.last_time).total_seconds(), 0.0)
+    return {
+        "last_line": scan.last_line,
+        "last_time": scan.last_time.isoformat(),
+        "phase": phase,
+        "threshold_seconds": threshold,
+        "would_raise_at": (scan.last_time + timedelta(seconds=threshold)).isoformat(),
+        "silent_seconds_until_now": round(silent, 3),
+        "would_have_raised_by_now": silent > threshold,
+    }
+
+
 def build_report(
     path: str,
     ruleset: RuleSet,
@@ -172,12 +190,14 @@ def build_report(
     settings: Settings | None = None,
     attempt_nodes: tuple[str, ...] = (),
     tasks_per_node: str | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Everything check-log prints, as one JSON-ready dict."""
     report = _collect(path, ruleset)
     _ranks_from_launcher_blocks(path, report.crashes)
     thresholds = thresholds or HangThresholds()
     silence = _silence(path, ruleset, thresholds)
+    now = now or datetime.now(UTC)
     throughput = {
         metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
         for metric, values in sorted(report.throughput.items())
@@ -202,6 +222,7 @@ def build_report(
             "would_raise_no_progress_at_line": silence.first_alarm_line,
             "no_progress_gap_seconds": silence.first_alarm_gap,
             "no_progress_phase": silence.first_alarm_phase,
+            "end_of_file": _end_of_file(silence, thresholds, now=now),
         },
         "throughput": throughput,
     }
@@ -263,7 +284,19 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
                 f"({hang['no_progress_gap_seconds']:g} s silent in {hang['no_progress_phase']})\n"
             )
         else:
-            w("  no silence long enough to raise NO_PROGRESS\n")
+            w("  no silence long enough to raise NO_PROGRESS between its lines\n")
+        end = hang.get("end_of_file")
+        if end and data["crash_signatures"]:
+            w(f"  the log ends at line {end['last_line']} after a crash, so its end is not read as a hang\n")
+        elif end:
+            w(
+                f"  the log ends at line {end['last_line']} ({end['last_time']}, {end['phase']}): the silence after "
+                f"it counts too. A job still running with no more output gets NO_PROGRESS at {end['would_raise_at']} "
+                f"({end['threshold_seconds']:g} s after its last line)"
+            )
+            if end["would_have_raised_by_now"]:
+                w(f"; this file has been silent {end['silent_seconds_until_now']:g} s, so it would have been raised")
+            w(".\n")
     w("\nThroughput:\n")
     if not data["throughput"]:
         w("  none\n")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from app.authoring.target import Target
 from app.config import Settings
 from app.domain.mode import ModeDecision, Requested, admission, effective_mode
 from app.domain.policy import PolicyResult, parse_comment
@@ -116,8 +118,17 @@ def render_issues(result: PolicyResult) -> list[str]:
     return lines
 
 
-def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """Check a policy comment; exit 0 if it would enrol the job, 1 if not, 2 on a usage error."""
+def run(
+    argv_text_or_path: str | None,
+    *,
+    as_json: bool,
+    settings: Settings,
+    out: TextIO = sys.stdout,
+    target: Callable[[str], Target] | None = None,
+) -> int:
+    """Check a policy comment; exit 0 if it would enrol the job, 1 if not, 2 on a usage error.
+
+    `target(comment)` resolves the installation to judge against (app.authoring.target); without it, `settings`."""
     text = argv_text_or_path
     if text == "-":
         text = sys.stdin.read()
@@ -132,6 +143,8 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
         return EXIT_USAGE
 
     comment = comment_from_input(text)
+    judged = target(comment) if target is not None else Target(settings, "these settings", True)
+    settings = judged.settings
     result = parse_comment(comment)
     # The partition is not known from a comment alone; check-script checks it.
     decision = admission(result, environment=settings.environment, partition_managed=True)
@@ -150,6 +163,7 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
                 "acknowledge_scheduler_actions": settings.acknowledge_scheduler_actions,
             },
             "partition_checked": False,
+            "judged_against": judged.to_dict(),
         }
         out.write(json.dumps(payload, indent=2) + "\n")
         return code
@@ -161,6 +175,10 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
         )
     else:
         out.write(f"VERDICT: NOT ENROLLED ({decision.status}) - {decision.reason}\n")
+    out.write(judged.sentence() + "\n")
+    unknown = [w for w in result.warnings if "did you mean" in w.message]
+    if unknown:
+        out.write(f"{len(unknown)} key(s) are not recognised and are ignored: their defaults apply (see Problems).\n")
     issues = render_issues(result)
     if issues:
         out.write("\nProblems:\n" + "\n".join(issues) + "\n")

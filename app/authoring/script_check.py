@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,6 +19,7 @@ from app.authoring.policy_check import (
     render_issues,
     render_policy,
 )
+from app.authoring.target import Target
 from app.config import Settings
 from app.domain.mode import UNMANAGED_PARTITION, Admission, admission
 from app.domain.policy import PolicyResult, parse_comment
@@ -242,7 +244,7 @@ def check(text: str, settings: Settings, *, name: str = "script") -> dict[str, A
     }
 
 
-def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> None:
+def _render_text(report: dict[str, Any], settings: Settings, out: TextIO, judged_line: str = "") -> None:
     admission_ = report["admission"]
     if report["enrolled"]:
         out.write(
@@ -252,6 +254,8 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
     else:
         out.write(f"VERDICT: NOT ENROLLED ({admission_['status']}) - {admission_['reason']}\n")
     out.write(f"Script: {report['file']}\n")
+    if judged_line:
+        out.write(judged_line + "\n")
 
     result: PolicyResult = report["_result"]
     policy_issues = render_issues(result)
@@ -295,8 +299,17 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO) -> Non
     )
 
 
-def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """Check a batch script file; exit 0 if its job would be enrolled, 1 if not, 2 on a usage error."""
+def run(
+    argv_text_or_path: str | None,
+    *,
+    as_json: bool,
+    settings: Settings,
+    out: TextIO = sys.stdout,
+    target: Callable[[str | None], Target] | None = None,
+) -> int:
+    """Check a batch script file; exit 0 if its job would be enrolled, 1 if not, 2 on a usage error.
+
+    `target(comment)` resolves the installation to judge against (app.authoring.target); without it, `settings`."""
 
     def usage(message: str) -> int:
         out.write((json.dumps({"error": message}) if as_json else f"usage error: {message}") + "\n")
@@ -317,11 +330,15 @@ def run(argv_text_or_path: str | None, *, as_json: bool, settings: Settings, out
         return usage(f"{path}: cannot read ({exc.strerror or exc})")
     text = raw.decode("utf-8", errors="replace")
 
+    comment = parse_script(text).value("comment")
+    judged = target(comment) if target is not None else Target(settings, "these settings", True)
+    settings = judged.settings
     report = check(text, settings, name=str(path))
     code = EXIT_ENROLLED if report["enrolled"] else EXIT_NOT_ENROLLED
     if as_json:
         payload = {k: v for k, v in report.items() if not k.startswith("_")}
+        payload["judged_against"] = judged.to_dict()
         out.write(json.dumps(payload, indent=2) + "\n")
     else:
-        _render_text(report, settings, out)
+        _render_text(report, settings, out, judged.sentence())
     return code

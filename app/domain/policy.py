@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -309,6 +310,23 @@ class _Validator:
         return value
 
 
+def unknown_key_message(key: str, defaults: Mapping[str, Any], *, given: Mapping[str, Any]) -> str:
+    """ "unknown key; kept but not used", with the nearest known key and the default used instead of it."""
+    text = "unknown key; kept but not used"
+    known = [k for k in defaults if k not in given]
+    match = difflib.get_close_matches(key, known, n=1, cutoff=0.75) or difflib.get_close_matches(
+        key.lower().replace("-", "_"), known, n=1, cutoff=0.75
+    )
+    if not match:
+        return text
+    nearest = match[0]
+    default = defaults[nearest]
+    shown = "null" if default is None else json.dumps(default) if not isinstance(default, dict) else "its defaults"
+    if nearest == "max_requeue_times" and default is None:
+        shown += " (the site ceiling applies)"
+    return f"{text}; did you mean {nearest}? Without it, {nearest} takes its default {shown}"
+
+
 def _validate_anomaly_config(v: _Validator, raw: Any, path: str) -> dict[str, Any]:
     config = AnomalyDetectionConfig().to_dict()
     if not isinstance(raw, dict):
@@ -324,7 +342,7 @@ def _validate_anomaly_config(v: _Validator, raw: Any, path: str) -> dict[str, An
         elif key in ("log_based_timeout_threshold_pretraining", "log_based_timeout_threshold_trainingloop"):
             checked = v.integer(value, key_path, minimum=1, what="a positive integer number of seconds")
         else:
-            v.warn(key_path, "unknown key; kept but not used")
+            v.warn(key_path, unknown_key_message(key, AnomalyDetectionConfig().to_dict(), given=raw))
             config[key] = value
             continue
         if checked is not None:
@@ -356,7 +374,7 @@ def _validate_policy(v: _Validator, raw: Any, path: str) -> dict[str, Any]:
         elif key == "anomaly_detection_config":
             checked = _validate_anomaly_config(v, value, key_path)
         else:
-            v.warn(key_path, "unknown key; kept but not used")
+            v.warn(key_path, unknown_key_message(key, EffectivePolicy().to_dict(), given=raw))
             policy[key] = value
             continue
         if checked is not None:
