@@ -117,7 +117,8 @@ def _happened(facts: AttemptFacts) -> str:
         category = x.category.replace("_", " ")
         if x.xid is not None and "xid" in category.lower():
             category = f"Xid {x.xid}"
-        text = f"{head} {what} ({category})"
+        redundant = category.lower() in {"hang", "no progress", "slowdown", "straggler"}
+        text = f"{head} {what}" if redundant else f"{head} {what} ({category})"
         if x.node:
             text += f" on {x.node}"
         if x.line_number:

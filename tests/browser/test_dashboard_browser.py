@@ -96,7 +96,7 @@ async def test_operator_walks_every_page_and_filters_audit_events(
         assert await page.locator("tr[data-workflow]").count() == 1
 
         await page.click("tr[data-workflow='llama-pretrain'] a")
-        await page.wait_for_url(re.compile(r"/dashboard/workflow/\d+$"))
+        await page.wait_for_url(re.compile(r"/dashboard/workflow/llama-pretrain\?cluster=test$"))
         assert await page.locator("table.attempts tr[data-attempt]").count() == 2
         await page.screenshot(path=str(screenshots / "workflow.png"), full_page=True)
 
@@ -110,9 +110,24 @@ async def test_operator_walks_every_page_and_filters_audit_events(
         await page.goto(f"{base}/dashboard/advice")
         assert await page.locator(f"#advice-{seeded.advice_id} button", has_text="Approve").count() == 1
         await page.click(f"#advice-{seeded.advice_id} button:has-text('Approve')")
-        await page.wait_for_selector(f"#advice-{seeded.advice_id} .ok-note")
-        assert "APPROVED" in await page.inner_text(f"#advice-{seeded.advice_id}")
+        await page.wait_for_selector(f"#advice-{seeded.advice_id} .result-banner")
+        row = await page.inner_text(f"#advice-{seeded.advice_id}")
+        assert "APPROVED" in row and "Approval cannot make it act" in row  # the seeded Advice is observe mode
         await page.screenshot(path=str(screenshots / "advice.png"), full_page=True)
+        # veto is irreversible: htmx asks first (hx-confirm); dismissing it changes nothing, accepting vetoes
+        asked: list[str] = []
+
+        async def answer(dialog: Any) -> None:
+            asked.append(dialog.message)
+            await (dialog.dismiss() if len(asked) == 1 else dialog.accept())
+
+        page.on("dialog", answer)
+        await page.fill(f"#advice-{seeded.advice_id} input[name=reason]", "wrong node")
+        await page.click(f"#advice-{seeded.advice_id} button:has-text('Veto')")
+        assert asked and "cannot be undone" in asked[0]
+        assert "VETOED" not in await page.inner_text(f"#advice-{seeded.advice_id}")
+        await page.click(f"#advice-{seeded.advice_id} button:has-text('Veto')")
+        await page.wait_for_selector(f"#advice-{seeded.advice_id} .result-banner:has-text('will not act on it again')")
 
         # Audit Events: apply filters (URL keeps them, first page), page forward, apply again (back to page 1), reset.
         await page.goto(f"{base}/dashboard/audit")

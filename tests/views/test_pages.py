@@ -216,7 +216,9 @@ async def test_array_task_lookup_and_grouping_on_the_job_page(viewer, sessions) 
     bad = await viewer.get("/dashboard/jobs/15x_1")
     assert bad.status_code == 400 and "12345_7" in parse(bad.text).find("main").text
     overview = parse((await viewer.get("/dashboard/workflow")).text)
-    assert overview.by_id("job-jump").attrs["action"] == "/dashboard/jobs"
+    assert overview.by_id("jump").attrs["action"] == "/dashboard/go"  # the jump box of every page
+    by_box = await viewer.get("/dashboard/go", params={"q": "151_2"}, follow_redirects=False)
+    assert by_box.headers["location"] == "/dashboard/jobs/153"
 
 
 async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(viewer, sessions) -> None:
