@@ -321,9 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--environment", help="the installation's RECOVERY_ENVIRONMENT to judge against")
         p.add_argument("--partitions", help="its managed partitions, comma-separated (`*`: all)")
         p.add_argument(
-            "--server", metavar="URL", help="ask a running service for its environment and partitions (RECOVERY_SERVER)"
+            "--server",
+            metavar="URL",
+            help="ask a running service for its environment and partitions (RECOVERY_HTTP_URL)",
         )
-        p.add_argument("--token", help="bearer token for --server (default: RECOVERY_TOKEN)")
+        p.add_argument("--token", help="bearer token for --server (default: RECOVERY_ACCESS_TOKEN)")
     cl = command("check-log", _cmd_check_log, "which lines would the detectors see in this log file?")
     cl.add_argument("file", help="path to a training log")
     cl.add_argument("--json", action="store_true", help="machine-readable output")
@@ -338,8 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     wt = command("watch", _cmd_watch, "follow a job live (GraphQL subscription), one line per new story")
     wt.add_argument("job", help="a Slurm job id")
     for p in (st, wt):
-        p.add_argument("--server", metavar="URL", help="the service (default RECOVERY_SERVER, else RECOVERY_BIND)")
-        p.add_argument("--token", help="bearer token (default RECOVERY_TOKEN; none against a dev-mode service)")
+        p.add_argument("--server", metavar="URL", help="the service (default RECOVERY_HTTP_URL, else RECOVERY_BIND)")
+        p.add_argument("--token", help="bearer token (default RECOVERY_ACCESS_TOKEN; none against a dev-mode service)")
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")

@@ -2,8 +2,8 @@
 
 status reads GET /v1/jobs/by-scheduler-id/<job> (each attempt carries its story); watch prints the same and then
 follows the job live through the GraphQL subscription `attemptUpdates` (graphql-transport-ws), printing each new
-sentence. The service is --server URL, else RECOVERY_SERVER, else this machine's RECOVERY_BIND; the token is
---token, else RECOVERY_TOKEN (none needed against a dev-mode service).
+sentence. The service is --server URL, else RECOVERY_HTTP_URL, else this machine's RECOVERY_BIND; the token is
+--token, else RECOVERY_ACCESS_TOKEN (none needed against a dev-mode service).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 from app.config import Settings
 
-SERVER_ENV = "RECOVERY_SERVER"
-TOKEN_ENV = "RECOVERY_TOKEN"
+SERVER_ENV = "RECOVERY_HTTP_URL"  # the user guide's names
+TOKEN_ENV = "RECOVERY_ACCESS_TOKEN"
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 _REF = re.compile(r"\s*([0-9]{1,10}(?:_[0-9]{1,10})?)(?:[/-]([0-9]{1,6}))?\s*")
 
@@ -43,7 +43,7 @@ class ClientError(Exception):
 
 
 def server_url(settings: Settings, server: str | None) -> str:
-    """--server, RECOVERY_SERVER, or this machine's own service (RECOVERY_BIND and RECOVERY_URL_PREFIX)."""
+    """--server, RECOVERY_HTTP_URL, or this machine's own service (RECOVERY_BIND and RECOVERY_URL_PREFIX)."""
     url = server or os.environ.get(SERVER_ENV) or f"http://{settings.bind}{settings.url_prefix or ''}"
     return url.rstrip("/")
 

@@ -11,8 +11,8 @@ from typing import Any
 from app.config import Settings, SettingsError
 from app.domain.policy import parse_comment
 
-SERVER_ENV = "RECOVERY_SERVER"
-TOKEN_ENV = "RECOVERY_TOKEN"
+SERVER_ENV = "RECOVERY_HTTP_URL"  # the user guide's names
+TOKEN_ENV = "RECOVERY_ACCESS_TOKEN"
 
 
 @dataclass(frozen=True)
