@@ -235,13 +235,12 @@ def print_inspection_help(out: TextIO, settings: Settings, jobs: list[Submitted]
 Dashboard:  {base}/dashboard/workflow      ({login})
 Audit:      {base}/dashboard/audit?job={first}
 Timeline:   {base}/dashboard/jobs/{first}/attempts/0/timeline
+Story:      recovery status {first} --server {base}    (one sentence per attempt; `recovery watch` follows it live)
 
 Inspect the attempts from a shell (the user guide's commands, as written):
   export RECOVERY_HTTP_URL={base}
   export RECOVERY_ACCESS_TOKEN=dev   # any value in dev mode; a real token from your identity provider otherwise
   JOB_ID={first}
-  recovery status $JOB_ID   # one sentence per attempt: what happened, what was decided, did it happen
-  recovery watch $JOB_ID    # the same, live (GraphQL subscription); Ctrl-C to stop
   curl --fail-with-body \\
     --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
     "$RECOVERY_HTTP_URL/v1/jobs/by-scheduler-id/$JOB_ID"
