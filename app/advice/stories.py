@@ -119,6 +119,8 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
             advice=_advice_fact(adv, actions.get(adv.id, []) if adv else []),
             next_attempt=_next_fact(nxt, loaded.get(nxt.id) if nxt else None),
             enrolled=job is None or job.enrolment == "ENROLLED",
+            resumed_checkpoint=a.id in loaded,
+            resumed_iteration=loaded[a.id].iteration if a.id in loaded else None,
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result

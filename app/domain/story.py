@@ -85,6 +85,8 @@ class AttemptFacts:
     advice: AdviceFact | None = None
     next_attempt: NextFact | None = None
     enrolled: bool = True
+    resumed_checkpoint: bool = False  # this attempt loaded a checkpoint (a restart that resumed)
+    resumed_iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,14 +135,21 @@ def _happened(facts: AttemptFacts) -> str:
         if facts.exit_signal:
             exit_text += f", signal {facts.exit_signal}"
         return f"{head} ended {state}{' on ' + where if where else ''}{exit_text}"
+    resumed = ""
+    if facts.resumed_checkpoint:
+        resumed = (
+            f" after loading checkpoint iteration {facts.resumed_iteration}"
+            if facts.resumed_iteration is not None
+            else " after loading a checkpoint"
+        )
     if state == "COMPLETED":
-        return f"{head} completed{' on ' + where if where else ''}"
+        return f"{head} completed{' on ' + where if where else ''}{resumed}"
     if state == "CANCELLED":
         return f"{head} was cancelled"
     if state == "PENDING":
         return f"{head} is waiting in the queue"
     if state in states.EXECUTING:
-        return f"{head} is running{' on ' + where if where else ''}"
+        return f"{head} is running{' on ' + where if where else ''}{resumed}"
     if state == "REQUEUED":
         return f"{head} was requeued by Slurm"
     return f"{head} is {state}"

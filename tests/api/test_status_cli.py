@@ -68,4 +68,6 @@ async def test_status_and_watch_tell_the_story_from_a_running_service(live_serve
         await asyncio.to_thread(thread.join, 30)
     assert not thread.is_alive(), live.getvalue()
     after = live.getvalue().split("watching")[1]
-    assert "[completed] Attempt 1 completed on gpu-b03." in after or "Attempt 1 ended FAILED on gpu-b03" in after
+    assert "[completed] Attempt 1 completed on gpu-b03 after loading checkpoint iteration 1200." in after or (
+        "Attempt 1 ended FAILED on gpu-b03" in after
+    )

@@ -100,3 +100,10 @@ def test_observe_reasons_are_reworded() -> None:
         == "attempt 0 crashed: observe only: would have restarted as attempt 1 excluding n2; retry 1 of 3."
     )
     assert shown_reason(reason, "act") == reason
+
+
+def test_a_resumed_attempt_says_which_checkpoint_it_loaded() -> None:
+    story = tell(
+        AttemptFacts(attempt_index=1, state="RUNNING", nodes=("n3",), resumed_checkpoint=True, resumed_iteration=1200)
+    )
+    assert story.sentence == "Attempt 1 is running on n3 after loading checkpoint iteration 1200."

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.factories import seed_history
+from app.jobs import service as jobs
+from tests.factories import dashboard_registration, seed_history
 from tests.story_factories import OBSERVED, RECOVERED, STOPPED, seed_stories
 from tests.views.html import parse
 
@@ -42,6 +43,12 @@ async def test_overview_search_matches_job_ids_and_unknown_pages_say_what_to_try
     assert api.status_code == 404 and api.json()["error"]["code"] == "NOT_FOUND"
     unknown = await viewer.get("/dashboard/workflow/llama")
     assert unknown.status_code == 404 and "/dashboard/workflow/llama-pretrain" in unknown.text
+    # the same workflow id on a second cluster: ?cluster= picks one, the page names the other
+    async with sessions() as session, session.begin():
+        await jobs.register_job(session, registration=dashboard_registration(777, cluster="alpha"))
+    alpha = parse((await viewer.get("/dashboard/workflow/llama-pretrain", params={"cluster": "alpha"})).text)
+    assert "alpha" in alpha.find("dl", class_="facts").text
+    assert alpha.by_id("same-key").find("a").attrs["href"] == "/dashboard/workflow/llama-pretrain?cluster=test"
 
 
 async def test_outcomes_facets_and_stories_of_a_recovered_a_stopped_and_an_observed_run(viewer, sessions) -> None:
