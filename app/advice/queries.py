@@ -306,8 +306,14 @@ def workflow_outcome(headline: Any) -> Any:
 
 
 def _had_failure() -> Any:
+    """A failed attempt, any Advice, or a crash or hang detected (a hang Slurm requeued by itself counts too)."""
     advice = select(Advice.id).join(Job, Job.id == Advice.job_id).where(Job.workflow_id == Workflow.id)
-    return or_(Workflow.failed_attempt_count > 0, exists(advice))
+    detected = (
+        select(Anomaly.id)
+        .join(Attempt, Attempt.id == Anomaly.attempt_id)
+        .where(Attempt.workflow_id == Workflow.id, Anomaly.kind.in_(("CRASH", "NO_PROGRESS")))
+    )
+    return or_(Workflow.failed_attempt_count > 0, exists(advice), exists(detected))
 
 
 def _matching_ids(base: Any, flt: OverviewFilter, *, skip: str = "") -> Any:

@@ -362,7 +362,8 @@ def openapi_document() -> dict[str, Any]:
                             "search", "Substring of the workflow key or latest job name.", bounds.MAX_SEARCH_LENGTH
                         ),
                         _bool_param(
-                            "failedOnly", "Only workflows that had a failure (a failed attempt or any Advice)."
+                            "failedOnly",
+                            "Only workflows that had a failure (a failed attempt, any Advice or a detected crash or hang).",
                         ),
                         {
                             "name": "outcome",
