@@ -363,7 +363,8 @@ def openapi_document() -> dict[str, Any]:
                         ),
                         _bool_param(
                             "failedOnly",
-                            "Only workflows that had a failure (a failed attempt, any Advice or a detected crash or hang).",
+                            "Only workflows that had a failure "
+                            "(a failed attempt, any Advice or a detected crash or hang).",
                         ),
                         {
                             "name": "outcome",
