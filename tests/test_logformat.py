@@ -87,3 +87,17 @@ def test_real_worker_writes_json_lines(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert lines and all(entry["component"] and entry["cluster"] == "logs-test" for entry in lines)
     assert {"worker", "observer"} <= {entry["component"] for entry in lines}
+
+
+def test_libraries_info_lines_are_off_unless_verbose() -> None:
+    from app.logformat import configure
+
+    quiet, loud = io.StringIO(), io.StringIO()
+    configure(stream=quiet)
+    logging.getLogger("watchfiles.main").info("1 change detected")
+    logging.getLogger("recovery.demo").info("attempt 0 crashed")
+    configure(stream=loud, verbose=True)
+    logging.getLogger("watchfiles.main").info("1 change detected")
+    configure()
+    assert "attempt 0 crashed" in quiet.getvalue() and "change detected" not in quiet.getvalue()
+    assert "change detected" in loud.getvalue()
