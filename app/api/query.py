@@ -19,6 +19,7 @@ from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_n
 from app.audit import queries as audit_queries
 from app.domain import bounds
 from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
+from app.domain.story import OUTCOMES
 from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
@@ -37,8 +38,16 @@ class WorkflowFilter:
     cluster: str | None = None
     environment: str | None = None
     state: str | None = strawberry.field(default=None, description="State of the newest attempt, e.g. FAILED.")
-    search: str | None = strawberry.field(default=None, description="Substring of the workflow key or latest job name.")
-    failed_only: bool = strawberry.field(default=False, description="Only workflows with at least one failed attempt.")
+    search: str | None = strawberry.field(
+        default=None, description="Substring of the workflow key or latest job name, or a job id (12345, 12345_7)."
+    )
+    failed_only: bool = strawberry.field(
+        default=False,
+        description="Only workflows that had a failure (a failed attempt, any Advice or a crash or hang).",
+    )
+    outcome: str | None = strawberry.field(
+        default=None, description="recovered, stopped, observe only, running or completed (see Workflow.story)."
+    )
 
 
 @strawberry.input(description="Attempt list filters; all optional, combined with AND.")
@@ -128,7 +137,13 @@ class Query:
             search=validation.search(flt.search),
             failed_only=flt.failed_only,
         )
-        fetch = partial(job_queries.list_workflows, filter=service_filter)
+        if flt.outcome is not None and flt.outcome not in OUTCOMES:
+            raise bad_input(f"outcome must be one of {', '.join(OUTCOMES)}, got {flt.outcome[:20]!r}")
+        fetch = partial(
+            advice_queries.list_overview,
+            workflows=service_filter,
+            overview=advice_queries.OverviewFilter(outcome=flt.outcome),
+        )
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Workflow(row=row))
 
     @strawberry.field(

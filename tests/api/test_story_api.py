@@ -33,5 +33,9 @@ async def test_graphql_and_rest_tell_the_same_story(client, sessions) -> None:
     assert [w["workflowId"] for w in observed] == ["wf-observed"] and observed[0]["outcome"] == "observe only"
     assert (await client.get("/v1/workflows", params={"outcome": "sideways"})).status_code == 400
     assert OBSERVED
+    by_outcome = await run_graphql(client, '{ workflows(filter: {outcome: "stopped"}) { nodes { key } } }')
+    assert [w["key"] for w in by_outcome["data"]["workflows"]["nodes"]] == ["wf-stopped"]
+    by_job = await run_graphql(client, f'{{ workflows(filter: {{search: "{OBSERVED}"}}) {{ nodes {{ key }} }} }}')
+    assert [w["key"] for w in by_job["data"]["workflows"]["nodes"]] == ["wf-observed"]
     info = (await client.get("/v1/installation")).json()
     assert info["environment"] == "test-env" and info["managedPartitions"] == ["*"] and info["version"]
