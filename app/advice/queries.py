@@ -307,39 +307,36 @@ def workflow_outcome(headline: Any) -> Any:
 
 def _had_failure() -> Any:
     """A failed attempt, any Advice, or a crash or hang detected (a hang Slurm requeued by itself counts too)."""
-    advice = select(Advice.id).join(Job, Job.id == Advice.job_id).where(Job.workflow_id == Workflow.id)
+    # Uncorrelated IN sets: each is computed once (a correlated EXISTS per workflow is slow on SQLite).
+    advised = select(Job.workflow_id).join(Advice, Advice.job_id == Job.id).where(Job.workflow_id.is_not(None))
     detected = (
-        select(Anomaly.id)
-        .join(Attempt, Attempt.id == Anomaly.attempt_id)
-        .where(Attempt.workflow_id == Workflow.id, Anomaly.kind.in_(("CRASH", "NO_PROGRESS")))
+        select(Attempt.workflow_id)
+        .join(Anomaly, Anomaly.attempt_id == Attempt.id)
+        .where(Attempt.workflow_id.is_not(None), Anomaly.kind.in_(("CRASH", "NO_PROGRESS")))
     )
-    return or_(Workflow.failed_attempt_count > 0, exists(advice), exists(detected))
+    return or_(Workflow.failed_attempt_count > 0, Workflow.id.in_(advised), Workflow.id.in_(detected))
 
 
 def _matching_ids(base: Any, flt: OverviewFilter, *, skip: str = "") -> Any:
     """SELECT of the ids of workflows matching `base` (jobs.queries.workflow_query) and `flt`, but for `skip`."""
-    joined, headline = _headline_advice()
-    query = select(Workflow.id).select_from(joined)
+    query = select(Workflow.id)
+    if flt.outcome and skip != "outcome":
+        joined, headline = _headline_advice()
+        query = query.select_from(joined).where(workflow_outcome(headline) == flt.outcome)
     if base.whereclause is not None:
         query = query.where(base.whereclause)
     if flt.had_failure:
         query = query.where(_had_failure())
-    if flt.outcome and skip != "outcome":
-        query = query.where(workflow_outcome(headline) == flt.outcome)
     if flt.category and skip != "category":
         anomalies = (
-            select(Anomaly.id)
-            .join(Attempt, Attempt.id == Anomaly.attempt_id)
-            .where(Attempt.workflow_id == Workflow.id, Anomaly.category == flt.category)
+            select(Attempt.workflow_id)
+            .join(Anomaly, Anomaly.attempt_id == Attempt.id)
+            .where(Attempt.workflow_id.is_not(None), Anomaly.category == flt.category)
         )
-        query = query.where(exists(anomalies))
+        query = query.where(Workflow.id.in_(anomalies))
     if flt.rule and skip != "rule":
-        rules = (
-            select(Advice.id)
-            .join(Job, Job.id == Advice.job_id)
-            .where(Job.workflow_id == Workflow.id, Advice.rule == flt.rule)
-        )
-        query = query.where(exists(rules))
+        rules = select(Job.workflow_id).join(Advice, Advice.job_id == Job.id).where(Advice.rule == flt.rule)
+        query = query.where(Workflow.id.in_(rules))
     return query
 
 
