@@ -19,8 +19,8 @@ from app.domain import bounds
 from app.domain.bounds import check_time
 from app.domain.cursor import CursorError
 from app.domain.identity import parse_scheduler_job_id
-from app.domain.timefmt import iso_utc
 from app.domain.story import OUTCOMES, shown_reason
+from app.domain.timefmt import iso_utc
 from app.evidence import queries as evidence_queries
 from app.fleet import queries as fleet_queries
 from app.jobs import queries as job_queries
