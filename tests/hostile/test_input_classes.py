@@ -124,7 +124,7 @@ async def test_3_graphql_masks_internal_errors_with_an_error_id(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("(sqlite3.OperationalError) near 'x' [SQL: SELECT secret FROM workflows WHERE id = ?]")
 
-    monkeypatch.setattr("app.jobs.queries.list_workflows", broken)
+    monkeypatch.setattr("app.advice.queries.list_overview", broken)  # what Query.workflows reads through
     async with dev(database, tmp_path) as client:
         with caplog.at_level(logging.ERROR, logger="recovery.api"):
             body = (await client.post("/graphql", json={"query": "{ workflows { nodes { id } } }"})).json()
