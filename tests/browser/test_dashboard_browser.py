@@ -126,6 +126,8 @@ async def test_operator_walks_every_page_and_filters_audit_events(
         await page.click(f"#advice-{seeded.advice_id} button:has-text('Veto')")
         assert asked and "cannot be undone" in asked[0]
         assert "VETOED" not in await page.inner_text(f"#advice-{seeded.advice_id}")
+        # the live table may have re-rendered the row meanwhile (the approval was a change): type the reason again
+        await page.fill(f"#advice-{seeded.advice_id} input[name=reason]", "wrong node")
         await page.click(f"#advice-{seeded.advice_id} button:has-text('Veto')")
         await page.wait_for_selector(f"#advice-{seeded.advice_id} .result-banner:has-text('will not act on it again')")
 
