@@ -7,6 +7,7 @@ tests/views tests, and a second run on PostgreSQL would double the slowest tests
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import re
 from typing import Any
@@ -122,6 +123,11 @@ async def test_operator_walks_every_page_and_filters_audit_events(
             await (dialog.dismiss() if len(asked) == 1 else dialog.accept())
 
         page.on("dialog", answer)
+        from playwright.async_api import TimeoutError as PlaywrightTimeout  # here: without playwright the module skips
+
+        # the approval is a change: the live table re-renders (dropping the banner and any typed reason); let it
+        with contextlib.suppress(PlaywrightTimeout):
+            await page.wait_for_selector(f"#advice-{seeded.advice_id} .result-banner", state="detached", timeout=15000)
         await page.fill(f"#advice-{seeded.advice_id} input[name=reason]", "wrong node")
         await page.click(f"#advice-{seeded.advice_id} button:has-text('Veto')")
         assert asked and "cannot be undone" in asked[0]
