@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.plugins.slurm_lab",
     "tests.plugins.slurmrestd",
     "tests.plugins.oidc_provider",
+    "tests.plugins.parallel",
 ]

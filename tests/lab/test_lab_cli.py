@@ -13,7 +13,7 @@ import pytest
 
 from app.lab.cli import main, run, script_path
 from tests.plugins import require
-from tests.plugins.slurm_lab import SlurmLab, host_version, start_lab, versions_under_test
+from tests.plugins.slurm_lab import SlurmLab, host_version, lab_lock, start_lab, versions_under_test
 
 
 def _pids(lab_dir: Path) -> dict[str, str]:
@@ -131,18 +131,19 @@ def test_down_of_a_root_lab_stops_its_daemons_and_unmounts_only_its_own_view() -
     shared = start_lab(version)  # the shared lab of that release keeps running throughout
     lab_dir = f"{shared.lab_dir}-downtest"
     offset = (shared.port_offset or 0) + 70
-    out = io.StringIO()
-    assert run("up", lab_dir=lab_dir, slurm=version, nodes=1, port_offset=offset, out=out) == 0
-    pids = {name: int(pid) for name, pid in _pids(Path(lab_dir)).items()}
-    assert {"munged.pid", "slurmctld.pid", "slurmd-node1.pid"} <= set(pids)
-    root = next(
-        line.split()[-1]
-        for line in Path(f"{lab_dir}/etc/slurm.conf").read_text().splitlines()
-        if line.startswith("# Slurm ")
-    )
-    mounts = Path("/proc/self/mounts").read_text()
-    assert f" {root}{lab_dir} " in mounts and f" {root}{shared.lab_dir} " in mounts
-    assert run("down", lab_dir=lab_dir, out=io.StringIO()) == 0
+    with lab_lock():  # no other test process starts a lab in the same root meanwhile
+        out = io.StringIO()
+        assert run("up", lab_dir=lab_dir, slurm=version, nodes=1, port_offset=offset, out=out) == 0
+        pids = {name: int(pid) for name, pid in _pids(Path(lab_dir)).items()}
+        assert {"munged.pid", "slurmctld.pid", "slurmd-node1.pid"} <= set(pids)
+        root = next(
+            line.split()[-1]
+            for line in Path(f"{lab_dir}/etc/slurm.conf").read_text().splitlines()
+            if line.startswith("# Slurm ")
+        )
+        mounts = Path("/proc/self/mounts").read_text()
+        assert f" {root}{lab_dir} " in mounts and f" {root}{shared.lab_dir} " in mounts
+        assert run("down", lab_dir=lab_dir, out=io.StringIO()) == 0
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids.values()), pids
     mounts = Path("/proc/self/mounts").read_text()
     assert f" {root}{lab_dir} " not in mounts, "down unmounts its own view of the lab dir"

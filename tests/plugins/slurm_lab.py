@@ -20,6 +20,8 @@ tests that wipe slurmctld's state (jobs leaving squeue, job-id reuse): never the
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import os
 import re
@@ -80,16 +82,17 @@ class SlurmLab:
 
     def up(self) -> int:
         """`recovery lab up` again with this lab's options (after a test stopped a daemon); the exit code."""
-        return lab_run(
-            "up",
-            nodes=self.nodes,
-            dbd=self.accounting,
-            lab_dir=str(self.lab_dir),
-            slurm=self.version,
-            restd=self.restd_url is not None,
-            port_offset=self.port_offset,
-            out=io.StringIO(),
-        )
+        with lab_lock():
+            return lab_run(
+                "up",
+                nodes=self.nodes,
+                dbd=self.accounting,
+                lab_dir=str(self.lab_dir),
+                slurm=self.version,
+                restd=self.restd_url is not None,
+                port_offset=self.port_offset,
+                out=io.StringIO(),
+            )
 
     def daemon_pid(self, name: str) -> int:
         """The pid of one of the lab's daemons (slurmctld, slurmdbd, slurmd-node1, ...) from its pid file."""
@@ -102,14 +105,15 @@ class SlurmLab:
         start again at 1, and only accounting (slurmdbd) remembers the earlier jobs. Scratch labs only.
         """
         assert "scratch" in self.lab_dir.name, "wipe_state is for the scratch lab, never the shared one"
-        pid = self.daemon_pid("slurmctld")
-        os.kill(pid, signal.SIGTERM)  # slurmd and slurmdbd keep running, as at a site
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists():
-            assert time.monotonic() < deadline, f"slurmctld {pid} did not stop"
-            time.sleep(0.1)
-        shutil.rmtree(self.lab_dir / "state", ignore_errors=True)
-        assert self.up() == 0
+        with lab_lock():
+            pid = self.daemon_pid("slurmctld")
+            os.kill(pid, signal.SIGTERM)  # slurmd and slurmdbd keep running, as at a site
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{pid}").exists():
+                assert time.monotonic() < deadline, f"slurmctld {pid} did not stop"
+                time.sleep(0.1)
+            shutil.rmtree(self.lab_dir / "state", ignore_errors=True)
+            assert self.up() == 0
 
     def test_dir(self) -> Path:
         """A directory of its own for the currently running test (from PYTEST_CURRENT_TEST)."""
@@ -226,6 +230,33 @@ def _lab_dir(version: str, *, scratch: bool) -> str:
     return f"{base}-scratch" if scratch else base
 
 
+_LOCK_DEPTH: list[int] = [0]
+
+
+@contextlib.contextmanager
+def lab_lock() -> Iterator[None]:
+    """One `lab up`/`down` (or a test's stopped daemon) at a time across this run's processes: parallel test
+    workers (tests/plugins/parallel.py) may bring up the same lab, or labs in the same Debian root, at once.
+
+    Held by a process, it may be taken again by it (a test that stopped a daemon holds it until `up()`).
+    """
+    if _LOCK_DEPTH[0]:
+        _LOCK_DEPTH[0] += 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH[0] -= 1
+        return
+    with open(f"{default_lab_dir().rstrip('/')}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _LOCK_DEPTH[0] = 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH[0] = 0
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _start(version: str, *, scratch: bool = False) -> SlurmLab:
     """Bring one lab up once per process (memoised per version, so two registrations never start it twice)."""
     key = f"{version}{'-scratch' if scratch else ''}"
@@ -262,14 +293,15 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
                 out=out,
             )
 
-        rc = up()
-        if rc != 0:
-            # one more try from stopped daemons: a daemon that came up too slowly on a loaded machine
-            # (the error and the daemons' last log lines are in the captured stderr above)
-            lab_run("down", lab_dir=lab_dir, out=io.StringIO())
-            out.seek(0)
-            out.truncate()
+        with lab_lock():
             rc = up()
+            if rc != 0:
+                # one more try from stopped daemons: a daemon that came up too slowly on a loaded machine
+                # (the error and the daemons' last log lines are in the captured stderr above)
+                lab_run("down", lab_dir=lab_dir, out=io.StringIO())
+                out.seek(0)
+                out.truncate()
+                rc = up()
         if rc != 0:
             raise RuntimeError(
                 f"`recovery lab up --slurm {version}` failed with exit code {rc} "

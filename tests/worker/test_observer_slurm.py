@@ -16,7 +16,7 @@ from app.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import TransientSchedulerError
-from tests.plugins.slurm_lab import SlurmLab
+from tests.plugins.slurm_lab import SlurmLab, lab_lock
 from worker.observer import Observer
 
 pytestmark = pytest.mark.slurm
@@ -153,21 +153,22 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
     # 22.05 exits 0 with an `errors` array and no jobs, 24.11 and 26.05 exit 1. Both are an outage.
     patient = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=30), env=slurm_lab.env())
     observer.scheduler = patient
-    subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
-    try:
-        deadline = time.monotonic() + outage
-        failures = 0
-        while time.monotonic() < deadline:
-            with pytest.raises(TransientSchedulerError) as caught:
-                await observer.tick()
-            assert "timed out" not in str(caught.value)
-            failures += 1
-            await asyncio.sleep(0.5)
-        assert failures > 0
-        [a0] = await attempts(ctx, job_id)
-        assert a0.state == "RUNNING"
-    finally:
-        assert slurm_lab.up() == 0
+    with lab_lock():  # no other test process brings the lab up during the outage
+        subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
+        try:
+            deadline = time.monotonic() + outage
+            failures = 0
+            while time.monotonic() < deadline:
+                with pytest.raises(TransientSchedulerError) as caught:
+                    await observer.tick()
+                assert "timed out" not in str(caught.value)
+                failures += 1
+                await asyncio.sleep(0.5)
+            assert failures > 0
+            [a0] = await attempts(ctx, job_id)
+            assert a0.state == "RUNNING"
+        finally:
+            assert slurm_lab.up() == 0
     await observer.tick()
     [a0] = await attempts(ctx, job_id)
     assert a0.state == "RUNNING"
