@@ -8,11 +8,12 @@ RECOVERY_TEST_WORKERS=0 always runs in one process, as before.
 Tests are handed out in groups (`--dist loadgroup` with the groups of `group_of`), a group to one worker:
 * every test that uses a Slurm lab is in the group of that lab: `slurm-<release>` (`slurm_lab`, the
   `slurm` marker; tests of several releases at once go with the host's), `slurm-<release>-scratch`
-  (only `slurm_scratch_lab`), `slurm-rest` (the slurmrestd twin). The tests of one lab run one after
-  another in one process, exactly as in a serial run (they stop its daemons, wipe its state, count on
-  its few CPUs). Different labs are separate daemons on separate ports, so their groups run side by
-  side; `lab up`/`down` and a test's stopped daemon are serialised across workers (`lab_lock` in
-  slurm_lab.py), so a lab brought up by two workers is started once and never during another's outage.
+  (only `slurm_scratch_lab`), `slurm-rest` (the slurmrestd twin, also as `rest_lab` of the host's
+  release). The tests of one lab run one after another in one process, exactly as in a serial run
+  (they stop its daemons, wipe its state, count on its few CPUs). Different labs are separate daemons
+  on separate ports, so their groups run side by side; `lab up`/`down` and a test's stopped daemon
+  are serialised across workers (`lab_lock` in slurm_lab.py), so a lab brought up by two workers is
+  started once and never during another's outage.
 * every other test is grouped by module, so module-scoped fixtures are set up once, as before.
 The lab groups are handed out first (largest first): they are the longest. Each worker has its own
 databases (uniquely named on PostgreSQL), temp dirs and session fixtures (OIDC provider, Chromium).
@@ -31,7 +32,7 @@ import pytest
 from tests.plugins.slurm_lab import host_version
 
 DEFAULT_WORKERS = 3
-LAB_FIXTURES = frozenset({"slurm_lab", "slurm_scratch_lab", "slurmrestd", "slurm_version"})
+LAB_FIXTURES = frozenset({"slurm_lab", "slurm_scratch_lab", "slurmrestd", "rest_lab", "slurm_version"})
 LAB_GROUP = "slurm-"
 _GROUPS_ENV = "RECOVERY_TEST_GROUPS_DIR"  # where workers write each test's group for the controller
 
@@ -57,11 +58,13 @@ def group_of(item: pytest.Item) -> str:
     fixtures = set(getattr(item, "fixturenames", ()))
     if not (LAB_FIXTURES & fixtures or item.get_closest_marker("slurm")):
         return item.nodeid.split("::", 1)[0]
-    if "slurmrestd" in fixtures:  # the twin's tests stop its slurmctld: every test that uses it in one group
+    host = host_version()
+    release = getattr(getattr(item, "callspec", None), "params", {}).get("slurm_version") or host
+    # the twin's tests stop its slurmctld: every test that uses it (rest_lab on the host's release) in one group
+    if "slurmrestd" in fixtures or ("rest_lab" in fixtures and release == host):
         return f"{LAB_GROUP}rest"
-    release = getattr(getattr(item, "callspec", None), "params", {}).get("slurm_version") or host_version()
     if item.get_closest_marker("slurm_several_versions"):
-        return f"{LAB_GROUP}{host_version()}"
+        return f"{LAB_GROUP}{host}"
     if "slurm_scratch_lab" in fixtures and "slurm_lab" not in fixtures:  # a lab of its own (1 node, own ports)
         return f"{LAB_GROUP}{release}-scratch"
     return f"{LAB_GROUP}{release}"

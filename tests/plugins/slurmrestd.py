@@ -38,7 +38,7 @@ from app.config import Settings
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
 from tests.plugins import require
-from tests.plugins.slurm_lab import SlurmLab, _start, host_version
+from tests.plugins.slurm_lab import SlurmLab, _start, host_version, lab_lock
 
 CLUSTER = "restlab"
 # auth/jwt refuses tokens for root and SlurmUser ("Rejecting thread config token"), and without
@@ -311,15 +311,16 @@ def controller_outage(restlab: RestLab | None = None) -> Iterator[None]:
     (slurmd and slurmrestd stay); a release lab is brought back with `recovery lab up` and its own options."""
     if restlab is not None and not restlab.is_twin:
         lab = restlab.slurm
-        ctld = lab.daemon_pid("slurmctld")
-        os.kill(ctld, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while _running(ctld, "slurmctld") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        try:
-            yield
-        finally:
-            assert lab.up() == 0
+        with lab_lock():  # no other test process brings the lab up during the outage
+            ctld = lab.daemon_pid("slurmctld")
+            os.kill(ctld, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while _running(ctld, "slurmctld") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            try:
+                yield
+            finally:
+                assert lab.up() == 0
         return
     assert _TWIN is not None, "needs the slurmrestd fixture"
     pid_file = _TWIN.dir / "run" / "slurmctld.pid"
