@@ -142,18 +142,19 @@ async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment
 async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
     # 15 s keeps the suite fast; RECOVERY_TEST_OUTAGE_SECONDS=60 reproduces the one-minute outage.
     outage = float(os.environ.get("RECOVERY_TEST_OUTAGE_SECONDS", "15"))
-    job_id = slurm_lab.submit(script(policy_comment(f"wf-{uuid.uuid4().hex[:6]}"), f"sleep {int(outage) + 40}"))
-
-    async def running() -> bool:
-        found = await attempts(ctx, job_id)
-        return bool(found) and found[0].state == "RUNNING"
-
-    await tick_until(observer, running)
-    # A timeout longer than squeue's own connection retries (~10 s), so that Slurm's answer decides:
-    # 22.05 exits 0 with an `errors` array and no jobs, 24.11 and 26.05 exit 1. Both are an outage.
-    patient = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=30), env=slurm_lab.env())
-    observer.scheduler = patient
+    # held from before the job starts: a wait for the lock must not eat into the job's life
     with lab_lock():  # no other test process brings the lab up during the outage
+        job_id = slurm_lab.submit(script(policy_comment(f"wf-{uuid.uuid4().hex[:6]}"), f"sleep {int(outage) + 40}"))
+
+        async def running() -> bool:
+            found = await attempts(ctx, job_id)
+            return bool(found) and found[0].state == "RUNNING"
+
+        await tick_until(observer, running)
+        # A timeout longer than squeue's own connection retries (~10 s), so that Slurm's answer decides:
+        # 22.05 exits 0 with an `errors` array and no jobs, 24.11 and 26.05 exit 1. Both are an outage.
+        patient = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=30), env=slurm_lab.env())
+        observer.scheduler = patient
         subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
         try:
             deadline = time.monotonic() + outage
