@@ -299,6 +299,35 @@ SETTINGS: tuple[Setting, ...] = (
         "advice_ttl", "3600", _float, "Seconds after which unreconciled Advice expires (ABANDONED/ADVICE_EXPIRED)."
     ),
     Setting(
+        "checkpoint_check_partitions",
+        "",
+        _list,
+        "Partitions (comma-separated, `*` for all; empty: off) whose failed attempts get a checkpoint check before "
+        "release: the newest recorded save must exist, look complete for its framework and be newer than the "
+        "previous attempt's; a failed check counts as no new checkpoint for the early stop "
+        "(docs/checkpoint-checks.md).",
+    ),
+    Setting(
+        "checkpoint_check_roots",
+        "",
+        _list,
+        "Directories (comma- or colon-separated) the checkpoint check may look in; paths elsewhere, and symlinks "
+        "leading out of them, are never followed (the check then says UNCHECKED).",
+    ),
+    Setting(
+        "checkpoint_check_block_partitions",
+        "",
+        _list,
+        "Partitions (`*` for all) where a failed checkpoint check keeps the requeued job held instead of releasing "
+        "it (an operator releases it); elsewhere release is never blocked.",
+    ),
+    Setting(
+        "checkpoint_check_timeout",
+        "5",
+        _float,
+        "Seconds one checkpoint check may take (read-only walk, at most 5000 entries); past it the check is UNCHECKED.",
+    ),
+    Setting(
         "watchdog_mode",
         "observe",
         _choice("observe", "act"),
@@ -477,6 +506,10 @@ class Settings:
     straggler_duration: float = 300.0
     signatures_file: str = ""
     advice_ttl: float = 3600.0
+    checkpoint_check_partitions: tuple[str, ...] = ()
+    checkpoint_check_roots: tuple[str, ...] = ()
+    checkpoint_check_block_partitions: tuple[str, ...] = ()
+    checkpoint_check_timeout: float = 5.0
     watchdog_mode: str = "observe"
     watchdog_hold_bound: float = 900.0
     watchdog_process: str = "embedded"

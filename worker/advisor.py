@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app import metrics
@@ -36,11 +36,13 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import rootcause, states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
+from app.domain.checkpoint_check import CheckResult
+from app.domain.singleton import MODE as SINGLETON
 from app.domain.mode import effective_mode
 from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
 from app.domain.signatures import Classifier
-from app.evidence import diagnosis
+from app.evidence import checkpoint_checks, diagnosis
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence_service
 from app.feed import queries as feed_queries
@@ -268,8 +270,16 @@ class Advisor(Service):
                 return 0
             if self._await_allocation(signal, attempt, failure):
                 return 0  # decided once the observer has recorded where the attempt runs
+            check = await self._checkpoint_check(session, job, attempt)
+            if check is not None and not check.loadable:  # a save that cannot be loaded is no new checkpoint
+                failure = replace(failure, checkpoints_saved=0, latest_checkpoint_iteration=None)
             policy = await job_queries.policy_of_job(session, job_id=job.id)
             history = await self._history(session, job, attempt)
+            if policy is not None and (policy.effective or {}).get("auto_resume_mode") == SINGLETON:
+                chain = await self._chain(session, job)  # the twin is the next attempt of one run
+                if chain:
+                    history = chain + [replace(r, attempt_index=r.attempt_index + len(chain)) for r in history]
+                    failure = replace(failure, attempt_index=failure.attempt_index + len(chain))
             partition_nodes = await self.partition_nodes(job.partition)
             now = utcnow()
             # Node reputation across jobs (app/fleet): this failure's hardware blame counts, suspects are excluded.
@@ -307,6 +317,7 @@ class Advisor(Service):
                 evidence_refs=failure.evidence_refs,
                 partition_nodes=partition_nodes,
                 now=now,
+                checkpoint_check=check.as_dict() if check is not None else None,
             )
             self.decisions += 1
             if outcome.changed:
@@ -315,6 +326,23 @@ class Advisor(Service):
                 if latency is not None:
                     metrics.DECISION_LATENCY.labels(decision.operation.value).observe(latency)
             return 1 if outcome.changed else 0
+
+    async def _checkpoint_check(self, session: Session, job: Job, attempt: Attempt) -> CheckResult | None:
+        """The checkpoint check before release (RECOVERY_CHECKPOINT_CHECK_PARTITIONS), docs/checkpoint-checks.md."""
+        if not checkpoint_checks.enabled_for(self.settings, job.partition):
+            return None
+        existing = await advice_queries.advice_for_attempt(session, attempt_id=attempt.id)
+        previous = await advice_queries.previous_checkpoint_check(
+            session, job_id=job.id, attempt_index=attempt.attempt_index
+        )
+        return await checkpoint_checks.check_newest_save(
+            session,
+            settings=self.settings,
+            job=job,
+            attempt=attempt,
+            previous=previous,
+            stored=existing.checkpoint_check if existing is not None else None,
+        )
 
     def _await_allocation(self, signal: Signal, attempt: Attempt, failure: Failure) -> bool:
         """True while an infrastructure crash blames nobody only because the attempt's nodes are not known yet."""
@@ -425,7 +453,33 @@ class Advisor(Service):
 
     async def _history(self, session: Session, job: Job, attempt: Attempt) -> list[AttemptRecord]:
         """The job's attempts before this one, as the retry rules see them."""
-        earlier = await job_queries.attempts_before(session, job_id=job.id, attempt_index=attempt.attempt_index)
+        return await self._records(session, job.id, attempt.attempt_index)
+
+    async def _chain(self, session: Session, job: Job) -> list[AttemptRecord]:
+        """singleton_dependency: every attempt of the jobs before this one in its twin chain, oldest first,
+        indexed as one run (so the limits and exclusions carry over to the twin; app/domain/singleton.py)."""
+        chain: list[list[AttemptRecord]] = []
+        slurm_job_id, seen = job.slurm_job_id, {job.id}
+        for _ in range(64):  # bounded: a chain longer than any retry limit is not followed further
+            previous = await advice_queries.singleton_predecessor(
+                session, cluster=job.cluster, slurm_job_id=slurm_job_id
+            )
+            if previous is None or previous in seen:
+                break
+            seen.add(previous)
+            before = await job_queries.get_job(session, job_id=previous)
+            if before is None:
+                break
+            chain.insert(0, await self._records(session, before.id, 1 << 30))
+            slurm_job_id = before.slurm_job_id
+        out: list[AttemptRecord] = []
+        for records in chain:
+            out += [replace(r, attempt_index=len(out) + i) for i, r in enumerate(records)]
+        return out
+
+    async def _records(self, session: Session, job_id: int, attempt_index: int) -> list[AttemptRecord]:
+        """A job's attempts before ``attempt_index``, as the retry rules see them."""
+        earlier = await job_queries.attempts_before(session, job_id=job_id, attempt_index=attempt_index)
         if not earlier:
             return []
         ids = [a.id for a in earlier]
@@ -441,6 +495,9 @@ class Advisor(Service):
         for a in earlier:
             saved, iteration = checkpoints.get(a.id, (0, None))
             prior = advice.get(a.id)
+            checked = CheckResult.from_dict(prior.checkpoint_check) if prior is not None else None
+            if checked is not None and not checked.loadable:
+                saved, iteration = 0, None  # its newest save was found missing or incomplete before release
             cause = diagnosis.attempt_cause(
                 crashes.get(a.id, []),
                 attempt_nodes=tuple(a.nodes or ()),

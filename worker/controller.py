@@ -43,7 +43,9 @@ from app.advice import service as advice_service
 from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
+from app.domain.advice import Rule
 from app.domain.backoff import exponential
+from app.domain.checkpoint_check import release_block_reason
 from app.domain.mode import ACT, ModeDecision, effective_mode
 from app.domain.reconcile import (
     AdviceState,
@@ -63,6 +65,7 @@ from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
 from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
+from worker import singleton
 from worker.milestones import Sent, run_command
 from worker.service import Service
 
@@ -246,8 +249,16 @@ class Controller(Service):
             now_mode = effective_mode(job, self.settings) if job else None
             array = (job.array_job_id, job.array_task_id) if job else (None, None)
             state = advice_state(advice)
+            held_back = release_block_reason(
+                advice.checkpoint_check,
+                partition=job.partition if job else None,
+                block_partitions=self.settings.checkpoint_check_block_partitions,
+            )
             bind(job_id=advice.slurm_job_id, attempt_index=advice.attempt_index, generation=advice.generation)
             review = advice.review
+            twin_path = advice.operation == "RESTART" and advice.rule == Rule.RELEASE_SINGLETON_TWIN.value
+        if twin_path:  # auto_resume_mode singleton_dependency: the retry is the held twin job
+            return await singleton.reconcile_twin(self, advice_id, state, snapshot)
         observed, obs, note = await self._observe(advice, snapshot, complete)
         if not observed:
             await self._backoff(advice_id, note)
@@ -272,6 +283,8 @@ class Controller(Service):
                         await advice_service.confirm_action(session, action=action, evidence=evidence, now=now)
             milestones = advice_service.as_milestones(actions)
             step = plan_next_step(state, obs, now=now, milestones=milestones, authorized=True)
+            if held_back and step.kind is StepKind.RELEASE:
+                step = Step(StepKind.WAIT, held_back)
             if note and step.kind in {StepKind.DONE, StepKind.ABANDON}:
                 step = Step(step.kind, f"{step.message} ({note})", step.reason)
             if step.kind in {StepKind.DONE, StepKind.ABANDON}:

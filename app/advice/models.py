@@ -47,6 +47,10 @@ class Advice(Base):
     reconcile_failures: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The checkpoint check made before release (app.domain.checkpoint_check.CheckResult.as_dict), migration 0011.
+    checkpoint_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # singleton_dependency: the Slurm job id of the held twin this Advice releases (migration 0011).
+    successor_job_id: Mapped[int | None] = mapped_column(BigId)
 
 
 class SchedulerAction(Base):

@@ -414,3 +414,25 @@ async def outcomes_of_workflows(session: AsyncSession, *, workflow_ids: Sequence
         select(Workflow.id, workflow_outcome(headline)).select_from(joined).where(Workflow.id.in_(list(workflow_ids)))
     )
     return {wid: str(outcome) for wid, outcome in rows.all()}
+
+
+async def previous_checkpoint_check(session: AsyncSession, *, job_id: int, attempt_index: int) -> dict[str, Any] | None:
+    """The checkpoint check stored on the job's newest earlier Advice that has one (to compare "newer")."""
+    query = (
+        select(Advice.checkpoint_check)
+        .where(Advice.job_id == job_id, Advice.attempt_index < attempt_index, Advice.checkpoint_check.is_not(None))
+        .order_by(Advice.attempt_index.desc())
+        .limit(1)
+    )
+    return (await session.scalars(query)).first()
+
+
+async def singleton_predecessor(session: AsyncSession, *, cluster: str, slurm_job_id: int) -> int | None:
+    """The job record whose Advice released this Slurm job as its singleton twin (None: not a released twin)."""
+    query = (
+        select(Advice.job_id)
+        .where(Advice.cluster == cluster, Advice.successor_job_id == slurm_job_id)
+        .order_by(Advice.id.desc())
+        .limit(1)
+    )
+    return (await session.scalars(query)).first()

@@ -85,10 +85,13 @@ async def record_decision(
     evidence_refs: Sequence[str] = (),
     partition_nodes: Iterable[str] | None = None,
     now: dt.datetime | None = None,
+    checkpoint_check: dict[str, Any] | None = None,
 ) -> AdviceOutcome:
     """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
     now = now or utcnow()
     existing = await queries.advice_for_attempt(session, attempt_id=attempt.id)
+    if existing is not None and checkpoint_check is not None and existing.checkpoint_check != checkpoint_check:
+        existing.checkpoint_check = checkpoint_check  # the newest look; a verdict, not a decision: same generation
     if existing is None:
         if decision.operation is Operation.NONE:
             created = await record_not_needed(session, attempt=attempt, decision=decision, signal=signal)
@@ -107,6 +110,7 @@ async def record_decision(
             reconcile_failures=0,
             created_at=now,
             updated_at=now,
+            checkpoint_check=checkpoint_check,
             **values,
         )
         session.add(advice)

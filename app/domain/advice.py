@@ -42,9 +42,10 @@ class Rule(StrEnum):
     NOT_A_FAILURE = "not_a_failure"
     RESUME_MODE_UNSUPPORTED = "resume_mode_unsupported"
     APPLICATION_FAILURE_REPEATED = "application_failure_repeated"
+    RELEASE_SINGLETON_TWIN = "release_singleton_twin"
 
 
-SUPPORTED_RESUME_MODES = frozenset({"requeue"})
+SUPPORTED_RESUME_MODES = frozenset({"requeue", "singleton_dependency"})
 MODES = frozenset({"act", "observe"})
 
 
@@ -182,7 +183,8 @@ def decide(
     # A slow attempt still makes progress: when it may not be restarted it is left running.
     # A crashed or hung attempt that is still RUNNING is cancelled instead of left hanging.
     stop_operation = Operation.NONE if slowdown else Operation.TERMINATE
-    if policy.requeue_eligible is False:
+    # singleton_dependency retries in another job (the held twin): the first job's --no-requeue does not matter
+    if policy.requeue_eligible is False and policy.auto_resume_mode != "singleton_dependency":
         cancel_it = failure.attempt_running and not slowdown
         if cancel_it:
             return verdict(
@@ -233,6 +235,13 @@ def decide(
         )
 
     exclusion_text = f" excluding {', '.join(exclusions)}" if exclusions else ""
+    if policy.auto_resume_mode == "singleton_dependency":
+        return verdict(
+            Operation.RESTART,
+            Rule.RELEASE_SINGLETON_TWIN,
+            f"{what}: release its held twin (same name, --dependency=singleton) as retry "
+            f"{failure.attempt_index + 1} of {limit.describe()}{exclusion_text}.",
+        )
     return verdict(
         Operation.RESTART,
         Rule.RESTART_ALLOWED,

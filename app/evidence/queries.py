@@ -257,3 +257,14 @@ async def tracked_log_paths(session: AsyncSession, *, attempt_id: int, job_id: i
         )
         paths.update(p for p in found.all() if p)
     return paths
+
+
+async def newest_saved_checkpoint(session: AsyncSession, *, attempt_id: int) -> Checkpoint | None:
+    """The attempt's most recently recorded checkpoint save (the one a restart would load)."""
+    query = (
+        select(Checkpoint)
+        .where(Checkpoint.attempt_id == attempt_id, Checkpoint.kind == "saved")
+        .order_by(Checkpoint.id.desc())
+        .limit(1)
+    )
+    return (await session.scalars(query)).first()

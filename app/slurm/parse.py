@@ -300,6 +300,7 @@ def parse_job(record: dict) -> SlurmJob:
         tasks_per_node=task_layout(_number(get("tasks_per_node")), _number(get("tasks")), len(nodes)),
         het_job_id=het_job_id,
         het_job_offset=het_job_offset,
+        dependency=_text(get("dependency")),
     )
 
 

@@ -53,6 +53,7 @@ class SlurmJob:
     # heterogeneous job: the leader's id (shared by every component) and this component's offset
     het_job_id: int | None = None
     het_job_offset: int | None = None
+    dependency: str | None = None  # e.g. "singleton(unfulfilled)"; None when the job has none
 
     @property
     def array_task(self) -> bool:

@@ -302,12 +302,12 @@ CASES = [
     (
         "singleton_dependency",
         fail(0),
-        JobPolicy(auto_resume_mode="singleton_dependency", requeue_eligible=True),
+        JobPolicy(auto_resume_mode="singleton_dependency", requeue_eligible=False),
         SITE,
         (),
-        "NONE",
-        "resume_mode_unsupported",
-        ["singleton_dependency"],
+        "RESTART",
+        "release_singleton_twin",
+        ["release its held twin (same name, --dependency=singleton) as retry 1"],
     ),
     (
         "early stop after 3 without checkpoint",

@@ -72,6 +72,83 @@ async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContex
     ]
 
 
+async def test_singleton_dependency_releases_the_held_twin_with_the_exclusions(
+    ctx: AppContext, slurm_lab: SlurmLab
+) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    comment = policy_comment(env).replace('"auto_resume_mode":"requeue"', '"auto_resume_mode":"singleton_dependency"')
+    name = f"twin-{uuid.uuid4().hex[:6]}"
+    singleton = ["--dependency=singleton"]
+    async with running_worker(wctx, slurm_lab):
+        first = slurm_lab.submit(batch_script(comment, LONG_FIRST_ATTEMPT, name=name), sbatch_args=singleton)
+        twin = slurm_lab.submit(
+            batch_script(comment, 'echo "twin on $SLURMD_NODENAME"', name=name), sbatch_args=[*singleton, "--hold"]
+        )
+        a0 = await eventually(lambda: attempt_running(wctx, first, 0), what="the first job running")
+        bad = a0.nodes[0]
+        await add_anomaly(wctx, first, kind="CRASH", node=bad, category="xid", key=f"xid-{uuid.uuid4().hex}")
+        advice = await eventually(lambda: advice_done(wctx, first, 0), what="Advice converged")
+
+        async def twin_completed():
+            found = await attempts(wctx, twin)
+            return found and found[0].state == "COMPLETED" and found[0]
+
+        ran = await eventually(twin_completed, timeout=180, what="the twin completed")
+    assert (advice.operation, advice.rule, advice.successor_job_id) == ("RESTART", "release_singleton_twin", twin)
+    assert advice.disposition_reason == "DESIRED_STATE_OBSERVED" and advice.exclusions == [bad]
+    assert "held twin" in advice.reason and "retry 1 of retry limit 1" in advice.reason
+    assert [(m.step, m.command) for m in await milestones(wctx, first)] == [
+        ("cancel", f"scancel {first}"),
+        ("update_exclusions", f"scontrol update JobId={twin} ExcNodeList={bad}"),
+        ("release", f"scontrol release {twin}"),
+    ]
+    assert bad not in ran.nodes
+    assert slurm_lab.scontrol_show(first)["Restarts"] == "0"  # the retry ran as the twin, not as a requeue
+    assert slurm_lab.scontrol_show(twin)["ExcNodeList"] == bad
+
+
+async def test_checkpoint_deleted_after_its_save_line_is_no_loadable_checkpoint(
+    ctx: AppContext, slurm_lab: SlurmLab
+) -> None:
+    env = unique_environment()
+    directory = slurm_lab.test_dir()
+    # early stop after 1: a loadable new checkpoint would allow the retry; a missing one stops it
+    wctx = lab_context(
+        ctx,
+        env,
+        checkpoint_check_partitions=("*",),
+        checkpoint_check_roots=(str(directory),),
+        early_stop_failures=1,
+    )
+    body = """\
+CKPT="$PWD/run-$SLURM_JOB_ID/checkpoint-100"
+mkdir -p "$CKPT"
+echo '{"global_step": 100}' > "$CKPT/trainer_state.json"
+head -c 4096 /dev/zero > "$CKPT/model.safetensors"
+echo "Saving model checkpoint to $CKPT"
+sleep 5
+rm -rf "$PWD/run-$SLURM_JOB_ID"
+exit 1
+"""
+    async with running_worker(wctx, slurm_lab):
+        job_id = slurm_lab.submit(batch_script(policy_comment(env), body))
+        advice = await eventually(lambda: advice_done(wctx, job_id, 0), what="attempt 0's Advice settled")
+    check = advice.checkpoint_check or {}
+    assert check["status"] == "MISSING" and check["message"].startswith("no loadable checkpoint")
+    assert check["path"] == f"{directory}/run-{job_id}/checkpoint-100" and check["framework"] == "hf_trainer"
+    assert (advice.operation, advice.rule) == ("TERMINATE", "early_stop_no_checkpoint")
+    async with wctx.sessions() as session:
+        events = (
+            await session.scalars(
+                select(AuditEvent).where(
+                    AuditEvent.slurm_job_id == job_id, AuditEvent.event_type == "checkpoint.checked"
+                )
+            )
+        ).all()
+    assert [(e.level, e.attempt_index, e.payload["status"]) for e in events] == [("WARNING", 0, "MISSING")]
+
+
 async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:
     env = unique_environment()
     wctx = lab_context(ctx, env)

@@ -1,0 +1,30 @@
+"""Advice keeps the checkpoint check made before release and, for singleton_dependency, the twin job it releases.
+
+Revision ID: 0011
+Revises: 0008
+Create Date: 2026-12-01 12:40:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0011"
+down_revision: str | None = "0008"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("advice", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("checkpoint_check", sa.JSON(), nullable=True))
+        batch_op.add_column(
+            sa.Column("successor_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True)
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("advice", schema=None) as batch_op:
+        batch_op.drop_column("successor_job_id")
+        batch_op.drop_column("checkpoint_check")
