@@ -79,6 +79,16 @@ NOTIFICATIONS = Counter(
     "recovery_notifications_total", "Notification deliveries, by event and result.", ["event", "result"]
 )
 NOTIFICATION_BACKLOG = Gauge("recovery_notification_backlog", "Notifications written but not yet delivered.")
+GOODPUT_SECONDS = Gauge(
+    "recovery_goodput_seconds",
+    "Wall time of the enrolled runs seen in the last 24 h, by goodput bucket (docs/goodput.md); refreshed each minute.",
+    ["cluster", "bucket"],
+)
+EFFECTIVE_TRAINING = Gauge(
+    "recovery_effective_training_ratio",
+    "Productive share (0..1) of the wall time of the enrolled runs seen in the last 24 h (docs/goodput.md).",
+    ["cluster"],
+)
 SERVICE_TICK_FAILURES = Counter(
     "recovery_service_tick_failures_total", "Background service ticks that raised.", ["service"]
 )
@@ -104,6 +114,8 @@ EXPORTED = tuple(
         WATCHDOG_RELEASES,
         NOTIFICATIONS,
         NOTIFICATION_BACKLOG,
+        GOODPUT_SECONDS,
+        EFFECTIVE_TRAINING,
         SERVICE_TICK_FAILURES,
     )
 )

@@ -27,6 +27,7 @@ from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.leases import queries as lease_queries
 from app.pagination import PageArgumentError, PageRequest
+from views import goodput as goodput_views
 from views.auth import guarded
 from views.find import workflow_path
 from views.render import dashboard_of, explain, render
@@ -221,12 +222,14 @@ async def workflow(request: Request) -> Response:
                 session, filter=JobFilter(workflow_id=workflow_id), page=PageRequest.build(first=25)
             )
         blocks = await _job_blocks(session, list(jobs.items))
+        goodput = await goodput_views.workflow_goodput(session, workflow_id=workflow_id)
     return render(
         request,
         "workflow.html",
         {
             "workflow": found,
             "same_key": [w for w in same_key if w.id != found.id],
+            "goodput": goodput,
             "jobs": jobs,
             "blocks": blocks,
             "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),

@@ -37,11 +37,11 @@ from app.db import Session, utcnow
 from app.domain import rootcause, states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.checkpoint_check import CheckResult
-from app.domain.singleton import MODE as SINGLETON
 from app.domain.mode import effective_mode
 from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
 from app.domain.signatures import Classifier
+from app.domain.singleton import MODE as SINGLETON
 from app.evidence import checkpoint_checks, diagnosis
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence_service

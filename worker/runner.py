@@ -9,6 +9,7 @@ import time
 
 from app import metrics
 from app.advice import queries as advice_queries
+from app.goodput import refresh as goodput_refresh
 from app.context import AppContext
 from app.errors import database_error_text, database_problem
 from app.leases import queries as lease_queries
@@ -125,6 +126,11 @@ class WorkerRunner:
             return
         for operation in ("RESTART", "TERMINATE", *counts):
             metrics.ACTIVE_ADVICE.labels(cluster, operation).set(counts.get(operation, 0))
+        try:
+            await goodput_refresh.refresh_metrics(self.ctx)  # at most once a minute
+        except Exception as exc:
+            if database_problem(exc) is None:
+                log.exception("could not compute goodput for the metrics")
 
     async def _held_by_our_previous_process(self) -> bool:
         """Our identity still holds (or last held) the lease: a previous process of ours died without releasing it."""

@@ -16,11 +16,14 @@ from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_BUILDERS, Advice, Attempt, AuditEvent, Job, Node, Workflow, audit_event
 from app.api.types.cluster import Cluster, cluster_of
 from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
+from app.api.types.goodput import Goodput, goodput_of
 from app.audit import queries as audit_queries
+from app.db import utcnow
 from app.domain import bounds
 from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
 from app.domain.story import OUTCOMES
 from app.fleet import queries as fleet_queries
+from app.goodput import queries as goodput_queries
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 
@@ -329,6 +332,21 @@ class Query:
         async with info.context.loaders.sessions() as session:
             rows = await fleet_queries.pauses(session, cluster=cluster, only_open=only_open)
         return [pause_of(row) for row in rows]
+
+    @strawberry.field(
+        description="Goodput of enrolled jobs seen in the last sinceHours (1..8760) on one cluster, or on all "
+        "(docs/goodput.md)."
+    )
+    async def goodput(self, info: Info, cluster: str | None = None, since_hours: int = 168) -> Goodput:
+        info.context.viewer()
+        if not 1 <= since_hours <= 8760:
+            raise bad_input("sinceHours must be between 1 and 8760")
+        since = utcnow() - dt.timedelta(hours=since_hours)
+        async with info.context.loaders.sessions() as session:
+            report = await goodput_queries.cluster_goodput(
+                session, cluster=validation.text(cluster, "cluster"), since=since
+            )
+        return goodput_of(report)
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> Viewer:

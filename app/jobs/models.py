@@ -127,5 +127,7 @@ class Attempt(Base):
     # Set when its end was not observed by this installation: history only, never acting Advice.
     adopted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     adopted_reason: Mapped[str | None] = mapped_column(Text)
+    # The first progress marker the collector read for this attempt (goodput: restart -> first progress), 0011.
+    first_progress_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -657,3 +657,15 @@ async def _touch_workflow(
 
 async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: dict[str, Any]) -> None:
     await feed.announce(session, topic="attempt", entity_id=attempt.id, about=attempt, payload=payload)
+
+
+async def note_first_progress(session: AsyncSession, *, attempt_id: int, at: dt.datetime | None) -> None:
+    """Keep the time of the attempt's first progress marker (later markers never move it)."""
+    if at is None:
+        return
+    await session.execute(
+        update(Attempt)
+        .where(Attempt.id == attempt_id, Attempt.first_progress_at.is_(None))
+        .values(first_progress_at=at)
+        .execution_options(synchronize_session=False)
+    )

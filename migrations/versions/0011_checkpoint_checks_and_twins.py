@@ -1,4 +1,5 @@
-"""Advice keeps the checkpoint check made before release and, for singleton_dependency, the twin job it releases.
+"""Advice keeps the checkpoint check made before release and the singleton twin it releases; attempts their
+first progress line (goodput).
 
 Revision ID: 0011
 Revises: 0008
@@ -9,6 +10,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+import app.db
 
 revision: str = "0011"
 down_revision: str | None = "0008"
@@ -22,9 +25,13 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("successor_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True)
         )
+    with op.batch_alter_table("attempts", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("first_progress_at", app.db.UTCDateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("attempts", schema=None) as batch_op:
+        batch_op.drop_column("first_progress_at")
     with op.batch_alter_table("advice", schema=None) as batch_op:
         batch_op.drop_column("successor_job_id")
         batch_op.drop_column("checkpoint_check")

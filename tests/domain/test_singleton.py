@@ -11,8 +11,17 @@ NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
 COMMENT = '{"APS":{"workflow_id":"w","auto_resume_mode":"singleton_dependency"}}'
 
 
-def view(job_id: int, *, state: str = "PENDING", held: bool = True, dep: str | None = "singleton(unfulfilled)",
-         name: str = "train", user: str = "alice", comment: str = COMMENT, excluded: tuple[str, ...] = ()) -> JobView:  # fmt: skip
+def view(
+    job_id: int,
+    *,
+    state: str = "PENDING",
+    held: bool = True,
+    dep: str | None = "singleton(unfulfilled)",
+    name: str = "train",
+    user: str = "alice",
+    comment: str = COMMENT,
+    excluded: tuple[str, ...] = (),
+) -> JobView:
     return JobView(job_id, name, user, state, held, dep, comment, excluded)
 
 
@@ -44,8 +53,9 @@ def test_steps_exclude_then_release_then_converge() -> None:
     step = plan_twin_step(ADVICE, FIRST, view(17, excluded=("node2",)), twin_id=17, now=NOW)
     assert step.step.kind is StepKind.RELEASE and step.target == 17
     released = [Milestone(1, StepKind.RELEASE, "SUCCEEDED")]
-    done = plan_twin_step(ADVICE, FIRST, view(17, held=False, excluded=("node2",)), twin_id=17, now=NOW,
-                          milestones=released)  # fmt: skip
+    done = plan_twin_step(
+        ADVICE, FIRST, view(17, held=False, excluded=("node2",)), twin_id=17, now=NOW, milestones=released
+    )
     assert done.step.kind is StepKind.DONE and done.step.reason is DispositionReason.DESIRED_STATE_OBSERVED
 
 
@@ -53,8 +63,9 @@ def test_a_hung_first_job_is_cancelled_first() -> None:
     running = view(10, state="RUNNING", held=False, dep=None)
     step = plan_twin_step(ADVICE, running, view(17), twin_id=17, now=NOW)
     assert step.step.kind is StepKind.CANCEL and step.target == 10
-    after = plan_twin_step(ADVICE, running, view(17), twin_id=17, now=NOW,
-                           milestones=[Milestone(1, StepKind.CANCEL, "SUCCEEDED")])  # fmt: skip
+    after = plan_twin_step(
+        ADVICE, running, view(17), twin_id=17, now=NOW, milestones=[Milestone(1, StepKind.CANCEL, "SUCCEEDED")]
+    )
     assert after.step.kind is StepKind.SET_EXCLUSIONS
 
 

@@ -9,6 +9,9 @@ from sqlalchemy import func, select
 from app.advice.models import SchedulerAction
 from app.audit.models import AuditEvent
 from app.context import AppContext
+from app.domain.goodput import BUCKETS
+from app.goodput import queries as goodput_queries
+from app.jobs import queries as job_queries
 from tests.e2e.harness import (
     advice_done,
     advice_list,
@@ -147,6 +150,57 @@ exit 1
             )
         ).all()
     assert [(e.level, e.attempt_index, e.payload["status"]) for e in events] == [("WARNING", 0, "MISSING")]
+
+
+# Timestamped lines (one file for both attempts: source time tells them apart).
+GOODPUT_BODY = """\
+log() { echo "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ) $*"; }
+if [ -z "$SLURM_RESTART_COUNT" ]; then
+  sleep 1
+  log " iteration       10/     100 | lm loss: 2.0 |"
+  sleep 1
+  head -c 1024 /dev/zero > "ckpt-$SLURM_JOB_ID.pt"
+  log "saved checkpoint to $PWD/ckpt-$SLURM_JOB_ID.pt at step 10"
+  sleep 2
+  log "Rank0: (1) segmentation fault: artificial segfault"
+  exit 1
+fi
+sleep 1
+log " iteration       20/     100 | lm loss: 1.0 |"
+sleep 1
+"""
+
+
+async def test_goodput_of_a_recovered_run_adds_up_to_its_wall_time(ctx: AppContext, slurm_lab: SlurmLab) -> None:
+    env = unique_environment()
+    wctx = lab_context(ctx, env)
+    async with running_worker(wctx, slurm_lab):
+        # both attempts append to one file: their lines are told apart by time (the progress line of each)
+        shared = policy_comment(env).replace(
+            '"max_requeue_times"', '"log_file_paths_shared_across_attempts":true,"max_requeue_times"'
+        )
+        job_id = slurm_lab.submit(batch_script(shared, GOODPUT_BODY))
+
+        async def second_completed():
+            found = await attempts(wctx, job_id)
+            done = len(found) == 2 and found[1].state == "COMPLETED" and found[1].first_progress_at is not None
+            return found if done else None
+
+        a0, a1 = await eventually(second_completed, timeout=180, what="attempt 1 completed")
+        async with wctx.sessions() as session:
+            workflow_id = (await job_queries.get_job(session, job_id=a0.job_id)).workflow_id
+            report = await goodput_queries.workflow_goodput(session, workflow_id=workflow_id)
+    (run,) = [job.run for job in report.jobs]
+    wall = (a1.end_time - a0.start_time).total_seconds()
+    total = run.total
+    assert abs(total.wall - wall) < 1e-6 and run.failures == 1
+    assert abs(sum(getattr(total, b) for b in BUCKETS) - wall) < 1e-6
+    assert abs(sum(part.wall for part in run.attempts.values()) - wall) < 1e-6
+    # the retry's restart -> first progress line, and the crashed attempt's work after its checkpoint, are lost
+    assert a0.first_progress_at is not None and a1.first_progress_at > a1.start_time
+    assert total.restart_to_progress > 0 and total.lost_since_checkpoint > 0 and total.productive > 0
+    assert total.detection_delay >= 0 and total.decision_to_release >= 0 and total.queue_wait >= 0
+    assert 0 < total.effective_percent < 100
 
 
 async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:

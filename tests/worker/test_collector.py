@@ -16,6 +16,7 @@ from sqlalchemy import update as sql_update
 from app.context import AppContext
 from app.domain.signature_config import SignatureConfigError
 from app.evidence.models import Anomaly, LogSource
+from app.jobs.models import Attempt
 from app.logs.reader import LogTailer
 from tests.factories import add_attempt, anomalies, checkpoints, enrolled_job, events, pending, sources, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
@@ -69,6 +70,8 @@ async def test_per_attempt_file_becomes_evidence_on_its_attempt(ctx: AppContext,
         and source.last_read_at is not None
     )
     assert source.last_output_at is not None and source.head_length > 0
+    async with ctx.sessions() as session:  # goodput's first progress line of the attempt
+        assert (await session.get(Attempt, a0.id)).first_progress_at == source.progress_at  # type: ignore[union-attr]
     [detected] = await events(ctx, "anomaly.detected")
     assert detected.component == "watcher" and detected.attempt_index == 0
     assert {"file", "lineNumber", "line", "sourceTime"} <= set(detected.payload) and detected.payload["lineNumber"] == 4

@@ -22,6 +22,7 @@ from app.errors import database_error_text, database_problem
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.jobs import queries as job_queries
+from app.jobs import service as job_service
 from app.logs.reader import FilePosition, LogEvent
 from worker.collector.discovery import JobInfo
 from worker.collector.reading import FileRead
@@ -112,7 +113,12 @@ class Recorder:
         for result in read.results:
             marker = result.latest_progress
             if marker is not None and isinstance(marker.signal, ProgressMarker):
-                changed |= _observe_progress(row, job, marker)
+                if _observe_progress(row, job, marker):
+                    changed = True
+                    if row.progress_attempt_id is not None:  # goodput's restart -> first progress line
+                        await job_service.note_first_progress(
+                            session, attempt_id=row.progress_attempt_id, at=row.progress_at
+                        )
             sample = result.latest_throughput
             if (
                 sample is not None

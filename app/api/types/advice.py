@@ -146,6 +146,20 @@ class Advice(Node):
     def evidence(self) -> JSON:
         return JSON(self.row.evidence or {})
 
+    @strawberry.field(
+        description="The checkpoint check made before release (status OK, MISSING, INCOMPLETE, NOT_NEWER or "
+        "UNCHECKED, message, path, framework, layout, iteration, loadable); null when checks are off or no save "
+        "was recorded (docs/checkpoint-checks.md)."
+    )
+    def checkpoint_check(self) -> JSON | None:
+        return JSON(self.row.checkpoint_check) if self.row.checkpoint_check else None
+
+    @strawberry.field(
+        description="auto_resume_mode singleton_dependency: the Slurm job id of the held twin this Advice releases."
+    )
+    def successor_job_id(self) -> int | None:
+        return self.row.successor_job_id
+
     @strawberry.field(description="Grows whenever the decision changes.")
     def generation(self) -> int:
         return self.row.generation

@@ -1,0 +1,32 @@
+"""Keeps the goodput gauges (app/metrics.py) current: the last 24 h of a cluster, at most once a minute."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from app import metrics
+from app.context import AppContext
+from app.db import utcnow
+from app.domain.goodput import BUCKETS
+from app.goodput import queries
+
+WINDOW = dt.timedelta(hours=24)
+EVERY = 60.0
+_last: dict[str, float] = {}
+
+
+async def refresh_metrics(ctx: AppContext, *, force: bool = False) -> bool:
+    """Recompute the cluster's goodput gauges when a minute has passed; True when it did."""
+    cluster = ctx.settings.cluster
+    now_mono = time.monotonic()
+    if not force and now_mono - _last.get(cluster, -EVERY) < EVERY:
+        return False
+    _last[cluster] = now_mono
+    async with ctx.sessions() as session:
+        report = await queries.cluster_goodput(session, cluster=cluster, since=utcnow() - WINDOW)
+    for bucket in BUCKETS:
+        metrics.GOODPUT_SECONDS.labels(cluster, bucket).set(getattr(report.total, bucket))
+    percent = report.total.effective_percent
+    metrics.EFFECTIVE_TRAINING.labels(cluster).set(percent / 100 if percent is not None else 0.0)
+    return True
