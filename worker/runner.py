@@ -9,9 +9,9 @@ import time
 
 from app import metrics
 from app.advice import queries as advice_queries
-from app.goodput import refresh as goodput_refresh
 from app.context import AppContext
 from app.errors import database_error_text, database_problem
+from app.goodput import refresh as goodput_refresh
 from app.leases import queries as lease_queries
 from app.leases import service as leases
 from worker import identity

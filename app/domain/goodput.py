@@ -13,9 +13,9 @@ run's wall time (attempt 0's start to the last point):
     A→R   decision_to_release     R→S' queue_wait
     a successful, still running or last unfailed attempt: P→end productive.
 
-Without a progress line an attempt that failed made no progress (S→F is startup/restart); one that
-did not fail counts as productive from its start. Without a loadable save during the failed
-attempt, everything it did is lost (C = P).
+Without a progress line an attempt that failed and saved nothing made no progress (S→F is
+startup/restart); one that saved a checkpoint, or did not fail, counts as productive from its
+start. Without a loadable save during the failed attempt, everything it did is lost (C = P).
 """
 
 from __future__ import annotations
@@ -151,7 +151,9 @@ def run_goodput(attempts: Sequence[AttemptTimes], *, now: dt.datetime) -> RunGoo
             continue
         out.failures += 1
         failure = attempt.failure_at or end
-        cut(index, warmup, min(attempt.first_progress, failure) if attempt.first_progress else failure)
+        # no progress line: a recorded save still shows progress from the start; without either, none was made
+        progressed = attempt.first_progress or (attempt.start if attempt.last_checkpoint else failure)
+        cut(index, warmup, min(progressed, failure) if progressed else failure)
         cut(index, "productive", min(attempt.last_checkpoint, failure) if attempt.last_checkpoint else None)
         cut(index, "lost_since_checkpoint", failure)
         cut(index, "detection_delay", attempt.decided_at)

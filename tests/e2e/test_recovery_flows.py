@@ -188,9 +188,10 @@ async def test_goodput_of_a_recovered_run_adds_up_to_its_wall_time(ctx: AppConte
 
         a0, a1 = await eventually(second_completed, timeout=180, what="attempt 1 completed")
         async with wctx.sessions() as session:
-            workflow_id = (await job_queries.get_job(session, job_id=a0.job_id)).workflow_id
-            report = await goodput_queries.workflow_goodput(session, workflow_id=workflow_id)
-    (run,) = [job.run for job in report.jobs]
+            job = await job_queries.get_job(session, job_id=a0.job_id)
+            assert job is not None and job.workflow_id is not None
+            report = await goodput_queries.workflow_goodput(session, workflow_id=job.workflow_id)
+    (run,) = [found.run for found in report.jobs]
     wall = (a1.end_time - a0.start_time).total_seconds()
     total = run.total
     assert abs(total.wall - wall) < 1e-6 and run.failures == 1
@@ -200,7 +201,7 @@ async def test_goodput_of_a_recovered_run_adds_up_to_its_wall_time(ctx: AppConte
     assert a0.first_progress_at is not None and a1.first_progress_at > a1.start_time
     assert total.restart_to_progress > 0 and total.lost_since_checkpoint > 0 and total.productive > 0
     assert total.detection_delay >= 0 and total.decision_to_release >= 0 and total.queue_wait >= 0
-    assert 0 < total.effective_percent < 100
+    assert total.effective_percent is not None and 0 < total.effective_percent < 100
 
 
 async def test_max_requeue_times_one_stops_after_one_retry(ctx: AppContext, slurm_lab: SlurmLab) -> None:

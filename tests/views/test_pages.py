@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
+from app.db import utcnow
 from app.jobs import service as jobs
 from app.leases import service as leases
 from tests.factories import dashboard_registration, seed_history
@@ -239,3 +241,19 @@ async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(vi
     assert [tr.attrs["data-workflow"] for tr in beta.find_all("tr", data_workflow=True)] == ["wf-beta"]
     options = [o.text for o in beta.find("select", name="cluster").find_all("option")]
     assert options == ["any", "alpha", "beta"]
+
+
+async def test_workflow_page_charts_goodput_and_the_cluster_summary_adds_up(viewer, sessions) -> None:
+    seeded = await seed_history(sessions, second_running=False, t0=utcnow() - dt.timedelta(hours=2))
+    doc = parse((await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")).text)
+    section = doc.by_id("goodput")
+    bars = section.find_all("rect", data_bucket=True)
+    assert [r.attrs["data-bucket"] for r in bars] == ["productive", "lost_since_checkpoint", "detection_delay"]
+    run = section.find("g", data_job=str(seeded.slurm_job_id))
+    assert abs(sum(float(r.attrs["data-seconds"]) for r in bars) - float(run.attrs["data-wall"])) < 0.01
+    assert section.find("strong", data_effective=True).attrs["data-effective"] == "61.13"
+    summary = parse((await viewer.get("/dashboard/goodput?hours=24")).text)
+    rows = summary.find("table", class_="goodput-buckets").find_all("tr", data_bucket=True)
+    wall = float(summary.by_id("goodput-summary").find_all("dd")[1].attrs["data-seconds"])
+    assert wall == 31 * 60 + 5 and abs(sum(float(r.attrs["data-seconds"]) for r in rows) - wall) < 0.01
+    assert (await viewer.get("/dashboard/goodput?hours=nonsense")).status_code == 200
