@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from sqlalchemy import update
+
+from app.advice.models import Advice
 from app.db import utcnow
 from app.jobs import service as jobs
 from app.leases import service as leases
@@ -257,3 +260,16 @@ async def test_workflow_page_charts_goodput_and_the_cluster_summary_adds_up(view
     wall = float(summary.by_id("goodput-summary").find_all("dd")[1].attrs["data-seconds"])
     assert wall == 31 * 60 + 5 and abs(sum(float(r.attrs["data-seconds"]) for r in rows) - wall) < 0.01
     assert (await viewer.get("/dashboard/goodput?hours=nonsense")).status_code == 200
+
+
+async def test_job_details_show_the_checkpoint_check_and_the_singleton_twin(viewer, sessions) -> None:
+    seeded = await seed_history(sessions)
+    check = {"status": "MISSING", "message": "no loadable checkpoint: /ckpt/iter_0001200 does not exist"}
+    async with sessions() as session, session.begin():
+        await session.execute(
+            update(Advice).where(Advice.id == seeded.advice_id).values(checkpoint_check=check, successor_job_id=777)
+        )
+    doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")).text)
+    shown = doc.by_id("checkpoint-check")
+    assert shown.attrs["data-status"] == "MISSING" and "no loadable checkpoint" in shown.text
+    assert doc.by_id("singleton-twin").find("a").attrs["href"] == "/dashboard/jobs/777"

@@ -246,3 +246,27 @@ async def test_array_record_of_several_pending_tasks_is_never_acted_on(act_ctx, 
     assert fake.targets == []
     [advice] = await advice_of(act_ctx, 80)
     assert advice.active and "several pending tasks" in (advice.disposition_message or "")
+
+
+async def test_a_failed_checkpoint_check_holds_the_release_only_where_the_operator_chose(act_ctx, fake) -> None:
+    advice = await failed_job(act_ctx, fake, 61)
+    async with act_ctx.sessions() as session, session.begin():
+        await session.execute(
+            update(Advice)
+            .where(Advice.id == advice.id)
+            .values(checkpoint_check={"status": "MISSING", "message": "no loadable checkpoint: /ckpt does not exist"})
+        )
+    blocking = dataclasses.replace(act_ctx.settings, checkpoint_check_block_partitions=("*",))
+    controller = Controller(AppContext(settings=blocking, engine=act_ctx.engine, sessions=act_ctx.sessions), fake)
+    await controller.tick()
+    job = fake.jobs[61]
+    assert (job.restart_count, job.held) == (1, True)  # requeued held with its exclusions, not released
+    [advice] = await advice_of(act_ctx, 61)
+    assert advice.disposition == "PENDING" and "release held back: no loadable checkpoint" in (
+        advice.disposition_message or ""
+    )
+    await make_due(act_ctx)
+    await Controller(act_ctx, fake).tick()  # without the blocking setting release is never held back
+    assert fake.jobs[61].held is False
+    [advice] = await advice_of(act_ctx, 61)
+    assert advice.disposition == "CONVERGED"
