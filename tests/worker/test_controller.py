@@ -270,3 +270,33 @@ async def test_a_failed_checkpoint_check_holds_the_release_only_where_the_operat
     assert fake.jobs[61].held is False
     [advice] = await advice_of(act_ctx, 61)
     assert advice.disposition == "CONVERGED"
+
+
+async def test_singleton_twin_chain_shares_the_retry_limit(act_ctx, fake) -> None:
+    policy = comment(auto_resume_mode="singleton_dependency", max_requeue_times=1)
+    twin_fields = dict(comment=policy, name="train", held=True, priority=0, dependency="singleton(unfulfilled)")
+    observer, advisor = Observer(act_ctx, fake), Advisor(act_ctx)
+    await advisor.tick()
+    fake.add(make_job(71, comment=policy, name="train"))
+    fake.add(make_job(72, state_reason="JobHeldUser", **twin_fields))
+    fake.add(make_job(73, state_reason="JobHeldUser", **twin_fields))
+    fake.start(71, ["node1"])
+    await observer.tick()
+    await add_anomaly(act_ctx, 71, node="node1", category="xid")
+    fake.finish(71, "FAILED", exit_code=1)
+    await observer.tick()
+    await advisor.tick()
+    await Controller(act_ctx, fake).tick()
+    [first] = await advice_of(act_ctx, 71)
+    assert (first.rule, first.successor_job_id, first.disposition) == ("release_singleton_twin", 72, "CONVERGED")
+    assert (fake.jobs[72].held, fake.jobs[72].excluded_nodes, fake.jobs[73].held) == (False, ("node1",), True)
+    fake.start(72, ["node2"])
+    await observer.tick()
+    fake.finish(72, "FAILED", exit_code=1)
+    await observer.tick()
+    await advisor.tick()
+    [second] = await advice_of(act_ctx, 72)
+    # the twin's failure is retry 2 of the one run: past max_requeue_times 1, so no further twin is released
+    assert (second.operation, second.rule) == ("TERMINATE", "retry_limit") and "retry limit 1 reached" in second.reason
+    await Controller(act_ctx, fake).tick()
+    assert fake.jobs[73].held is True
