@@ -75,6 +75,7 @@ async def test_failed_job_with_checkpoint_is_requeued_and_resumes(ctx: AppContex
     ]
 
 
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the logic runs on both in tests/worker
 async def test_singleton_dependency_releases_the_held_twin_with_the_exclusions(
     ctx: AppContext, slurm_lab: SlurmLab
 ) -> None:
@@ -111,6 +112,7 @@ async def test_singleton_dependency_releases_the_held_twin_with_the_exclusions(
     assert slurm_lab.scontrol_show(twin)["ExcNodeList"] == bad
 
 
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the logic runs on both in tests/worker
 async def test_checkpoint_deleted_after_its_save_line_is_no_loadable_checkpoint(
     ctx: AppContext, slurm_lab: SlurmLab
 ) -> None:
@@ -171,6 +173,7 @@ sleep 1
 """
 
 
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the logic runs on both in tests/worker
 async def test_goodput_of_a_recovered_run_adds_up_to_its_wall_time(ctx: AppContext, slurm_lab: SlurmLab) -> None:
     env = unique_environment()
     wctx = lab_context(ctx, env)
