@@ -578,6 +578,11 @@ def build_rows(
             if state:
                 history.setdefault(event.attempt_index, []).append((event.produced_at, str(state)))
         else:
+            if event.event_type == audit_queries.CHECKPOINT_CHECK_EVENT:
+                verifications.setdefault(event.attempt_index, []).append(
+                    Mark("checkpoint", event.produced_at, f"{event.event_type}: {event.message}")
+                )
+                continue
             shadow = event.event_type == "reconciliation.shadow" or (
                 observed_only.get(event.attempt_index, False) and event.event_type != "reconciliation.abandoned"
             )

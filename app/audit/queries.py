@@ -22,6 +22,8 @@ __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job
 # A page reads plain column values: no ORM objects (identity map, instrumentation) on the read path.
 _COLUMNS = tuple(AuditEvent.__table__.columns)
 TIMELINE_EVENT_TYPES = ("attempt.registered", "attempt.state_changed")
+# Also drawn on the timeline, as checkpoint marks: the check of the newest save before release.
+CHECKPOINT_CHECK_EVENT = "checkpoint.checked"
 VERIFICATION_PREFIX = "reconciliation."
 MAX_TIMELINE_EVENTS = 2000
 
@@ -147,7 +149,10 @@ async def timeline_events(
     query = select(AuditEvent).where(
         AuditEvent.slurm_job_id == slurm_job_id,
         or_(AuditEvent.cluster == cluster, AuditEvent.cluster.is_(None)),
-        or_(AuditEvent.event_type.in_(TIMELINE_EVENT_TYPES), AuditEvent.event_type.like(VERIFICATION_PREFIX + "%")),
+        or_(
+            AuditEvent.event_type.in_((*TIMELINE_EVENT_TYPES, CHECKPOINT_CHECK_EVENT)),
+            AuditEvent.event_type.like(VERIFICATION_PREFIX + "%"),
+        ),
     )
     if since is not None:
         # A reused Slurm job id must not lend its old history to the new job record.

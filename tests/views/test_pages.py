@@ -8,10 +8,11 @@ import json
 from sqlalchemy import update
 
 from app.advice.models import Advice
+from app.audit import service as audit
 from app.db import utcnow
 from app.jobs import service as jobs
 from app.leases import service as leases
-from tests.factories import dashboard_registration, seed_history
+from tests.factories import CLUSTER, dashboard_registration, seed_history
 from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
 
@@ -269,7 +270,20 @@ async def test_job_details_show_the_checkpoint_check_and_the_singleton_twin(view
         await session.execute(
             update(Advice).where(Advice.id == seeded.advice_id).values(checkpoint_check=check, successor_job_id=777)
         )
+        await audit.record(
+            session,
+            component="advisor",
+            event_type="checkpoint.checked",
+            level="WARNING",
+            message="attempt 0: checkpoint check MISSING: " + check["message"],
+            cluster=CLUSTER,
+            slurm_job_id=seeded.slurm_job_id,
+            attempt_index=0,
+        )
     doc = parse((await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0")).text)
     shown = doc.by_id("checkpoint-check")
     assert shown.attrs["data-status"] == "MISSING" and "no loadable checkpoint" in shown.text
     assert doc.by_id("singleton-twin").find("a").attrs["href"] == "/dashboard/jobs/777"
+    timeline = parse((await viewer.get(f"/dashboard/jobs/{seeded.slurm_job_id}/attempts/0/timeline")).text)
+    marks = timeline.find("svg", class_="timeline").find_all("g", class_="mark-checkpoint")
+    assert any("checkpoint.checked" in m.text and "no loadable checkpoint" in m.text for m in marks)
