@@ -13,6 +13,7 @@ from app.advice import stories
 from app.audit import queries as audit_queries
 from app.db import Sessions
 from app.evidence import queries as evidence_queries
+from app.goodput import queries as goodput_queries
 from app.jobs import queries as job_queries
 
 ByIds = Callable[..., Awaitable[dict[Any, Any]]]
@@ -60,6 +61,7 @@ class Loaders:
         self.audit_event = keyed(audit_queries.events_by_ids)
         self.stories = keyed(stories.stories_of_jobs, "job_ids", list)  # job id -> [Told] in attempt order
         self.latest_job = keyed(job_queries.latest_jobs_of_workflows, "workflow_ids")
+        self.workflow_goodput = keyed(goodput_queries.workflows_goodput, "workflow_ids", goodput_queries.GoodputReport)
         self.first_attempts = limited(job_queries.first_attempts_of_jobs, "job_ids")
         self.latest_checkpoints = limited(evidence_queries.latest_checkpoints_of_attempts, "attempt_ids")
         self.latest_anomalies = limited(evidence_queries.latest_anomalies_of_attempts, "attempt_ids")

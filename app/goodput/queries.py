@@ -143,18 +143,32 @@ def _report(runs: list[JobGoodput], *, truncated: bool = False) -> GoodputReport
     return GoodputReport(total=merge(job.run for job in runs), jobs=runs, truncated=truncated)
 
 
+async def workflows_goodput(
+    session: AsyncSession, *, workflow_ids: Sequence[int], now: dt.datetime | None = None
+) -> dict[int, GoodputReport]:
+    """The goodput of each workflow's jobs (newest MAX_JOBS each), in a fixed number of statements for all."""
+    if not workflow_ids:
+        return {}
+    rows = (
+        await session.execute(
+            select(Job.workflow_id, Job.id).where(Job.workflow_id.in_(list(set(workflow_ids)))).order_by(Job.id.desc())
+        )
+    ).all()
+    per_workflow: dict[int, list[int]] = {}
+    for workflow_id, job_id in rows:
+        per_workflow.setdefault(workflow_id, []).append(job_id)
+    chosen = {w: sorted(ids[:MAX_JOBS]) for w, ids in per_workflow.items()}
+    runs = await job_runs(session, job_ids=[j for ids in chosen.values() for j in ids], now=now)
+    by_job = dict(zip([j for ids in chosen.values() for j in ids], runs, strict=True))
+    return {
+        w: _report([by_job[j] for j in chosen.get(w, [])], truncated=len(per_workflow.get(w, [])) > MAX_JOBS)
+        for w in workflow_ids
+    }
+
+
 async def workflow_goodput(session: AsyncSession, *, workflow_id: int, now: dt.datetime | None = None) -> GoodputReport:
     """The goodput of a workflow's jobs (newest MAX_JOBS)."""
-    job_ids = list(
-        (
-            await session.scalars(
-                select(Job.id).where(Job.workflow_id == workflow_id).order_by(Job.id.desc()).limit(MAX_JOBS + 1)
-            )
-        ).all()
-    )
-    truncated = len(job_ids) > MAX_JOBS
-    runs = await job_runs(session, job_ids=sorted(job_ids[:MAX_JOBS]), now=now)
-    return _report(runs, truncated=truncated)
+    return (await workflows_goodput(session, workflow_ids=[workflow_id], now=now))[workflow_id]
 
 
 async def cluster_goodput(

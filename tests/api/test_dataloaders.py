@@ -72,3 +72,18 @@ async def test_jobs_of_workflows_attempt_counts_are_batched(
         assert all(e["node"]["job"]["attempts"]["totalCount"] == 3 for e in body["data"]["attempts"]["edges"])
         counts.append(len(counter.statements))
     assert counts[0] == counts[1], counts
+
+
+async def test_goodput_of_a_page_of_workflows_is_one_batch(
+    client: httpx.AsyncClient, database: Database, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    await seed_many(sessions, count=30, attempts=2, checkpoints=1, anomalies=1, advice=True)
+    query = "query($n: Int) { workflows(first: $n) { nodes { key goodput { runs total { wallSeconds } } } } }"
+    counts = []
+    for size in (3, 30):
+        with StatementCounter(database) as counter:
+            body = await run_graphql(client, query, {"n": size})
+        nodes = body["data"]["workflows"]["nodes"]
+        assert len(nodes) == size and all(n["goodput"]["runs"] >= 1 for n in nodes)
+        counts.append(len(counter.statements))
+    assert counts[0] == counts[1], counts

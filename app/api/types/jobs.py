@@ -20,7 +20,6 @@ from app.api.types.story import Story
 from app.audit import queries as audit_queries
 from app.domain.identity import format_attempt_ref, format_scheduler_job_id
 from app.evidence import queries as evidence_queries
-from app.goodput import queries as goodput_queries
 from app.jobs import queries as job_queries
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -97,10 +96,11 @@ class Workflow(Node):
         fetch = partial(job_queries.list_jobs, filter=job_queries.JobFilter(workflow_id=self.row.id))
         return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: Job(row=row))
 
-    @strawberry.field(description="Where the wall time of the workflow's runs went (docs/goodput.md).")
+    @strawberry.field(
+        description="Where the wall time of the workflow's runs went (docs/goodput.md); one batch for a page."
+    )
     async def goodput(self, info: Info) -> Goodput:
-        async with loaders_of(info).sessions() as session:
-            return goodput_of(await goodput_queries.workflow_goodput(session, workflow_id=self.row.id))
+        return goodput_of(await loaders_of(info).workflow_goodput.load(self.row.id))
 
 
 @strawberry.type(
