@@ -156,7 +156,8 @@ async def workflows_goodput(
     ).all()
     per_workflow: dict[int, list[int]] = {}
     for workflow_id, job_id in rows:
-        per_workflow.setdefault(workflow_id, []).append(job_id)
+        if workflow_id is not None:
+            per_workflow.setdefault(workflow_id, []).append(job_id)
     chosen = {w: sorted(ids[:MAX_JOBS]) for w, ids in per_workflow.items()}
     runs = await job_runs(session, job_ids=[j for ids in chosen.values() for j in ids], now=now)
     by_job = dict(zip([j for ids in chosen.values() for j in ids], runs, strict=True))
