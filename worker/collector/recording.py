@@ -113,9 +113,10 @@ class Recorder:
         for result in read.results:
             marker = result.latest_progress
             if marker is not None and isinstance(marker.signal, ProgressMarker):
+                armed_for = row.progress_attempt_id if row.progress_phase is not None else None
                 if _observe_progress(row, job, marker):
                     changed = True
-                    if row.progress_attempt_id is not None:  # goodput's restart -> first progress line
+                    if row.progress_attempt_id not in (None, armed_for):  # goodput: an attempt's first progress
                         await job_service.note_first_progress(
                             session, attempt_id=row.progress_attempt_id, at=row.progress_at
                         )
