@@ -2,7 +2,7 @@
 first progress line (goodput).
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-12-01 12:40:00
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 import app.db
 
 revision: str = "0011"
-down_revision: str | None = "0008"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
