@@ -23,6 +23,7 @@ from app.db import utcnow
 from app.domain.mode import ModeDecision, effective_mode
 from app.domain.reconcile import AdviceState, Disposition, DispositionReason, Step, StepKind
 from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
+from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
 from app.slurm.adapter import JobTarget
 from app.slurm.records import SlurmJob, Snapshot
@@ -141,6 +142,21 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
                 disposition=Disposition.PENDING,
                 reason=DispositionReason.NOT_AUTHORIZED.value,
                 message=f"{why_not}; would run: {would}",
+                next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
+                now=now,
+            )
+            return 0
+        # the same fleet-wide trust as a requeue (app/fleet): a restart storm or a spent budget holds it
+        held = await fleet_service.gate(
+            session, settings=controller.settings, advice=advice, in_flight=bool(milestones), now=now
+        )
+        if held is not None:
+            await advice_service.set_status(
+                session,
+                advice=advice,
+                disposition=Disposition.PENDING,
+                reason=held.reason,
+                message=held.message,
                 next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
                 now=now,
             )
