@@ -27,6 +27,6 @@ async def refresh_metrics(ctx: AppContext, *, force: bool = False) -> bool:
         report = await queries.cluster_goodput(session, cluster=cluster, since=utcnow() - WINDOW)
     for bucket in BUCKETS:
         metrics.GOODPUT_SECONDS.labels(cluster, bucket).set(getattr(report.total, bucket))
-    percent = report.total.effective_percent
-    metrics.EFFECTIVE_TRAINING.labels(cluster).set(percent / 100 if percent is not None else 0.0)
+    wall = report.total.wall
+    metrics.EFFECTIVE_TRAINING.labels(cluster).set(report.total.productive / wall if wall > 0 else 0.0)
     return True
