@@ -397,6 +397,7 @@ JOB_FIELDS = (
     "nodes",
     "excluded_nodes",
     "hold",
+    "dependency",  # singleton_dependency finds the held twin by it
     "standard_output",
     "standard_error",
     "stdout_expanded",
