@@ -249,7 +249,8 @@ async def test_overview_shows_every_cluster_with_its_worker_and_filters_by_it(vi
 
 async def test_workflow_page_charts_goodput_and_the_cluster_summary_adds_up(viewer, sessions) -> None:
     seeded = await seed_history(sessions, second_running=False, t0=utcnow() - dt.timedelta(hours=2))
-    doc = parse((await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}")).text)
+    page = await viewer.get(f"/dashboard/workflow/{seeded.workflow_id}", follow_redirects=True)
+    doc = parse(page.text)
     section = doc.by_id("goodput")
     bars = section.find_all("rect", data_bucket=True)
     assert [r.attrs["data-bucket"] for r in bars] == ["productive", "lost_since_checkpoint", "detection_delay"]
