@@ -52,7 +52,7 @@ async def _surfaces(ctx: AppContext) -> dict[str, tuple[str, str]]:
         rest = (await http.get(f"/v1/jobs/by-scheduler-id/{JOB}")).json()
         page = (await http.get(f"/dashboard/jobs/{JOB}/attempts/0")).text
     [attempt] = rest["attempts"]
-    dashboard_mode = re.search(r"<dt>Mode</dt><dd><strong>(\w+)</strong>", page)
+    dashboard_mode = re.search(r"<dt>Mode</dt><dd><strong>(?:<button [^>]*>)?(\w+)(?:</button>)?</strong>", page)
     dashboard_reason = re.search(r"<dt>Why</dt><dd>([^<]*)</dd>", page)
     assert dashboard_mode and dashboard_reason, page[:2000]
     listed_mode = re.search(rf'<tr id="advice-{stored.id}".*?<td>(act|observe)</td>', listed, re.S)
