@@ -35,6 +35,7 @@ async def batched(session: AsyncSession) -> AsyncIterator[None]:
     entries: list[dict[str, Any]] = []
     session.info[_QUEUE], session.info[feed.QUEUE] = events, entries
     try:
+        await feed.lock_first(session)
         yield
         if events:
             ids = await insert_rows(session, AuditEvent, [event for event, _ in events])
@@ -44,6 +45,7 @@ async def batched(session: AsyncSession) -> AsyncIterator[None]:
     finally:
         session.info.pop(_QUEUE, None)
         session.info.pop(feed.QUEUE, None)
+        feed.forget_lock(session)
 
 
 async def record(

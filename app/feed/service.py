@@ -14,6 +14,8 @@ from app.sql import insert_rows
 NOTIFY_CHANNEL = "recovery_feed"
 # Any constant works; it serialises feed writers so that ids become visible in increasing order.
 _FEED_LOCK_KEY = 0x5245434F
+# session.info key set while this session's transaction holds the feed lock (see lock_first)
+_LOCKED = "recovery.feed.locked"
 # session.info key of the entries queued while app.audit.service.batched() is open (None: write at once)
 QUEUE = "recovery.feed.queue"
 
@@ -84,12 +86,27 @@ async def announce(
     )
 
 
+async def lock_first(session: AsyncSession) -> None:
+    """Take the feed's write lock before a batched block writes any row (PostgreSQL; held until commit).
+
+    A block that wrote rows first and took this lock at its end could deadlock with a writer that holds
+    the lock and then waits for one of those rows (the collector updating the same attempt)."""
+    if dialect_of(session) == "postgresql" and not session.info.get(_LOCKED):
+        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _FEED_LOCK_KEY})
+        session.info[_LOCKED] = True
+
+
+def forget_lock(session: AsyncSession) -> None:
+    """Forget lock_first's mark when its block ends (the lock itself ends with the transaction)."""
+    session.info.pop(_LOCKED, None)
+
+
 async def append_many(session: AsyncSession, *, entries: list[dict[str, Any]]) -> None:
     """Append entries (append()'s fields as dicts) in order, in multi-row inserts, with one NOTIFY."""
     if not entries:
         return
     postgres = dialect_of(session) == "postgresql"
-    if postgres:
+    if postgres and not session.info.get(_LOCKED):
         await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _FEED_LOCK_KEY})
     now = utcnow()
     for entry in entries:

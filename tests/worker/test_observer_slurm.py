@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -138,6 +139,14 @@ async def test_enrolment_verdicts_on_real_jobs(ctx, slurm_lab, observer, comment
         assert await attempts(ctx, job_id) == []
 
 
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie waiting for its parent does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 @pytest.mark.slurm_versions
 async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmLab, observer: Observer) -> None:
     # 15 s keeps the suite fast; RECOVERY_TEST_OUTAGE_SECONDS=60 reproduces the issue's one-minute outage.
@@ -155,8 +164,14 @@ async def test_slurmctld_outage_loses_nothing(ctx: AppContext, slurm_lab: SlurmL
         # 22.05 exits 0 with an `errors` array and no jobs, 24.11 and 26.05 exit 1. Both are an outage.
         patient = CliScheduler(dataclasses.replace(ctx.settings, slurm_command_timeout=30), env=slurm_lab.env())
         observer.scheduler = patient
-        subprocess.run(["kill", "-TERM", str(slurm_lab.daemon_pid("slurmctld"))], check=True)
+        pid = slurm_lab.daemon_pid("slurmctld")
+        subprocess.run(["kill", "-TERM", str(pid)], check=True)
         try:
+            # slurmctld still answers while it saves its state on the way down: the outage starts when it is gone
+            gone_by = time.monotonic() + 30
+            while _alive(pid) and time.monotonic() < gone_by:
+                await asyncio.sleep(0.1)
+            assert not _alive(pid), "slurmctld did not stop within 30 s of SIGTERM"
             deadline = time.monotonic() + outage
             failures = 0
             while time.monotonic() < deadline:
