@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
@@ -167,6 +168,7 @@ class LogTailer:
         self.clock = clock
         self.traceback_wait = traceback_wait
         self._fds: dict[str, int] = {}
+        self._local = threading.local()
 
     # ---- file handles -------------------------------------------------------------------------
 
@@ -277,17 +279,17 @@ class LogTailer:
         offset, line_number, skipping = position.offset, position.line_number, position.skipping
         budget_end = min(size, offset + self.max_bytes)
         bytes_read = 0
-        scratch: bytearray | None = None
         while offset < budget_end:
             want = min(self.chunk_size, budget_end - offset)
             buf: bytes
-            if want >= REUSE_BUFFER_BYTES and _PREADV is not None:
-                # Full chunks go into one reused buffer: a fresh multi-megabyte bytes per pread costs
-                # page faults that took as long as the prefilter scan. Nothing keeps a reference to
-                # buf past this iteration (lines are sliced out as copies). The code below only reads
-                # it, through the methods bytes and bytearray share.
-                if scratch is None or len(scratch) != want:
-                    scratch = bytearray(want)
+            if want == self.chunk_size >= REUSE_BUFFER_BYTES and _PREADV is not None:
+                # Full chunks go into one reused buffer (per thread): a fresh multi-megabyte bytes per
+                # pread costs page faults that took as long as the prefilter scan. Nothing keeps a
+                # reference to buf past this iteration (lines are sliced out as copies), and the code
+                # below only reads it, through the methods bytes and bytearray share.
+                scratch: bytearray | None = getattr(self._local, "scratch", None)
+                if scratch is None:
+                    scratch = self._local.scratch = bytearray(want)
                 got = _PREADV(fd, [scratch], offset)
                 buf = cast(bytes, scratch) if got == want else bytes(scratch[:got])
             else:
