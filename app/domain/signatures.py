@@ -225,6 +225,7 @@ class Classifier:
             for kind in RULE_KINDS
         }
         self._narrowed: dict[tuple[str, frozenset[str]], list[Any]] = {}
+        self._benign = [(rule.anchors, regex) for rule, regex, _ in self._by_kind["benign"]]
 
     def _rules(self, kind: str, anchors: frozenset[str] | None) -> list[Any]:
         """The rules of a kind worth trying, given the anchors the prefilter saw (cached per anchor set)."""
@@ -242,9 +243,12 @@ class Classifier:
 
     def is_benign(self, line: str) -> bool:
         """True when a global benign rule matches (applies to crash classification only)."""
-        for rule, regex, _ in self._by_kind["benign"]:
-            if _anchored(rule, line) and regex.search(line):
-                return True
+        for anchors, regex in self._benign:
+            for anchor in anchors:  # a plain loop: any() with a generator costs more than the test
+                if anchor in line:
+                    if regex.search(line):
+                        return True
+                    break
         return False
 
     def crash(self, line: str, anchors: frozenset[str] | None = None) -> CrashSignature | None:
@@ -257,10 +261,14 @@ class Classifier:
             if anchors is None and not _anchored(rule, line):
                 continue
             match = regex.search(line)
-            if match is None or (exclude is not None and exclude.search(line)):
+            if match is None:
                 continue
+            # A benign line is never a crash, whichever rule matches, so asking first gives the same
+            # answer and skips the exclude on the common benign candidates (NCCL "error handling").
             if self.is_benign(line):
                 return None
+            if exclude is not None and exclude.search(line):
+                continue
             rank = _int_or_none(_group(match, "rank"))
             return CrashSignature(
                 category=rule.label,

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
+from typing import cast
 
 from app.domain.chunkscan import ChunkScanner, Span
 from app.domain.logline import attempt_label, decode_line, event_identity, parse_timestamp
@@ -36,6 +38,10 @@ MAX_BYTES_PER_READ = 256 * 1024 * 1024
 TRACEBACK_LOOKAHEAD_LINES = 400
 TRACEBACK_WAIT_SECONDS = 30.0
 TIMESTAMP_LOOKBACK_LINES = 50
+NEWLINE_PIECE = 1024 * 1024
+NEWLINE_PIECE_MIN = 4096
+REUSE_BUFFER_BYTES = 1024 * 1024  # reads at least this big reuse one buffer per call
+_PREADV = getattr(os, "preadv", None)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,21 @@ class ReadResult:
         return max(times) if times else self.read_at
 
 
+def count_newlines(buf: bytes, start: int, end: int) -> int:
+    """Newlines in buf[start:end], the same as buf.count(b"\\n", start, end) but about 3x faster.
+
+    bytes.count checks one byte at a time; bytes.replace finds newlines with memchr, so counting
+    what a replace removes from a cache-sized copy of the range is cheaper than counting in place.
+    """
+    total = 0
+    while end - start >= NEWLINE_PIECE_MIN:
+        stop = min(end, start + NEWLINE_PIECE)
+        piece = buf[start:stop]
+        total += len(piece) - len(piece.replace(b"\n", b""))
+        start = stop
+    return total + buf.count(b"\n", start, end)
+
+
 def _head_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
@@ -147,6 +168,7 @@ class LogTailer:
         self.clock = clock
         self.traceback_wait = traceback_wait
         self._fds: dict[str, int] = {}
+        self._local = threading.local()
 
     # ---- file handles -------------------------------------------------------------------------
 
@@ -258,7 +280,20 @@ class LogTailer:
         budget_end = min(size, offset + self.max_bytes)
         bytes_read = 0
         while offset < budget_end:
-            buf = os.pread(fd, min(self.chunk_size, budget_end - offset), offset)
+            want = min(self.chunk_size, budget_end - offset)
+            buf: bytes
+            if want == self.chunk_size >= REUSE_BUFFER_BYTES and _PREADV is not None:
+                # Full chunks go into one reused buffer (per thread): a fresh multi-megabyte bytes per
+                # pread costs page faults that took as long as the prefilter scan. Nothing keeps a
+                # reference to buf past this iteration (lines are sliced out as copies), and the code
+                # below only reads it, through the methods bytes and bytearray share.
+                scratch: bytearray | None = getattr(self._local, "scratch", None)
+                if scratch is None:
+                    scratch = self._local.scratch = bytearray(want)
+                got = _PREADV(fd, [scratch], offset)
+                buf = cast(bytes, scratch) if got == want else bytes(scratch[:got])
+            else:
+                buf = os.pread(fd, want, offset)
             if not buf:
                 break
             bytes_read += len(buf)
@@ -300,7 +335,7 @@ class LogTailer:
             cut, counted_to, lines_at = self._events(
                 buf, start, last_newline + 1, offset, line_number, position, st, read_at, batch, at_tail, idle
             )
-            line_number = lines_at + buf.count(b"\n", counted_to, cut)  # one newline pass per chunk in total
+            line_number = lines_at + count_newlines(buf, counted_to, cut)  # one newline pass per chunk in total
             self._tail_facts(buf, start, cut, offset, line_number, cut, position, st, read_at, batch)
             offset += cut
             if cut < last_newline + 1:
@@ -389,8 +424,6 @@ class LogTailer:
                 line_end = min(line_end, start + self.line_cap)
             if line_start in suppressed:
                 continue
-            lines_before += buf.count(b"\n", counted_to, line_start)
-            counted_to = line_start
             raw = buf[line_start : min(line_end, line_start + self.line_cap)]
             truncated = forced_end or line_end - line_start > self.line_cap
             text = decode_line(raw)
@@ -404,12 +437,16 @@ class LogTailer:
                 if decided is None:
                     waiting = at_tail and idle < self.traceback_wait
                     if line_start > start or waiting:
-                        return line_start, counted_to, lines_before  # let the exception line arrive
+                        lines_before += count_newlines(buf, counted_to, line_start)
+                        return line_start, line_start, lines_before  # let the exception line arrive
                 else:
                     signal = decided
             if signal is None:
                 signal = self.classifier.checkpoint(text, anchors)
             if signal is not None:
+                # Line numbers only for lines that become events: most candidates are benign.
+                lines_before += count_newlines(buf, counted_to, line_start)
+                counted_to = line_start
                 batch.events.append(
                     self._event(
                         raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
@@ -527,21 +564,21 @@ class LogTailer:
         spans: Iterable[Span] = scanner.lines(buf, start, complete_end) if every else scanner.last_lines(buf, start)
         found: list[LogEvent] = []
         # `line_number` is the number of complete lines before buf index `known_at`.
-        counted_to, lines_before = start, line_number - buf.count(b"\n", start, known_at) if every else line_number
+        counted_to, lines_before = start, line_number - count_newlines(buf, start, known_at) if every else line_number
         for line_start, line_end in spans:
             raw = buf[max(line_start, line_end - self.line_cap) : line_end]  # the tail holds the newest bar state
             signal = classify(decode_line(raw))
             if signal is None:
                 continue
             if every:
-                lines_before += buf.count(b"\n", counted_to, line_start)
+                lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
                 number = lines_before + 1
             else:
                 if line_start < known_at:
-                    number = line_number - buf.count(b"\n", line_start, known_at) + 1
+                    number = line_number - count_newlines(buf, line_start, known_at) + 1
                 else:
-                    number = line_number + buf.count(b"\n", known_at, line_start) + 1
+                    number = line_number + count_newlines(buf, known_at, line_start) + 1
             found.append(
                 self._event(
                     raw,

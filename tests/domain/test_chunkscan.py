@@ -31,6 +31,20 @@ def test_a_window_and_the_newest_first_order(engine: str) -> None:
     assert [TEXT[a:b] for a, b in scanner.last_lines(TEXT)] == [b"last NCCL", b"NCCL WARN x and CUDA error: again"]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_anchor_containing_another_is_still_reported(engine: str) -> None:
+    """Only the shorter anchor is searched for; the longer one is looked for in the lines found."""
+    scanner = ChunkScanner(["NCCL WARN Cuda failure ", "NCCL WARN", "Cuda failure"], engine=engine)
+    text = b"NCCL WARN Cuda failure 2\nNCCL WARN other\nCuda failure alone\nNCCL WARN Cuda failure 9\n"
+    found = scanner.lines_with_anchors(text, 0, len(text) - 6)  # the window ends inside "failure"
+    assert [(text[a:b], sorted(names)) for a, b, names in found] == [
+        (b"NCCL WARN Cuda failure 2", ["Cuda failure", "NCCL WARN", "NCCL WARN Cuda failure "]),
+        (b"NCCL WARN other", ["NCCL WARN"]),
+        (b"Cuda failure alone", ["Cuda failure"]),
+        (b"NCCL WARN Cuda fail", ["NCCL WARN"]),
+    ]
+
+
 def test_no_anchors_and_empty_input_find_nothing() -> None:
     assert ChunkScanner([]).lines(TEXT) == []
     assert ChunkScanner(["x"]).lines(b"") == []

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from app.domain import chunkscan
 from app.domain.signatures import CheckpointEvent, CrashSignature
-from app.logs.reader import FilePosition, LogTailer
+from app.logs.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
 
 ITER = (
     " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time "
@@ -239,6 +239,37 @@ def test_fallback_engine_matches_hyperscan(tmp_path):
     assert slow.engine == "python" and fast.engine == "hyperscan"
     assert [(e.event_id, e.signal) for e in a.events] == [(e.event_id, e.signal) for e in b.events]
     assert a.latest_progress.event_id == b.latest_progress.event_id
+
+
+@given(data=st.binary(max_size=20_000), start=st.integers(-5, 20_005), end=st.integers(-5, 20_005))
+def test_count_newlines_is_bytes_count(data, start, end):
+    data = data.replace(b"a", b"\n")  # plenty of newlines
+    assert count_newlines(data, max(start, 0), max(end, 0)) == data.count(b"\n", max(start, 0), max(end, 0))
+    assert count_newlines(bytearray(data), max(start, 0), max(end, 0)) == data.count(b"\n", max(start, 0), max(end, 0))
+
+
+def test_big_chunks_in_a_reused_buffer_read_like_small_chunks(tmp_path):
+    """Chunks of a megabyte or more go through one reused buffer; the findings must not change."""
+    log = tmp_path / "big.log"
+    body = []
+    for i in range(20000):
+        body.append(ITER.format(s=i % 60, i=i))
+        if i % 997 == 0:
+            body.append(f"Saving model checkpoint to /o/checkpoint-{i}\n")
+        if i % 1500 == 7:
+            body.append("[rank3]:[W1130 ProcessGroupNCCL.cpp:4115] Warning: NCCL error handling is enabled\n")
+    append(log, "".join(body) + "Segmentation fault\n" + ITER.format(s=1, i=20001) + "partial line, no newline")
+    assert log.stat().st_size > 2 * REUSE_BUFFER_BYTES
+    results = []
+    for chunk_size in (128 * 1024, REUSE_BUFFER_BYTES):
+        with LogTailer(chunk_size=chunk_size, max_bytes=3 * REUSE_BUFFER_BYTES // 2) as tailer:
+            _, events, progress, position = read_all(tailer, FilePosition(path=str(log)))
+        results.append(([(e.event_id, e.line_number, e.offset, e.signal) for e in events], progress.event_id, position))
+    assert results[0] == results[1]
+    events, _, position = results[1]
+    assert (
+        len(events) == 21 + 1 and events[-1][3].category == "SEGFAULT" and position.line_number == 20000 + 21 + 14 + 2
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
