@@ -40,6 +40,9 @@ def _getter(field_def: Any, resolve: Any) -> Any:
 # item spec); a plan is (response name, source -> value, spec, non-null) per field.
 Spec = tuple[Any, ...]
 Plan = tuple[tuple[str, Any, Spec, bool], ...]
+# (type, response names, ids of the field nodes, which are not deferred) -> (the nodes, the plan or None)
+_SHARED_PLANS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Plan | None]] = {}
+_MAX_SHARED_PLANS = 1024
 
 
 class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
@@ -60,8 +63,24 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         known = self._leaf_plans.get(id(grouped_field_set))
         if known is not None and known[0] is grouped_field_set:
             return known[1]
-        plan = _plan_of(self.schema, parent_type, grouped_field_set)
-        result = tuple(plan) if plan else None
+        # Across requests: the same selection of a cached document (the same field nodes, none deferred) on the same
+        # type has the same plan; the entry keeps its nodes alive, so their ids are not reused while it is cached.
+        nodes = tuple(d.node for details in grouped_field_set.values() for d in details)
+        shape = (
+            parent_type,
+            tuple(grouped_field_set),
+            tuple(map(id, nodes)),
+            tuple(d.defer_usage is None for details in grouped_field_set.values() for d in details),
+        )
+        shared = _SHARED_PLANS.get(shape)
+        if shared is not None and all(a is b for a, b in zip(shared[0], nodes, strict=True)):
+            result = shared[1]
+        else:
+            plan = _plan_of(self.schema, parent_type, grouped_field_set)
+            result = tuple(plan) if plan else None
+            if len(_SHARED_PLANS) >= _MAX_SHARED_PLANS:
+                _SHARED_PLANS.clear()
+            _SHARED_PLANS[shape] = (nodes, result)
         self._leaf_plans[id(grouped_field_set)] = (grouped_field_set, result)
         return result
 

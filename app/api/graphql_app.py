@@ -17,6 +17,7 @@ from app.api.auth import authenticate_connection
 from app.api.context import ApiContext
 from app.api.errors import FORBIDDEN, LIMIT_EXCEEDED, UNAUTHENTICATED
 from app.api.graphiql import graphiql_html
+from app.api.jsonbody import graphql_json
 from app.api.limits import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from app.api.loaders import Loaders
 from app.api.masking import masked
@@ -139,6 +140,9 @@ class RecoveryGraphQL(GraphQL[ApiContext, None]):
             response=response,
             websocket=websocket,
         )
+
+    def encode_json(self, data: object) -> str | bytes:
+        return graphql_json(data)
 
     async def render_graphql_ide(self, request: Request) -> Response:
         # Vendored assets under the dashboard's CSP (app/main.py), so GraphiQL works without internet access.

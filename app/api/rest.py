@@ -9,12 +9,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app import __version__
 from app.advice import queries as advice_queries
 from app.advice import stories
+from app.api.jsonbody import FastJSONResponse as JSONResponse
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request

@@ -21,6 +21,7 @@ __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job
 
 # A page reads plain column values: no ORM objects (identity map, instrumentation) on the read path.
 _COLUMNS = tuple(AuditEvent.__table__.columns)
+_C = AuditEvent.__table__.c
 TIMELINE_EVENT_TYPES = ("attempt.registered", "attempt.state_changed")
 # Also drawn on the timeline, as checkpoint marks: the check of the newest save before release.
 CHECKPOINT_CHECK_EVENT = "checkpoint.checked"
@@ -70,30 +71,29 @@ def parse_job_reference(text: str) -> tuple[int, int | None]:
 
 
 def _filtered(query: Any, flt: AuditFilter) -> Any:
+    # Core columns: the same SQL as the ORM attributes, built without the ORM's comparator layers (per request).
     if flt.slurm_job_id is not None:
-        query = query.where(AuditEvent.slurm_job_id == flt.slurm_job_id)
+        query = query.where(_C.slurm_job_id == flt.slurm_job_id)
     if flt.attempt_index is not None:
-        query = query.where(AuditEvent.attempt_index == flt.attempt_index)
+        query = query.where(_C.attempt_index == flt.attempt_index)
     if flt.component:
-        query = query.where(AuditEvent.component == flt.component)
+        query = query.where(_C.component == flt.component)
     if flt.event_type:
-        query = query.where(AuditEvent.event_type == flt.event_type)
+        query = query.where(_C.event_type == flt.event_type)
     if flt.event_type_family:
         family = flt.event_type_family.rstrip(".*")
         # LIKE with the wildcards of the text escaped (a range would follow PostgreSQL's collation, not bytes).
-        query = query.where(
-            or_(AuditEvent.event_type == family, AuditEvent.event_type.startswith(family + ".", autoescape=True))
-        )
+        query = query.where(or_(_C.event_type == family, _C.event_type.startswith(family + ".", autoescape=True)))
     if flt.level:
-        query = query.where(AuditEvent.level == flt.level)
+        query = query.where(_C.level == flt.level)
     if flt.produced_after:
-        query = query.where(AuditEvent.produced_at >= flt.produced_after)
+        query = query.where(_C.produced_at >= flt.produced_after)
     if flt.produced_before:
-        query = query.where(AuditEvent.produced_at < flt.produced_before)
+        query = query.where(_C.produced_at < flt.produced_before)
     if flt.cluster:
-        query = query.where(AuditEvent.cluster == flt.cluster)
+        query = query.where(_C.cluster == flt.cluster)
     if flt.workflow_id is not None:
-        query = query.where(AuditEvent.workflow_id == flt.workflow_id)
+        query = query.where(_C.workflow_id == flt.workflow_id)
     return query
 
 
@@ -109,7 +109,7 @@ async def query(
         session,
         _filtered(select(*_COLUMNS), filter),
         kind="audit",
-        columns=(AuditEvent.produced_at, AuditEvent.id),
+        columns=(_C.produced_at, _C.id),
         descending=descending,
         request=page,
         key_of=lambda e: (e.produced_at, e.id),

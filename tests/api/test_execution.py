@@ -10,6 +10,7 @@ import strawberry
 
 from app.api import execution
 from app.api.execution import LeafFastExecutionContext
+from app.api.masking import SpecValidationFirst
 
 
 @strawberry.enum
@@ -81,3 +82,33 @@ def test_fast_path_answers_like_graphql_core_and_is_taken(monkeypatch: Any) -> N
     assert [(e.message, e.path) for e in got.errors] == [(e.message, e.path) for e in expected.errors]
     assert got.data == expected.data
     assert execution._BASIC == "_get_basic_result"
+
+
+def test_plans_are_shared_across_requests_and_follow_the_variables(monkeypatch: Any) -> None:
+    plain = strawberry.Schema(query=Query)
+    # With the API's document cache (app/api/masking.py), as in the app: the same text is the same document.
+    fast = strawberry.Schema(
+        query=Query, execution_context_class=LeafFastExecutionContext, extensions=[SpecValidationFirst]
+    )
+    planned: list[int] = []
+    original = execution._plan_of
+
+    def counting(*args: Any) -> Any:
+        planned.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(execution, "_plan_of", counting)
+    query = "query($s: Boolean!) { page { edges { cursor node { name size @include(if: $s) colour } } } }"
+    answers = []
+    plans_made = []
+    for shown in (False, True, False, True):
+        expected = plain.execute_sync(query, variable_values={"s": shown})
+        got = fast.execute_sync(query, variable_values={"s": shown})
+        assert got.errors is None and got.data == expected.data
+        assert got.data is not None
+        answers.append(got.data["page"]["edges"][1]["node"])
+        plans_made.append(len(planned))
+    assert answers[0] == answers[2] == {"name": "n1", "colour": "RED"}
+    assert answers[1] == answers[3] == {"name": "n1", "size": 1, "colour": "RED"}
+    assert plans_made[0] > 0 and plans_made[1] > plans_made[0]  # the included field makes other plans
+    assert plans_made[3] == plans_made[1]  # the repeated requests were served by the plans of the first two
