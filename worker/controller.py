@@ -79,7 +79,6 @@ MAX_PASSES_PER_TICK = 12  # a RESTART needs 3 commands; bounded so one tick cann
 DUE_BATCH = 200
 BACKOFF_BASE = 1.0  # seconds; doubles per consecutive transient failure of one Advice
 BACKOFF_MAX = 60.0
-OBSERVE_RECHECK = 30.0  # seconds between looks at an Advice the controller may not act on
 
 
 def backoff_delay(failures: int | None) -> dt.timedelta:
@@ -314,13 +313,11 @@ class Controller(Service):
                 plan = shadow_plan(state, obs, now=now, milestones=milestones)
                 await advice_service.record_shadow(session, advice=advice, steps=plan, now=now, target=target)
                 would = ", then ".join(advice_service.command_text(s, target) for s in plan if s.is_action)
-                await advice_service.set_status(
+                await advice_service.keep_pending(
                     session,
                     advice=advice,
-                    disposition=Disposition.PENDING,
                     reason=DispositionReason.NOT_AUTHORIZED.value,
                     message=f"{why_not}; would run: {would}",
-                    next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
                     now=now,
                 )
                 return 0
@@ -329,14 +326,8 @@ class Controller(Service):
                 session, settings=self.settings, advice=advice, in_flight=bool(milestones), now=now
             )
             if held is not None:
-                await advice_service.set_status(
-                    session,
-                    advice=advice,
-                    disposition=Disposition.PENDING,
-                    reason=held.reason,
-                    message=held.message,
-                    next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
-                    now=now,
+                await advice_service.keep_pending(
+                    session, advice=advice, reason=held.reason, message=held.message, now=now
                 )
                 return 0
         return await self.execute(advice_id, state, step, target)

@@ -21,7 +21,7 @@ from app.config import Settings
 from app.context import AppContext
 from app.db import utcnow
 from app.domain.mode import ModeDecision, effective_mode
-from app.domain.reconcile import AdviceState, Disposition, DispositionReason, Step, StepKind
+from app.domain.reconcile import AdviceState, DispositionReason, Step, StepKind
 from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
 from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
@@ -42,8 +42,6 @@ class Controller(Protocol):
 
 
 log = logging.getLogger("recovery.controller")
-
-OBSERVE_RECHECK = 30.0
 
 
 def job_view(job: SlurmJob) -> JobView:
@@ -136,13 +134,11 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
             for shadow, target in plan:
                 await advice_service.record_shadow(session, advice=advice, steps=[shadow], now=now, target=target)
             would = ", then ".join(advice_service.command_text(s, t) for s, t in plan)
-            await advice_service.set_status(
+            await advice_service.keep_pending(
                 session,
                 advice=advice,
-                disposition=Disposition.PENDING,
                 reason=DispositionReason.NOT_AUTHORIZED.value,
                 message=f"{why_not}; would run: {would}",
-                next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
                 now=now,
             )
             return 0
@@ -151,14 +147,6 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
             session, settings=controller.settings, advice=advice, in_flight=bool(milestones), now=now
         )
         if held is not None:
-            await advice_service.set_status(
-                session,
-                advice=advice,
-                disposition=Disposition.PENDING,
-                reason=held.reason,
-                message=held.message,
-                next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
-                now=now,
-            )
+            await advice_service.keep_pending(session, advice=advice, reason=held.reason, message=held.message, now=now)
             return 0
     return await controller.execute(advice_id, state, step, planned.target)

@@ -17,7 +17,7 @@ from app.audit import service as audit
 from app.db import utcnow
 from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
 from app.domain.mode import ModeDecision
-from app.domain.reconcile import Disposition, Milestone, Step, StepKind
+from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
 from app.feed import service as feed
 from app.jobs.models import Attempt
 from app.notify import service as notify
@@ -423,6 +423,21 @@ def command_text(step: Step, job_id: int | str) -> str:
 
 
 # ---------------------------------------------------------------- reconciliation status
+
+
+async def keep_pending(
+    session: AsyncSession, *, advice: Advice, reason: str | None, message: str, now: dt.datetime
+) -> bool:
+    """Leave the Advice active and PENDING for this reason, looked at again after OBSERVE_RECHECK seconds."""
+    return await set_status(
+        session,
+        advice=advice,
+        disposition=Disposition.PENDING,
+        reason=reason,
+        message=message,
+        next_reconcile_at=now + dt.timedelta(seconds=OBSERVE_RECHECK),
+        now=now,
+    )
 
 
 async def set_status(

@@ -23,6 +23,7 @@ class StepKind(StrEnum):
 
 
 ACTIONS = frozenset({StepKind.REQUEUE_HOLD, StepKind.SET_EXCLUSIONS, StepKind.RELEASE, StepKind.CANCEL})
+OBSERVE_RECHECK = 30.0  # seconds between looks at an Advice the controller may not act on (now)
 
 
 class Disposition(StrEnum):
