@@ -13,7 +13,7 @@ from app.client import status, watch
 from app.config import Settings
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
-from tests.story_factories import RECOVERED, seed_stories
+from tests.factories import RECOVERED, seed_stories
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
 

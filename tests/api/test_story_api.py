@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.api.helpers import run_graphql
-from tests.story_factories import OBSERVED, RECOVERED, STOPPED, seed_stories
+from tests.factories import OBSERVED, RECOVERED, STOPPED, seed_stories
 
 QUERY = """
 query Story($jobId: Int!) {

@@ -10,7 +10,7 @@ import pytest
 from app.config import Settings
 from app.context import AppContext
 from app.main import create_app
-from tests.story_factories import OBSERVED, RECOVERED, STOPPED, seed_stories
+from tests.factories import OBSERVED, RECOVERED, STOPPED, seed_stories
 from tests.views.server import serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]

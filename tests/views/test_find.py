@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from app.jobs import service as jobs
-from tests.factories import dashboard_registration, seed_history
-from tests.story_factories import OBSERVED, RECOVERED, STOPPED, seed_stories
+from tests.factories import OBSERVED, RECOVERED, STOPPED, dashboard_registration, seed_history, seed_stories
 from tests.views.html import parse
 
 
