@@ -1,9 +1,9 @@
 """Recovery latency on the real Slurm lab: job exit -> our `scontrol release` returning, and job exit -> the next
 attempt RUNNING, beside the same job requeued by Slurm's own `RequeueExit=75`, in the same run.
 
-    .venv/bin/python bench/recovery_latency.py                    # 5 runs
+    .venv/bin/python bench/recovery_latency.py                    # 5 runs, on a lab of its own
     .venv/bin/python bench/recovery_latency.py --smoke            # 1 run, 45 s collective timeout
-    .venv/bin/python bench/recovery_latency.py --configure-lab    # add RequeueExit=75 to the lab first
+    .venv/bin/python bench/recovery_latency.py --shared-lab       # on the default lab ($RECOVERY_LAB_DIR)
 
 The worker (observer + advisor + controller + watchdog) runs in this process on a temporary
 SQLite database, acting (ceiling on) for a benchmark-only environment name. Each run submits
@@ -11,9 +11,12 @@ two copies of one script at the same time: an enrolled one that exits 1 (recover
 a non-enrolled one that exits 75 (requeued by Slurm). Both write `date +%s.%N` just before the
 exit and at the start of the retry, so every time is measured on the same clock. Both retries
 wait Slurm's BeginTime (cred_expire, 5 s in the lab), so the RUNNING ratio shows what our path
-adds on top of Slurm's own requeue. Needs root and the lab; `--configure-lab` rewrites the lab's
-slurm.conf with RECOVERY_LAB_EXTRA_CONF=RequeueExit=75 (lab.sh then restarts slurmctld and slurmd,
-which other users of the shared lab will notice). Prints numbers; asserts nothing about time.
+adds on top of Slurm's own requeue. Needs root and the lab packages (`bash .ci/bootstrap`). By default
+it starts a 3-node lab of its own with `RequeueExit=75` (in `<lab dir>-latency`, ports shifted by
+$RECOVERY_BENCH_LAB_PORT_OFFSET, default 7000) and stops it at the end, so a shared lab is never
+reconfigured; `--shared-lab` runs on the default lab instead, and `--configure-lab` adds RequeueExit=75
+to it (lab.sh then restarts its slurmctld and slurmd, which other users of that lab will notice).
+Prints numbers; asserts nothing about time.
 
 The partial-failure case submits, at the same time, an enrolled and a non-enrolled copy of a job whose rank 0
 prints a crash line and dies while the rest blocks in a collective until a "collective timeout" (60 s; 45 s in
@@ -94,13 +97,19 @@ date +%s.%N > "start-$SLURM_JOB_ID"
 """
 
 
-def lab_up(extra_conf: str | None) -> str:
-    """Bring the lab up (optionally with extra slurm.conf lines); returns SLURM_CONF."""
+def own_lab() -> tuple[str, int]:
+    """The directory and port offset of the lab this bench starts for itself."""
+    return default_lab_dir() + "-latency", int(os.environ.get("RECOVERY_BENCH_LAB_PORT_OFFSET", "7000"))
+
+
+def lab_up(extra_conf: str | None, lab_dir: str, port_offset: int | None) -> str:
+    """Bring a lab up (optionally with extra slurm.conf lines); returns SLURM_CONF."""
     out = io.StringIO()
     if extra_conf is not None:
         os.environ["RECOVERY_LAB_EXTRA_CONF"] = extra_conf
-    if lab_run("up", nodes=3, lab_dir=default_lab_dir(), out=out) != 0:
-        raise SystemExit("`recovery lab up` failed (root and the lab packages are needed)")
+    print(f"starting the lab in {lab_dir} ...", flush=True)
+    if lab_run("up", nodes=3, lab_dir=lab_dir, port_offset=port_offset, out=out) != 0:
+        raise SystemExit("`recovery lab up` failed (root and the lab packages are needed: bash .ci/bootstrap)")
     match = re.search(r"^export SLURM_CONF=(\S+)$", out.getvalue(), re.M)
     if not match:
         raise SystemExit(f"lab printed no SLURM_CONF: {out.getvalue()!r}")
@@ -221,12 +230,25 @@ async def one_run(
     return row
 
 
-async def bench(runs: int, configure_lab: bool, collective_timeout: float) -> int:
-    lab_up("RequeueExit=75" if configure_lab else None)
+async def bench(runs: int, shared_lab: bool, configure_lab: bool, collective_timeout: float) -> int:
+    if shared_lab:
+        lab_dir, port_offset = default_lab_dir(), None
+        lab_up("RequeueExit=75" if configure_lab else None, lab_dir, port_offset)
+        return await measure(runs, lab_dir, collective_timeout)
+    lab_dir, port_offset = own_lab()
+    try:
+        lab_up(f"RequeueExit={REQUEUE_EXIT}", lab_dir, port_offset)
+        return await measure(runs, lab_dir, collective_timeout)
+    finally:
+        lab_run("down", lab_dir=lab_dir, port_offset=port_offset, out=io.StringIO())
+
+
+async def measure(runs: int, lab_dir: str, collective_timeout: float) -> int:
+    """Time `runs` recoveries, ours beside RequeueExit where the lab has it; prints the `figure` lines."""
     baseline = requeue_exit_configured()
     if not baseline:
         print("RequeueExit=75 is not configured in the lab: the Slurm baseline is skipped (use --configure-lab).")
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=default_lab_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=lab_dir) as tmp:
         directory = Path(tmp)
         environment = f"bench-{uuid.uuid4().hex[:6]}"
         settings = Settings.build(
@@ -290,14 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="number of runs")
     parser.add_argument("--collective-timeout", type=float, help="seconds the surviving ranks block (60; smoke 45)")
     parser.add_argument(
+        "--shared-lab", action="store_true", help="run on the default lab instead of starting one of its own"
+    )
+    parser.add_argument(
         "--configure-lab",
         action="store_true",
-        help="bring the lab up with RequeueExit=75 (restarts its daemons if the config changes)",
+        help="with --shared-lab: bring that lab up with RequeueExit=75 (restarts its daemons if the config changes)",
     )
     args = parser.parse_args(argv)
     runs = args.runs or (1 if args.smoke else 5)
     timeout = args.collective_timeout or (45.0 if args.smoke else 60.0)
-    return asyncio.run(bench(runs, args.configure_lab, timeout))
+    return asyncio.run(bench(runs, args.shared_lab, args.configure_lab, timeout))
 
 
 if __name__ == "__main__":

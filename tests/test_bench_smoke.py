@@ -2,6 +2,9 @@
 asserted: whether a goal is met is the bench's answer, not the test's)."""
 
 import io
+import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from bench.figures import Figure, figure, parse
+from tests.plugins import require
+from tests.plugins.slurm_lab import lab_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Every bench/*.py except recovery_latency.py, which needs root, a Slurm lab reconfigured with RequeueExit and
-# about a minute per run (it prints its figure lines through bench/figures.py like the others).
+# Every bench/*.py but recovery_latency.py, which needs root and starts a Slurm lab of its own (its own test below).
 SMOKE = [
     ("bench/ingest.py", ["ingest_vs_grep", "ingest_python_fallback_vs_grep"]),
     (
@@ -41,9 +45,8 @@ def test_every_bench_is_covered() -> None:
     assert benches == covered
 
 
-@pytest.mark.parametrize(("script", "names"), SMOKE)
-def test_benchmark_smoke_mode_ends_with_figure_lines(script: str, names: list[str]) -> None:
-    result = subprocess.run([sys.executable, script, "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def assert_ends_with_figures(result: subprocess.CompletedProcess[str], names: list[str]) -> list[Figure]:
+    """The run succeeded and its last lines are well-formed `figure` lines naming at least `names`."""
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.rstrip("\n").splitlines()
     figures = parse(result.stdout)
@@ -53,6 +56,36 @@ def test_benchmark_smoke_mode_ends_with_figure_lines(script: str, names: list[st
     assert all(line.startswith("figure ") for line in tail), tail
     assert [f.name for f in parse("\n".join(tail))] == [f.name for f in figures]
     assert set(names) <= {f.name for f in figures}
+    return figures
+
+
+@pytest.mark.parametrize(("script", "names"), SMOKE)
+def test_benchmark_smoke_mode_ends_with_figure_lines(script: str, names: list[str]) -> None:
+    result = subprocess.run([sys.executable, script, "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert_ends_with_figures(result, names)
+
+
+def test_recovery_latency_smoke_runs_on_a_lab_of_its_own() -> None:
+    if os.geteuid() != 0 or shutil.which("slurmctld") is None:
+        require("root and the Slurm lab packages", "bench/recovery_latency.py starts a lab of its own")
+    with lab_lock():  # it starts and stops a lab: not while another test starts one or stops a daemon on purpose
+        result = subprocess.run(
+            [sys.executable, "bench/recovery_latency.py", "--smoke"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    figures = assert_ends_with_figures(
+        result,
+        [
+            "recovery_exit_to_running_vs_requeueexit",
+            "recovery_crash_line_to_release",
+            "recovery_partial_failure_vs_requeueexit",
+        ],
+    )
+    # Its own lab has RequeueExit: every figure, the baselines' ratios too, was measured (a nan would mean not).
+    assert not any(math.isnan(f.value) for f in figures), result.stdout[-2000:]
 
 
 def test_figure_lines_round_trip_and_judge_their_goal() -> None:
