@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - exercised by forcing engine="python" i
     _hyperscan = None
 
 HYPERSCAN_AVAILABLE = _hyperscan is not None
-FIRST_WINDOW = 32 * 1024
+FIRST_WINDOW = 4 * 1024
 
 Span = tuple[int, int]  # (line start, line end without the newline)
 
@@ -49,7 +49,7 @@ class ChunkScanner:
         texts = [a.decode("utf-8") for a in self.anchors]
         # Each anchor also stands for the shorter anchors inside it, so a rule keyed on the
         # shorter one is still tried whichever of two overlapping matches is reported.
-        self._names: list[tuple[str, ...]] = [tuple(t for t in texts if t in text) for text in texts]
+        self._names: list[frozenset[str]] = [frozenset(t for t in texts if t in text) for text in texts]
         self._index = {a: i for i, a in enumerate(self.anchors)}
         # An anchor that contains another one finds no line the shorter one misses: only the minimal
         # anchors are searched (fewer literals scan faster) and the longer ones are looked for in the
@@ -149,22 +149,24 @@ class ChunkScanner:
         else:
             hits = self._find_all(buf, start, end)
         result: list[tuple[int, int, frozenset[str]]] = []
+        names, longer_of = self._names, self._longer
         line_start = line_end = -1
-        seen: set[str] = set()
+        seen: frozenset[str] = frozenset()
         for off, ident in hits:
             if off > line_end:
                 if seen:
-                    result.append((line_start, line_end, frozenset(seen)))
+                    result.append((line_start, line_end, seen))
                 line_start = max(buf.rfind(b"\n", start, off - 1) + 1, start)
                 newline = buf.find(b"\n", off - 1, end)
                 line_end = end if newline < 0 else newline
-                seen = set()
-            seen.update(self._names[ident])
-            for longer, other in self._longer[ident]:
+                seen = names[ident]  # shared, not copied: most candidate lines hold one anchor
+            else:
+                seen |= names[ident]
+            for longer, other in longer_of[ident]:
                 if buf.find(longer, line_start, line_end) >= 0:
-                    seen.update(self._names[other])
+                    seen |= names[other]
         if seen:
-            result.append((line_start, line_end, frozenset(seen)))
+            result.append((line_start, line_end, seen))
         return result
 
     def last_lines(self, buf: bytes, start: int = 0, end: int | None = None) -> Iterator[Span]:

@@ -236,7 +236,9 @@ BENIGN_RULES: tuple[Rule, ...] = (
     _benign(
         "python_warning",
         ("Warning:", "warnings.warn"),
-        r"\b\w*Warning: |warnings\.warn\(",
+        # Not r"\b\w*Warning: ": that matches exactly the lines holding "Warning: " (a word boundary is always
+        # found where the word before it starts) and, with no literal to start from, costs 5x more per line.
+        r"Warning: |warnings\.warn\(",
         "UserWarning: CUDA error handling is deprecated; use TORCH_NCCL_ASYNC_ERROR_HANDLING instead",
     ),
     _benign(
