@@ -224,21 +224,20 @@ class Classifier:
             kind: [(rule, rule.compiled(), rule.compiled_exclude()) for rule in ruleset.of_kind(kind)]
             for kind in RULE_KINDS
         }
-        self._narrowed: dict[tuple[str, frozenset[str]], list[Any]] = {}
+        self._narrowed: dict[frozenset[str], tuple[list[Any], list[Any]]] = {}
         self._benign = [(rule.anchors, regex) for rule, regex, _ in self._by_kind["benign"]]
 
-    def _rules(self, kind: str, anchors: frozenset[str] | None) -> list[Any]:
-        """The rules of a kind worth trying, given the anchors the prefilter saw (cached per anchor set)."""
-        if anchors is None:
-            return self._by_kind[kind]
-        key = (kind, anchors)
-        rules = self._narrowed.get(key)
+    def _narrow(self, anchors: frozenset[str]) -> tuple[list[Any], list[Any]]:
+        """The crash and checkpoint rules worth trying, given the anchors the prefilter saw (cached per anchor set)."""
+        rules = self._narrowed.get(anchors)
         if rules is None:
             if len(self._narrowed) > 4096:
                 self._narrowed.clear()
-            rules = self._narrowed[key] = [
-                entry for entry in self._by_kind[kind] if not anchors.isdisjoint(entry[0].anchors)
-            ]
+            crash, checkpoint = (
+                [entry for entry in self._by_kind[kind] if not anchors.isdisjoint(entry[0].anchors)]
+                for kind in ("crash", "checkpoint")
+            )
+            rules = self._narrowed[anchors] = (crash, checkpoint)
         return rules
 
     def is_benign(self, line: str) -> bool:
@@ -251,14 +250,30 @@ class Classifier:
                     break
         return False
 
+    def candidate(self, line: str, anchors: frozenset[str]) -> CrashSignature | CheckpointEvent | None:
+        """What a prefilter candidate means: its crash signature, else its checkpoint event, else nothing.
+
+        The same as `crash(line, anchors) or checkpoint(line, anchors)` with one rule lookup and no
+        checkpoint pass for the many benign candidates that no checkpoint rule is keyed on.
+        """
+        crash, checkpoint = self._narrow(anchors)
+        found = self._crash(line, crash, False) if crash else None
+        if found is None and checkpoint:
+            return self._checkpoint(line, checkpoint, False)
+        return found
+
     def crash(self, line: str, anchors: frozenset[str] | None = None) -> CrashSignature | None:
         """The first crash rule the line matches, unless a benign rule or the rule's exclude matches.
 
         `anchors` (from the prefilter) are the anchors known to occur in the line; when given,
         only rules keyed on them are tried.
         """
-        for rule, regex, exclude in self._rules("crash", anchors):
-            if anchors is None and not _anchored(rule, line):
+        rules = self._by_kind["crash"] if anchors is None else self._narrow(anchors)[0]
+        return self._crash(line, rules, anchors is None)
+
+    def _crash(self, line: str, rules: list[Any], unanchored: bool) -> CrashSignature | None:
+        for rule, regex, exclude in rules:
+            if unanchored and not _anchored(rule, line):
                 continue
             match = regex.search(line)
             if match is None:
@@ -281,8 +296,13 @@ class Classifier:
         return None
 
     def checkpoint(self, line: str, anchors: frozenset[str] | None = None) -> CheckpointEvent | None:
-        for rule, regex, exclude in self._rules("checkpoint", anchors):
-            if anchors is None and not _anchored(rule, line):
+        """The first checkpoint rule the line matches (`anchors` as for `crash`)."""
+        rules = self._by_kind["checkpoint"] if anchors is None else self._narrow(anchors)[1]
+        return self._checkpoint(line, rules, anchors is None)
+
+    def _checkpoint(self, line: str, rules: list[Any], unanchored: bool) -> CheckpointEvent | None:
+        for rule, regex, exclude in rules:
+            if unanchored and not _anchored(rule, line):
                 continue
             match = regex.search(line)
             if match is None or (exclude is not None and exclude.search(line)):

@@ -427,7 +427,7 @@ class LogTailer:
             raw = buf[line_start : min(line_end, line_start + self.line_cap)]
             truncated = forced_end or line_end - line_start > self.line_cap
             text = decode_line(raw)
-            signal: Signal | None = self.classifier.crash(text, anchors)
+            signal: Signal | None = self.classifier.candidate(text, anchors)
             if (
                 isinstance(signal, CrashSignature)
                 and signal.category == PYTHON_TRACEBACK
@@ -441,8 +441,6 @@ class LogTailer:
                         return line_start, line_start, lines_before  # let the exception line arrive
                 else:
                     signal = decided
-            if signal is None:
-                signal = self.classifier.checkpoint(text, anchors)
             if signal is not None:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
