@@ -226,6 +226,14 @@ class Classifier:
         }
         self._narrowed: dict[frozenset[str], tuple[list[Any], list[Any]]] = {}
         self._benign = [(rule.anchors, regex) for rule, regex, _ in self._by_kind["benign"]]
+        # A benign rule of plain literals (python_warning) is decided by `in` alone, before any crash
+        # regex runs: a line holding one of its literals (each holding one of the rule's anchors) is benign.
+        self._benign_literals = tuple(
+            literal
+            for rule in ruleset.of_kind("benign")
+            for literal in literal_alternatives(rule.pattern) or ()
+            if any(anchor in literal for anchor in rule.anchors)
+        )
 
     def _narrow(self, anchors: frozenset[str]) -> tuple[list[Any], list[Any]]:
         """The crash and checkpoint rules worth trying, given the anchors the prefilter saw (cached per anchor set)."""
@@ -272,6 +280,9 @@ class Classifier:
         return self._crash(line, rules, anchors is None)
 
     def _crash(self, line: str, rules: list[Any], unanchored: bool) -> CrashSignature | None:
+        for literal in self._benign_literals:
+            if literal in line:
+                return None  # benign, so no crash whichever rule would match (is_benign would say True)
         for rule, regex, exclude in rules:
             if unanchored and not _anchored(rule, line):
                 continue
@@ -373,6 +384,32 @@ class Classifier:
             rank=_rank_of(exception_line),
             detail=exception_line.strip()[:500],
         )
+
+
+def literal_alternatives(pattern: str) -> tuple[str, ...] | None:
+    """The texts a pattern of plain literal alternatives matches (`a|b\\.c` -> ("a", "b.c")); None for any other."""
+    literals: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for char in pattern:
+        if escaped:
+            if char.isalnum():
+                return None  # \b, \d, \1 ...
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "|":
+            literals.append("".join(current))
+            current = []
+        elif char in ".^$*+?{}[]()":
+            return None
+        else:
+            current.append(char)
+    if escaped:
+        return None
+    literals.append("".join(current))
+    return tuple(literals)
 
 
 def _anchored(rule: Rule, line: str) -> bool:

@@ -12,6 +12,7 @@ from app.domain.signatures import (
     ProgressMarker,
     ThroughputSample,
     exception_line_index,
+    literal_alternatives,
 )
 
 C = Classifier(default_ruleset())
@@ -146,6 +147,13 @@ BENIGN = [
 @pytest.mark.parametrize("line", BENIGN)
 def test_benign_look_alikes_are_not_crashes(line):
     assert C.crash(line) is None
+
+
+def test_literal_alternatives_are_read_only_from_plain_literal_patterns():
+    assert literal_alternatives(r"Warning: |warnings\.warn\(") == ("Warning: ", "warnings.warn(")
+    assert literal_alternatives(r"a\|b") == ("a|b",)
+    for pattern in (r"\bNCCL INFO\b", "a.b", "(?i)x", "x\\", r"\d+", "[W"):
+        assert literal_alternatives(pattern) is None
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,18 @@ pattern = '\\[DRILL\\]'
     assert classifier.crash("Segmentation fault") is not None
 
 
+def test_a_literal_benign_pattern_still_needs_its_anchor():
+    rules = parse_signature_config("""
+[[benign]]
+name = "drill"
+anchors = ["[DRILL]"]
+pattern = 'simulated'
+""")
+    classifier = Classifier(rules)
+    assert classifier.crash("[DRILL] Segmentation fault (simulated)") is None
+    assert classifier.crash("Segmentation fault (simulated)") is not None
+
+
 def test_new_rules_take_precedence_over_defaults():
     rules = parse_signature_config("""
 [[crash]]
