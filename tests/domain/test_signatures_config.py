@@ -55,24 +55,19 @@ pattern = 'HB step=(?P<iteration>\\d+)'
 name = "drill"
 anchors = ["[DRILL]"]
 pattern = '\\[DRILL\\]'
+
+[[benign]]
+name = "rehearsal"
+anchors = ["[REHEARSAL]"]
+pattern = 'simulated'
 """)
     classifier = Classifier(rules)
     marker = classifier.progress("HB step=42")
     assert marker.phase == "trainingloop" and marker.iteration == 42
     assert classifier.crash("[DRILL] Segmentation fault (simulated)") is None
     assert classifier.crash("Segmentation fault") is not None
-
-
-def test_a_literal_benign_pattern_still_needs_its_anchor():
-    rules = parse_signature_config("""
-[[benign]]
-name = "drill"
-anchors = ["[DRILL]"]
-pattern = 'simulated'
-""")
-    classifier = Classifier(rules)
-    assert classifier.crash("[DRILL] Segmentation fault (simulated)") is None
-    assert classifier.crash("Segmentation fault (simulated)") is not None
+    assert classifier.crash("[REHEARSAL] Segmentation fault (simulated)") is None
+    assert classifier.crash("Segmentation fault (simulated)") is not None  # a benign rule needs its anchor
 
 
 def test_new_rules_take_precedence_over_defaults():
