@@ -5,7 +5,7 @@ Usage: .venv/bin/python bench/observer_tick.py [--jobs 10000] [--enrolled 1000] 
 
 The snapshot is built from a real Slurm 22.05 record captured on the lab
 (tests/fixtures/slurm/squeue-v0.0.38-lab.json), one record per job with its own id, state and
-comment. The answers are parsed as the CLI scheduler parses them (app.slurm.parse.SnapshotParser:
+comment. The answers are parsed as the CLI scheduler parses them (app.slurm.incremental.SnapshotParser:
 an unchanged job record is not decoded again). The first tick registers the enrolled jobs (one
 transaction, multi-row inserts); the measured ticks see an unchanged snapshot (parse + compare, no
 database work) and then ones where 1% of the jobs changed state. Baselines measured in the same
@@ -39,7 +39,7 @@ from sqlalchemy import event  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.context import AppContext  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
-from app.slurm.parse import SnapshotParser  # noqa: E402
+from app.slurm.incremental import SnapshotParser  # noqa: E402
 from app.slurm.records import Snapshot  # noqa: E402
 from worker.observer import Observer  # noqa: E402
 

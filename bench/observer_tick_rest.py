@@ -6,7 +6,7 @@ The same snapshot as bench/observer_tick.py (real 22.05 records), served by a lo
 in a thread as slurmrestd would serve it; each measured tick is one bulk request, the parse and
 the comparison with the previous snapshot (unchanged: no database work). The goal of issue 13:
 a tick within 1.5x of `json.loads` of the same bytes, for REST as for the CLI. The adapter parses
-the answer incrementally (app/slurm/rest_parse.py: records unchanged since the last answer are
+the answer incrementally (app/slurm/incremental.py: records unchanged since the last answer are
 not parsed again), so the script also prints the tick after 1% of the jobs changed state, and the
 first (full) parse.
 """
@@ -93,7 +93,7 @@ async def main(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         await observer.tick()
         changed_s = time.perf_counter() - t0
-        reparsed = rest.jobs_parser.parsed
+        reparsed = rest.jobs_parser.decoded
         await rest.aclose()
         await ctx.close()
     server.shutdown()

@@ -14,9 +14,9 @@ from app import metrics
 from app.config import Settings
 from app.slurm.adapter import JobLookup, JobTarget, node_text, target_text
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
+from app.slurm.incremental import SnapshotParser
 from app.slurm.parse import (
     ParseError,
-    SnapshotParser,
     parse_partition_nodes,
     parse_sacct_pipe,
     parse_sinfo_node_names,

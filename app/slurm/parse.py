@@ -7,8 +7,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
 from app.domain import states
 from app.slurm.names import NO_ARRAY_TASK, expand_filename, expand_hostlist
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
@@ -16,7 +14,6 @@ from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 __all__ = [
     "NO_ARRAY_TASK",
     "ParseError",
-    "SnapshotParser",
     "answer_meta",
     "decode_wait_status",
     "expand_filename",
@@ -367,17 +364,8 @@ def parse_snapshot(raw: bytes | str | dict, *, taken_at: datetime | None = None,
     )
 
 
-class _Answer(msgspec.Struct):
-    """The top level of a squeue/slurmrestd answer; each job record is kept as its raw bytes."""
-
-    jobs: list[msgspec.Raw] | None = None
-    errors: Any = None
-    meta: Any = None
-
-
-_ANSWER = msgspec.json.Decoder(_Answer)
-# The fields of a job record parse_job reads (a test checks this against its source): decoding only
-# these skips the other ~100 of each record, and parse_job gets a small dict (absent ones are None).
+# The fields of a job record parse_job reads (a test checks this against its source): app.slurm.incremental
+# decodes only these of each record.
 JOB_FIELDS = (
     "job_id",
     "job_state",
@@ -413,88 +401,6 @@ JOB_FIELDS = (
     "tasks_per_node",
     "tasks",
 )
-_RECORD = msgspec.json.Decoder(msgspec.defstruct("_JobFields", [(name, Any, None) for name in JOB_FIELDS]))
-# records that differ from the one at their place last time decoded (at least; 5% of the previous answer)
-# before the rest is looked up by bytes: a changed record costs a decode, a dict of every previous record
-# only pays off once records moved
-_DECODE_BEFORE_LOOKUP = 64
-
-
-class SnapshotParser:
-    """parse_snapshot with a memory of the previous answer: a job record whose bytes did not change is not decoded.
-
-    The answer is scanned once (msgspec) into its job records' raw bytes; a record byte-for-byte the
-    same as one in the previous answer gets the same SlurmJob object back (parse_job is pure), so an
-    unchanged snapshot costs a scan and one comparison of bytes per job (with the record at the same
-    place last time; a dict by bytes once many records moved), and its jobs compare by identity.
-    Only the previous answer is remembered (about its size).
-    """
-
-    def __init__(self) -> None:
-        # the previous answer's records (msgspec.Raw, compared by their bytes) and what they became
-        self._raws: list[msgspec.Raw] = []
-        self._jobs: list[SlurmJob | None] = []
-        self.decoded = 0  # records decoded by the last parse (tests and benches watch it)
-
-    def parse(self, raw: bytes | str, *, taken_at: datetime | None = None, duration: float = 0.0) -> Snapshot:
-        """All jobs of one answer, like parse_snapshot (same jobs, problems and errors)."""
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()  # as in _load: the decoded containers hold no cycles
-        try:
-            return self._parse(raw, taken_at=taken_at, duration=duration)
-        finally:
-            if paused:
-                gc.enable()
-
-    def _parse(self, raw: bytes | str, *, taken_at: datetime | None, duration: float) -> Snapshot:
-        try:
-            answer = _ANSWER.decode(raw)
-        except msgspec.ValidationError as exc:
-            raise ParseError(f"not a squeue answer: {exc}") from None
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            raise ParseError(f"not JSON: {exc}") from None
-        if answer.jobs is None:
-            raise ParseError("no `jobs` list in the answer")
-        previous_raws, previous_jobs = self._raws, self._jobs
-        by_bytes: dict[bytes, SlurmJob | None] | None = None  # built only when records moved in the list
-        jobs: list[SlurmJob] = []
-        made: list[SlurmJob | None] = []
-        problems: list[str] = []
-        decoded = 0
-        for index, record_raw in enumerate(answer.jobs):
-            # most records sit where they sat last time: one comparison of bytes, no hashing
-            job = previous_jobs[index] if index < len(previous_raws) and record_raw == previous_raws[index] else None
-            if job is None and previous_raws and decoded >= max(_DECODE_BEFORE_LOOKUP, len(previous_raws) // 20):
-                # many records differ from their place last time: they moved, find them by their bytes
-                if by_bytes is None:
-                    by_bytes = {bytes(r): j for r, j in zip(previous_raws, previous_jobs, strict=True) if j is not None}
-                job = by_bytes.get(bytes(record_raw))
-            if job is None:  # new or changed (a record that failed before is tried again)
-                decoded += 1
-                record: Any = None
-                try:
-                    record = msgspec.structs.asdict(_RECORD.decode(record_raw))
-                    job = parse_job(record)
-                except Exception as exc:  # one odd record must never cost the whole tick
-                    ident = record.get("job_id") if isinstance(record, dict) else None
-                    problems.append(f"job record #{index} (job_id={ident!r}) skipped: {type(exc).__name__}: {exc}")
-            made.append(job)
-            if job is not None:
-                jobs.append(job)
-        self._raws, self._jobs = answer.jobs, made
-        self.decoded = decoded
-        for error in answer.errors or ():
-            problems.append(f"slurm reported: {error}")
-        release, parser = _meta({"meta": answer.meta})
-        return Snapshot(
-            jobs=tuple(jobs),
-            taken_at=taken_at or datetime.now(UTC),
-            duration=duration,
-            problems=tuple(problems),
-            slurm_release=release,
-            data_parser=parser,
-        )
 
 
 def parse_jobs(raw: bytes | str | dict) -> list[SlurmJob]:

@@ -60,10 +60,10 @@ from app.slurm.errors import (
     TransientSchedulerError,
     classify,
 )
+from app.slurm.incremental import JobsParser, decode_jobs_answer
 from app.slurm.parse import ParseError, load_json, parse_partition_nodes, parse_sacct_json, parse_snapshot
 from app.slurm.records import AccountingRecord, CommandResult, Snapshot
 from app.slurm.rest_auth import SignedTokens, TokenFile, TokenSource
-from app.slurm.rest_parse import JobsParser, decode_jobs_answer
 
 # API versions whose job JSON app.slurm.parse reads, oldest first
 KNOWN_VERSIONS = tuple(f"v0.0.{minor}" for minor in range(36, 46))
@@ -236,7 +236,7 @@ class RestScheduler:
         # the classified error, so an outage is "could not observe", never "every job is gone".
         data, result = await self.request("GET", f"/slurm/{version}/jobs", decode=decode_jobs_answer)
         try:
-            # a record unchanged since the last tick keeps its parsed job (app.slurm.rest_parse)
+            # a record unchanged since the last tick keeps its parsed job (app.slurm.incremental)
             return self.jobs_parser.parse(data, taken_at=taken_at, duration=result.duration)
         except ParseError as exc:
             raise TransientSchedulerError(f"unreadable slurmrestd jobs answer: {exc}", command=result.command) from None

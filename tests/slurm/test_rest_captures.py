@@ -11,8 +11,8 @@ import pytest
 
 from app.config import Settings
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
+from app.slurm.incremental import JobsParser, decode_jobs_answer
 from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_json, parse_snapshot
-from app.slurm.rest_parse import JobsParser, decode_jobs_answer
 from app.slurm.rest_scheduler import RestScheduler, RestUnsupported, choose_versions, requeue_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -159,16 +159,16 @@ def test_incremental_parse_equals_the_full_one_and_reparses_only_changed_records
         full.slurm_release,
         full.data_parser,
     )
-    assert parser.parsed == len(full.jobs)
+    assert parser.decoded == len(full.jobs)
     again = parser.parse(decode_jobs_answer(raw))
-    assert parser.parsed == 0 and again.jobs == first.jobs and again.by_id is first.by_id
+    assert parser.decoded == 0 and again.jobs == first.jobs and again.by_id is first.by_id
     document = json.loads(raw)
     parser.parse(decode_jobs_answer(json.dumps(document).encode()))  # the same records, formatted otherwise
-    assert parser.parsed == len(full.jobs)  # reuse needs the same bytes: never a guess that a record is unchanged
+    assert parser.decoded == len(full.jobs)  # reuse needs the same bytes: never a guess that a record is unchanged
     document["jobs"][0]["job_state"] = ["COMPLETED"]
     document["jobs"][1] = {"job_id": "not a number"}  # one broken record: a problem, never the whole answer
     changed = parser.parse(decode_jobs_answer(json.dumps(document).encode()))
-    assert parser.parsed == 2 and changed.jobs[0].state == "COMPLETED" and changed.jobs[1:] == first.jobs[2:]
+    assert parser.decoded == 2 and changed.jobs[0].state == "COMPLETED" and changed.jobs[1:] == first.jobs[2:]
     assert changed.get(first.jobs[0].job_id) == changed.jobs[0] and changed.get(first.jobs[1].job_id) is None
     assert [p.split(" skipped")[0] for p in changed.problems] == ["job record #1 (job_id='not a number')"]
 

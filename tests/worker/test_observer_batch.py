@@ -17,7 +17,8 @@ from app.feed.models import ChangeFeedEntry
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.slurm.fake import FakeScheduler, make_job
-from app.slurm.parse import SnapshotParser, parse_snapshot
+from app.slurm.incremental import SnapshotParser
+from app.slurm.parse import parse_snapshot
 from worker.observer import Observer, attempt_values
 
 _WRITE = re.compile(r"^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.I)
