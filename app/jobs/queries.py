@@ -20,7 +20,7 @@ from app.domain import states
 from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids, chunks, first_per_group, scalars_in
+from app.sql import by_ids, chunks, first_per_group, one_of, scalars_in
 
 
 @dataclass(frozen=True)
@@ -449,7 +449,7 @@ async def current_jobs(
     """The live (not retired) job record per Slurm job id on a cluster."""
     query = select(Job).where(Job.cluster == cluster, Job.retired_at.is_(None))
     if slurm_job_ids is not None:
-        query = query.where(Job.slurm_job_id.in_(list(slurm_job_ids)))
+        query = query.where(one_of(session, Job.slurm_job_id, slurm_job_ids))
     return {job.slurm_job_id: job for job in (await session.scalars(query)).all()}
 
 
@@ -472,7 +472,9 @@ async def latest_attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[in
     if not job_ids:
         return {}
     rows = (
-        await session.scalars(select(Attempt).where(Attempt.job_id.in_(list(job_ids))).order_by(Attempt.attempt_index))
+        await session.scalars(
+            select(Attempt).where(one_of(session, Attempt.job_id, job_ids)).order_by(Attempt.attempt_index)
+        )
     ).all()
     return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
 
@@ -494,7 +496,7 @@ async def next_incarnations(session: AsyncSession, *, cluster: str, slurm_job_id
         return {}
     rows = await session.execute(
         select(Job.slurm_job_id, func.max(Job.incarnation))
-        .where(Job.cluster == cluster, Job.slurm_job_id.in_(list(slurm_job_ids)))
+        .where(Job.cluster == cluster, one_of(session, Job.slurm_job_id, slurm_job_ids))
         .group_by(Job.slurm_job_id)
     )
     return {job_id: highest + 1 for job_id, highest in rows.all()}
