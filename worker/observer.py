@@ -154,8 +154,14 @@ class Observer(Service):
             return 0
         work = 0
         if changed:
-            # One transaction; audit events and feed entries go out in multi-row inserts at its end.
-            async with self.ctx.sessions() as session, session.begin(), audit.batched(session):
+            # One transaction; audit events, feed entries and workflow summaries go out in a few statements at
+            # its end, whatever the number of jobs (so no workflow row is loaded).
+            async with (
+                self.ctx.sessions() as session,
+                session.begin(),
+                audit.batched(session),
+                jobs.summaries_batched(session),
+            ):
                 records = await job_queries.current_jobs(
                     session, cluster=self.settings.cluster, slurm_job_ids=[j.job_id for j in changed]
                 )
@@ -173,15 +179,9 @@ class Observer(Service):
                 work += await self._register_new(session, new)
                 if known:
                     latest = await job_queries.latest_attempts_of_jobs(session, job_ids=[r.id for _, r in known])
-                    # the workflows whose summaries the attempts update, in one statement (not one per job);
-                    # held here because the session keeps unmodified rows only while someone refers to them
-                    workflows = await job_queries.workflows_by_ids(
-                        session, ids=list({r.workflow_id for _, r in known if r.workflow_id is not None})
-                    )
                     for job, record in known:
                         work += 1
                         await self._observe(session, job, record, latest.get(record.id))
-                    del workflows
             for job in changed:
                 if job.job_id not in ignored:
                     seen[job.job_id] = job

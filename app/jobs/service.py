@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
@@ -19,6 +20,9 @@ from app.domain.identity import attempt_uuid
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.sql import insert_rows
+
+# session.info key of the workflow summaries queued while summaries_batched() is open, by workflow id
+_SUMMARIES = "recovery.jobs.summaries"
 
 ATTEMPT_FIELDS = (
     "state",
@@ -213,7 +217,7 @@ async def register_jobs(
         if new_attempt is not None and set(new_attempt.values) - set(ATTEMPT_FIELDS):
             raise TypeError(f"unknown attempt fields: {sorted(set(new_attempt.values) - set(ATTEMPT_FIELDS))}")
     now = utcnow()
-    async with audit.batched(session):
+    async with audit.batched(session), summaries_batched(session):
         workflows, created = await _ensure_workflows(session, registrations=[r for r, _ in items], now=now)
         keys = [_workflow_key(r) for r, _ in items]
         job_rows = [
@@ -302,7 +306,6 @@ async def register_jobs(
             for inserted, attempt_id in zip(rows, attempt_ids, strict=True):
                 inserted["id"] = attempt_id
         announced: set[tuple[str, str]] = set()
-        summaries: dict[int, dict[str, Any]] = {}  # workflow id -> what _touch_workflow would leave
         for (r, _), key, job_id, first in zip(items, keys, job_ids, attempts, strict=True):
             workflow_id = workflows[key] if key else None
             if key in created and key not in announced:
@@ -320,9 +323,7 @@ async def register_jobs(
             )
             if first is None or workflow_id is None:
                 continue
-            summary = summaries.setdefault(workflow_id, {"wid": workflow_id, "added": 0, "updated_at": now})
-            summary["added"] += 1
-            summary["latest_state"], summary["latest_job_name"] = first["state"], r.name
+            _queue_summary(session, workflow_id=workflow_id, state=first["state"], job_name=r.name, new_attempt=True)
             attempt = SimpleNamespace(**first)
             await audit.record(session, **_attempt_audit(attempt))
             await _announce_row(session, attempt, {"state": attempt.state, "new": True})
@@ -331,19 +332,6 @@ async def register_jobs(
                     session, **_adoption_audit(attempt, reasons[job_id], watching_since), workflow_id=workflow_id
                 )
                 await _announce_row(session, attempt, {"state": attempt.state, "adopted": True})
-        if summaries:
-            table = cast(Table, Workflow.__table__)
-            await session.execute(
-                update(table)
-                .where(table.c.id == bindparam("wid"))
-                .values(
-                    attempt_count=table.c.attempt_count + bindparam("added"),
-                    latest_state=bindparam("latest_state"),
-                    latest_job_name=bindparam("latest_job_name"),
-                    updated_at=bindparam("updated_at"),
-                ),
-                list(summaries.values()),
-            )
     return len(items)
 
 
@@ -643,6 +631,16 @@ async def _touch_workflow(
     job.updated_at = utcnow()
     if job.workflow_id is None:
         return
+    if _SUMMARIES in session.info:
+        _queue_summary(
+            session,
+            workflow_id=job.workflow_id,
+            state=attempt.state,
+            job_name=job.name,
+            new_attempt=new_attempt,
+            became_failed=became_failed,
+        )
+        return
     workflow = await session.get(Workflow, job.workflow_id)
     if workflow is None:
         return
@@ -653,6 +651,54 @@ async def _touch_workflow(
         workflow.attempt_count += 1
     if became_failed:
         workflow.failed_attempt_count += 1
+
+
+@contextlib.asynccontextmanager
+async def summaries_batched(session: AsyncSession) -> AsyncIterator[None]:
+    """Queue the block's workflow summary changes; write them at its end in one UPDATE (executemany) for all.
+
+    The Workflow rows are neither loaded nor refreshed, so a summary read inside the block is the one
+    from before it. Nested blocks join the outer one.
+    """
+    if _SUMMARIES in session.info:
+        yield
+        return
+    queued: dict[int, dict[str, Any]] = {}
+    session.info[_SUMMARIES] = queued
+    try:
+        yield
+        if queued:
+            table = cast(Table, Workflow.__table__)
+            await session.execute(
+                update(table)
+                .where(table.c.id == bindparam("wid"))
+                .values(
+                    attempt_count=table.c.attempt_count + bindparam("added"),
+                    failed_attempt_count=table.c.failed_attempt_count + bindparam("failed"),
+                    latest_state=bindparam("latest_state"),
+                    latest_job_name=bindparam("latest_job_name"),
+                    updated_at=bindparam("updated_at"),
+                ),
+                list(queued.values()),
+            )
+    finally:
+        session.info.pop(_SUMMARIES, None)
+
+
+def _queue_summary(
+    session: AsyncSession,
+    *,
+    workflow_id: int,
+    state: str,
+    job_name: str | None,
+    new_attempt: bool,
+    became_failed: bool = False,
+) -> None:
+    """What _touch_workflow does to a workflow row, queued for summaries_batched (the last state and name win)."""
+    summary = session.info[_SUMMARIES].setdefault(workflow_id, {"wid": workflow_id, "added": 0, "failed": 0})
+    summary["added"] += int(new_attempt)
+    summary["failed"] += int(became_failed)
+    summary |= {"latest_state": state, "latest_job_name": job_name, "updated_at": utcnow()}
 
 
 async def _announce_attempt(session: AsyncSession, attempt: Attempt, payload: dict[str, Any]) -> None:

@@ -22,13 +22,15 @@ from app.slurm.parse import parse_snapshot
 from worker.observer import Observer, attempt_values
 
 _WRITE = re.compile(r"^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.I)
+_READ = re.compile(r"^\s*SELECT\b.*?(?:\bFROM\s+\"?(\w+)|$)", re.I | re.S)
 
 
 class Statements:
-    """Writes sent on the engine, by statement kind and table (before_cursor_execute fires once per execute)."""
+    """Statements sent on the engine, by kind and table (before_cursor_execute fires once per execute)."""
 
     def __init__(self, ctx: AppContext) -> None:
         self.writes: Counter[str] = Counter()
+        self.reads: Counter[str] = Counter()  # SELECT by its first table ("-": none, e.g. PostgreSQL's feed lock)
         self.engine = ctx.engine.sync_engine
         event.listen(self.engine, "before_cursor_execute", self._count)
 
@@ -36,6 +38,8 @@ class Statements:
         match = _WRITE.match(statement)
         if match:
             self.writes[f"{match.group(1).split()[0].upper()} {match.group(2)}"] += 1
+        elif read := _READ.match(statement):
+            self.reads[f"SELECT {read.group(1) or '-'}"] += 1
 
     def close(self) -> None:
         event.remove(self.engine, "before_cursor_execute", self._count)
@@ -234,6 +238,41 @@ async def test_batch_registration_writes_what_one_by_one_writes(ctx: AppContext)
         assert batch[table] == single[table], table
     assert any(row for row in batch["audit"] if ("event_type", "job.adopted") in row)
     assert len(batch["attempts"]) == 15 and len(batch["workflows"]) == 5
+
+
+async def test_a_tick_sends_the_same_statements_for_5_or_55_changed_jobs(ctx: AppContext) -> None:
+    scheduler = FakeScheduler()
+    observer = Observer(ctx, scheduler)
+    env = ctx.settings.environment
+    for n in range(60):
+        scheduler.add(make_job(700 + n, comment=_comment(f"wf-{n % 5}", env)))
+        scheduler.start(700 + n, ["n1"])
+    scheduler.add(make_job(900, comment="nightly evaluation"))  # never enrolled: its changes cost no statement
+    await observer.tick()
+    sent = []
+    for changed in (range(5), range(5, 60)):
+        for n in changed:
+            scheduler.finish(700 + n, "FAILED" if n % 2 else "COMPLETED", exit_code=n % 2)
+        scheduler.start(900, [f"n{len(changed)}"])
+        statements = Statements(ctx)
+        try:
+            await observer.tick()
+        finally:
+            statements.close()
+        sent.append((statements.reads, statements.writes))
+    assert sent[0] == sent[1], sent
+    reads, writes = sent[1]
+    assert reads["SELECT jobs"] == reads["SELECT attempts"] == 1 and "SELECT workflows" not in reads, reads
+    # one statement per table written: the workflow summaries too, although every other job here failed
+    assert writes == Counter(
+        {
+            "UPDATE attempts": 1,
+            "UPDATE jobs": 1,
+            "UPDATE workflows": 1,
+            "INSERT audit_events": 1,
+            "INSERT change_feed": 1,
+        }
+    ), writes
 
 
 def test_snapshot_parser_decodes_only_changed_records_and_agrees_with_parse_snapshot() -> None:
