@@ -68,6 +68,20 @@ def _expand_item(item: str) -> list[str]:
 _PATTERN = re.compile(r"%(\d*)([%AaJjNnstuxb])")
 
 
+@lru_cache(maxsize=1024)
+def _pattern_parts(pattern: str) -> tuple[tuple[tuple[str, str, str, str], ...], str]:
+    """The pattern cut at its % fields: ((text before, width, letter, the field as written), ...) and the tail.
+
+    A cluster's jobs share a few patterns (`%x-%j.out`), so each is cut once, not once per job and tick.
+    """
+    parts = []
+    position = 0
+    for match in _PATTERN.finditer(pattern):
+        parts.append((pattern[position : match.start()], match.group(1), match.group(2), match.group(0)))
+        position = match.end()
+    return tuple(parts), pattern[position:]
+
+
 def expand_filename(
     pattern: str | None,
     *,
@@ -93,16 +107,17 @@ def expand_filename(
     if not pattern:
         return None
     if "%" in pattern:
-        array_master = array_job_id if array_job_id else job_id
         if not array_job_id:
             array_task: str | None = NO_ARRAY_TASK
         else:  # an array's pending meta record has no task id yet: keep %a for the collector
             array_task = str(array_task_id) if array_task_id is not None else None
-
-        def substitute(match: re.Match[str]) -> str:
-            width, letter = match.group(1), match.group(2)
+        parts, tail = _pattern_parts(pattern)
+        pieces = []
+        for text, width, letter, field in parts:
+            pieces.append(text)
             if letter == "%":
-                return "%"
+                pieces.append("%")
+                continue
             if letter == "j" or letter == "J":
                 value = str(job_id)
             elif letter == "x":
@@ -110,7 +125,7 @@ def expand_filename(
             elif letter == "u":
                 value = user
             elif letter == "A":
-                value = str(array_master)
+                value = str(array_job_id if array_job_id else job_id)
             elif letter == "a" and array_task is not None:
                 value = array_task
             elif letter == "s":
@@ -120,10 +135,11 @@ def expand_filename(
             elif letter == "N" and first_node:
                 value = first_node.split(".", 1)[0]
             else:
-                return match.group(0)
-            return value.zfill(int(width)) if width and value.isdigit() else value
-
-        pattern = _PATTERN.sub(substitute, pattern)
+                pieces.append(field)
+                continue
+            pieces.append(value.zfill(int(width)) if width and value.isdigit() else value)
+        pieces.append(tail)
+        pattern = "".join(pieces)
     if not pattern.startswith("/") and working_directory:
         pattern = working_directory.rstrip("/") + "/" + pattern
     return pattern
