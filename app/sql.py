@@ -92,7 +92,7 @@ async def insert_rows(session: AsyncSession, model: Any, rows: list[dict[str, An
     PostgreSQL gets one INSERT .. SELECT FROM unnest(one array per column) WITH ORDINALITY ORDER BY
     ordinality: its text is the same whatever the number of rows (asyncpg reuses the prepared
     statement) and the server parses a few parameters, not one per value (SQLAlchemy's multi-row
-    VALUES took 48 ms for 1,000 job rows, this 10). The ids are drawn in the ORDER BY's order, so
+    VALUES took 48 ms for 1,000 job rows, this 19). The ids are drawn in the ORDER BY's order, so
     sorted they are in row order. SQLite (no arrays) gets plain multi-row INSERT .. RETURNING pages:
     it numbers an INTEGER PRIMARY KEY row by row in VALUES order (max + 1, under the transaction's
     write lock), so there too the ids sorted are in row order.
