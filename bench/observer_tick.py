@@ -13,7 +13,9 @@ run: `json.loads` of the same bytes and the fast parser (`msgspec.json.decode`, 
 the scheduler does for both). SQL statements are counted per table (before_cursor_execute); the
 changed tick is split into parse, executing SQL and the rest, beside a floor: the fewest Core
 statements that record the same changes, without the ORM or any audit event. Ends with one
-`figure` line per goal (issue 16, items 2 and 3).
+`figure` line per goal (issue 16, items 2 and 3). Without --database-url it runs on SQLite and then on a
+scratch database of $RECOVERY_TEST_PG's PostgreSQL server (default postgres@127.0.0.1:5432), created and
+dropped by the run; PostgreSQL's figures carry a `_postgresql` suffix (nan when the server is unreachable).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from app.migrate import upgrade  # noqa: E402
 from app.slurm.incremental import SnapshotParser  # noqa: E402
 from app.slurm.records import Snapshot  # noqa: E402
 from app.sql import insert_rows, one_of  # noqa: E402
+from bench.figures import figure  # noqa: E402
+from bench.scratch_db import PG_SERVER, reachable, scratch_postgres  # noqa: E402
 from worker.observer import Observer  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "slurm" / "squeue-v0.0.38-lab.json"
@@ -183,7 +187,8 @@ def changed_copy(document: dict, round_: int, count: int) -> bytes:
     return json.dumps(changed).encode()
 
 
-async def main(args: argparse.Namespace) -> None:
+async def measure(args: argparse.Namespace, database_url: str) -> list[tuple[str, float, str, str, float]]:
+    """Every tick figure on one database (SQLite in a temporary directory when `database_url` is empty)."""
     document = build_snapshot(args.jobs, args.enrolled)
     raw = json.dumps(document).encode()
     changed_count = max(1, args.jobs // 100)
@@ -191,7 +196,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"snapshot: {args.jobs} jobs ({args.enrolled} enrolled), {len(raw) / 1e6:.1f} MB of JSON")
 
     with tempfile.TemporaryDirectory() as tmp:
-        values = {"database_url": args.database_url} if args.database_url else {}
+        values = {"database_url": database_url} if database_url else {}
         loads_s = median_seconds(without_gc(lambda: json.loads(raw)), args.repeat)
         fast_s = median_seconds(without_gc(lambda: msgspec.json.decode(raw)), args.repeat)
         print(f"json.loads of the snapshot:              {loads_s * 1000:8.1f} ms (median of {args.repeat})")
@@ -284,12 +289,35 @@ async def main(args: argparse.Namespace) -> None:
             f"with the changed records' parse, {floor_ratio:.2f}x the unchanged tick"
         )
         await ctx.close()
-    from bench.figures import figure
+    return goals(backend, first_ratio, unchanged_s / loads_s, changed_s / unchanged_s)
 
+
+def goals(backend: str, first: float, unchanged: float, changed: float) -> list[tuple[str, float, str, str, float]]:
+    """The three goals of one database's run, as `figure` arguments (a suffix names PostgreSQL's)."""
     suffix = "" if backend == "sqlite" else f"_{backend}"
-    figure(f"observer_first_tick_vs_json_loads{suffix}", first_ratio, "x", "<=", 4)
-    figure(f"observer_unchanged_tick_vs_json_loads{suffix}", unchanged_s / loads_s, "x", "<=", 1.2)
-    figure(f"observer_changed_tick_vs_unchanged{suffix}", changed_s / unchanged_s, "x", "<=", 1.3)
+    return [
+        (f"observer_first_tick_vs_json_loads{suffix}", first, "x", "<=", 4),
+        (f"observer_unchanged_tick_vs_json_loads{suffix}", unchanged, "x", "<=", 1.2),
+        (f"observer_changed_tick_vs_unchanged{suffix}", changed, "x", "<=", 1.3),
+    ]
+
+
+async def main(args: argparse.Namespace) -> None:
+    """The given database, else SQLite and then a scratch PostgreSQL database; the figure lines come last."""
+    if args.database_url:
+        results = await measure(args, args.database_url)
+    else:
+        results = await measure(args, "")
+        print()
+        why = await reachable()
+        if why is None:
+            async with scratch_postgres() as url:
+                results += await measure(args, url)
+        else:
+            print(f"PostgreSQL at {PG_SERVER} is not reachable ({why}): its figures are not measured")
+            results += goals("postgresql", float("nan"), float("nan"), float("nan"))
+    for result in results:
+        figure(*result)
 
 
 if __name__ == "__main__":
@@ -298,7 +326,12 @@ if __name__ == "__main__":
     parser.add_argument("--enrolled", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--first-ticks", type=int, default=3, help="first ticks measured (one cluster each)")
-    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="one database to measure (default: SQLite in a temporary directory, then a scratch database on "
+        "$RECOVERY_TEST_PG's PostgreSQL server)",
+    )
     parser.add_argument("--smoke", action="store_true", help="small run for CI (1,000 jobs)")
     arguments = parser.parse_args()
     if arguments.smoke:

@@ -26,6 +26,9 @@ SMOKE = [
             "observer_first_tick_vs_json_loads",
             "observer_unchanged_tick_vs_json_loads",
             "observer_changed_tick_vs_unchanged",
+            "observer_first_tick_vs_json_loads_postgresql",
+            "observer_unchanged_tick_vs_json_loads_postgresql",
+            "observer_changed_tick_vs_unchanged_postgresql",
         ],
     ),
     ("bench/observer_tick_rest.py", ["observer_tick_rest_ratio"]),
@@ -40,7 +43,7 @@ SMOKE = [
 
 
 def test_every_bench_is_covered() -> None:
-    benches = {p.name for p in (ROOT / "bench").glob("*.py")} - {"figures.py", "recovery_latency.py"}
+    benches = {p.name for p in (ROOT / "bench").glob("*.py")} - {"figures.py", "scratch_db.py", "recovery_latency.py"}
     covered = {Path(str(p.values[0] if hasattr(p, "values") else p[0])).name for p in SMOKE}
     assert benches == covered
 
