@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -37,24 +39,28 @@ class Page(Generic[T]):
 
 
 class LazyCursors(Sequence[str]):
-    """A page's cursors, each encoded when first asked for (REST needs only the last one)."""
+    """A page's cursors, each encoded (its row's key taken) when first asked for (REST needs only the last one)."""
 
-    def __init__(self, kind: str, keys: Sequence[Sequence[Any]]) -> None:
+    def __init__(self, kind: str, rows: Sequence[Any], key_of: Any) -> None:
         self._kind = kind
-        self._keys = keys
+        self._rows = rows
+        self._key_of = key_of
         self._encoded: dict[int, str] = {}
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._rows)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        position = range(len(self._keys))[index]
+        position = range(len(self._rows))[index]
         cursor = self._encoded.get(position)
         if cursor is None:
-            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._keys[position]))
+            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._key_of(self._rows[position])))
         return cursor
+
+    def __iter__(self) -> Any:
+        return (self[i] for i in range(len(self._rows)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -95,6 +101,13 @@ class PageRequest:
         return cls(first=first, after=after, last=last, before=before)
 
 
+@functools.cache
+def _record_type(columns: tuple[str, ...]) -> Any:
+    """A named tuple of a select's columns: its attributes read ~10x faster than a Core Row's, and a page reads each
+    of 100 rows' columns once or twice (cursor keys, JSON)."""
+    return namedtuple("Record", columns)
+
+
 async def paginate(
     session: AsyncSession,
     query: Select[Any],
@@ -110,7 +123,7 @@ async def paginate(
 
     `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
     index ending in its sort key, so a deep page costs the same as the first one (no OFFSET). With
-    `rows=True` the page holds Core rows (column values as attributes, no ORM objects to build).
+    `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build).
     """
     backward = request.last is not None
     size = request.last if backward else request.first
@@ -134,14 +147,16 @@ async def paginate(
     scan_descending = descending != backward
     query = query.order_by(*[c.desc() if scan_descending else c.asc() for c in columns]).limit(size + 1)
     if rows:  # Core: the session's connection runs the select, no ORM result processing
-        found = list((await (await session.connection()).execute(query)).all())
+        result = await (await session.connection()).execute(query)
+        make = _record_type(tuple(result.keys()))._make
+        found = [make(row) for row in result.all()]
     else:
         found = list((await session.scalars(query)).all())
     more = len(found) > size
     found = found[:size]
     if backward:
         found.reverse()
-    cursors = LazyCursors(kind, [key_of(row) for row in found])
+    cursors = LazyCursors(kind, found, key_of)
     if backward:
         return Page(found, cursors, has_next_page=request.before is not None, has_previous_page=more)
     return Page(found, cursors, has_next_page=more, has_previous_page=request.after is not None)
