@@ -6,13 +6,30 @@ surrogate, a type it does not know) is encoded by the json module as before, so 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 import msgspec
 from starlette.responses import JSONResponse
 
+from app.domain.timefmt import iso_utc
+
 _encode = msgspec.json.Encoder().encode
+
+
+def json_time(value: dt.datetime | None) -> dt.datetime | str | None:
+    """A time for a body of `json_bytes`: a UTC datetime as it is (msgspec writes exactly `iso_utc`'s text, in C,
+    ~15x faster than formatting it in Python), any other as `iso_utc`'s text."""
+    if value is None or value.tzinfo is dt.UTC:
+        return value
+    return iso_utc(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):  # a json_time
+        return iso_utc(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def json_bytes(content: Any) -> bytes:
@@ -20,7 +37,9 @@ def json_bytes(content: Any) -> bytes:
     try:
         return _encode(content)
     except Exception:  # the json module decides (and raises) as it always did
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default
+        ).encode("utf-8")
 
 
 def graphql_json(content: Any) -> str:

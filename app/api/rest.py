@@ -16,6 +16,7 @@ from app import __version__
 from app.advice import queries as advice_queries
 from app.advice import stories
 from app.api.jsonbody import FastJSONResponse as JSONResponse
+from app.api.jsonbody import json_time
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
@@ -259,9 +260,9 @@ def audit_json(event: AuditEvent) -> dict[str, Any]:
         "jobId": event.slurm_job_id,
         "attemptIndex": event.attempt_index,
         "actor": event.actor,
-        "producedAt": iso_utc_or_none(event.produced_at),
+        "producedAt": json_time(event.produced_at),
         "producedAtMicros": _micros(event.produced_at),
-        "recordedAt": iso_utc_or_none(event.recorded_at),
+        "recordedAt": json_time(event.recorded_at),
     }
 
 
