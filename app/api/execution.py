@@ -54,6 +54,8 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         super().__init__(*args, **kwargs)
         # id(grouped field set) -> (the set, kept alive so its id is not reused; its plan or None)
         self._leaf_plans: dict[int, tuple[Any, Plan | None]] = {}
+        # (object type, id(field details)) -> (the details, kept alive likewise; the plan of their subfields or None)
+        self._object_plans: dict[tuple[Any, int], tuple[Any, Plan | None]] = {}
         # Strawberry always adds its directives extension as middleware: it does nothing for a field without
         # directives (and the fast path takes none). Any other middleware means the ordinary path.
         middlewares = getattr(self.middleware_manager, "middlewares", None) or ()
@@ -136,11 +138,20 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         object_type, details = spec[1], spec[2]
         if object_type.is_type_of is not None and object_type.is_type_of(value, None) is not True:
             raise _Fallback
-        grouped, new_defer_usages, _ = self.collect_subfields(object_type, details)
-        sub_plan = None if new_defer_usages else self._leaf_plan(object_type, grouped)
+        sub_plan = self._object_plan(object_type, details)
         if sub_plan is None:
             raise _Fallback
         return self._execute_plan(sub_plan, value)
+
+    def _object_plan(self, object_type: GraphQLObjectType, details: Any) -> Plan | None:
+        """The plan of an object's subfields, collected once per execution (every row of a list has the same)."""
+        known = self._object_plans.get((object_type, id(details)))
+        if known is not None and known[0] is details:
+            return known[1]
+        grouped, new_defer_usages, _ = self.collect_subfields(object_type, details)
+        plan = None if new_defer_usages else self._leaf_plan(object_type, grouped)
+        self._object_plans[(object_type, id(details))] = (details, plan)
+        return plan
 
 
 def _plan_of(schema: Any, parent_type: GraphQLObjectType, grouped_field_set: Any) -> list[Any] | None:

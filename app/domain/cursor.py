@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import json
 from typing import Any
 
@@ -51,10 +52,16 @@ def _json_value(value: Any) -> str:
     return json.dumps(_encode_value(value), separators=(",", ":"))
 
 
+@functools.cache
+def _head(kind: str) -> str:
+    """The text every cursor of a list starts with (a page encodes one cursor per row)."""
+    return _PREFIX + "[" + json.dumps(kind) + ",["
+
+
 def encode_cursor(kind: str, values: list[Any] | tuple[Any, ...]) -> str:
     """Encode the sort-key values of one row; `kind` stops a cursor being reused on another list."""
-    payload = "[" + json.dumps(kind) + ",[" + ",".join(_json_value(v) for v in values) + "]]"
-    return base64.urlsafe_b64encode((_PREFIX + payload).encode()).decode().rstrip("=")
+    text = _head(kind) + ",".join([_json_value(v) for v in values]) + "]]"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
 def decode_cursor(kind: str, cursor: str, arity: int) -> tuple[Any, ...]:
