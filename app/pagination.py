@@ -108,6 +108,12 @@ def _record_type(columns: tuple[str, ...]) -> Any:
     return namedtuple("Record", columns)
 
 
+@functools.cache
+def _ordering(columns: tuple[Any, ...], descending: bool) -> tuple[Any, ...]:
+    """ORDER BY clauses of a sort key, built once (a list builds the same ones on every page it serves)."""
+    return tuple(c.desc() if descending else c.asc() for c in columns)
+
+
 async def paginate(
     session: AsyncSession,
     query: Select[Any],
@@ -128,13 +134,13 @@ async def paginate(
     backward = request.last is not None
     size = request.last if backward else request.first
     assert size is not None
-    key = tuple_(*columns)
 
     def bound(cursor: str, toward_end: bool) -> Any:
         try:
             values = decode_cursor(kind, cursor, len(columns))
         except CursorError:
             raise
+        key = tuple_(*columns)
         # "toward_end" means rows that come after the cursor in the list's order.
         if toward_end != descending:
             return key > tuple_(*values)
@@ -145,7 +151,7 @@ async def paginate(
     if request.before:
         query = query.where(bound(request.before, False))
     scan_descending = descending != backward
-    query = query.order_by(*[c.desc() if scan_descending else c.asc() for c in columns]).limit(size + 1)
+    query = query.order_by(*_ordering(tuple(columns), scan_descending)).limit(size + 1)
     if rows:  # Core: the session's connection runs the select, no ORM result processing
         result = await (await session.connection()).execute(query)
         make = _record_type(tuple(result.keys()))._make

@@ -18,7 +18,17 @@ from typing import Any
 from strawberry.extensions.directives import DirectivesExtension, DirectivesExtensionSync
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
-from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, Undefined, is_leaf_type
+from graphql import (
+    GraphQLBoolean,
+    GraphQLID,
+    GraphQLInt,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLString,
+    Undefined,
+    is_leaf_type,
+)
 
 _BASIC = "_get_basic_result"  # strawberry's resolver of a plain attribute field
 _PLAIN = frozenset({str, int, float, bool, dict, list, dt.datetime})  # leaf values that are never awaitable
@@ -37,9 +47,12 @@ def _getter(field_def: Any, resolve: Any) -> Any:
 
 
 # How one value completes: ("leaf", serialize) | ("object", object type, field details) | ("list", item non-null,
-# item spec); a plan is (response name, source -> value, spec, non-null) per field.
+# item spec); a plan is (response name, source -> value, spec, non-null, own type) per field, where values of the
+# own type are their own serialisation (a str of String or ID, a bool of Boolean, an int of Int within 32 bits).
 Spec = tuple[Any, ...]
-Plan = tuple[tuple[str, Any, Spec, bool], ...]
+Plan = tuple[tuple[str, Any, Spec, bool, type | None], ...]
+_OWN_TYPES = {GraphQLString: str, GraphQLID: str, GraphQLBoolean: bool, GraphQLInt: int}
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 # (type, response names, ids of the field nodes, which are not deferred) -> (the nodes, the plan or None)
 _SHARED_PLANS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Plan | None]] = {}
 _MAX_SHARED_PLANS = 1024
@@ -105,9 +118,12 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
     def _execute_plan(self, plan: Plan, source_value: Any) -> dict[str, Any]:
         results: dict[str, Any] = {}
-        for name, resolve, spec, non_null in plan:
+        for name, resolve, spec, non_null, own in plan:
             value = resolve(source_value)
-            if spec[0] == "leaf" and type(value) in _PLAIN:  # the usual case, inline: no await or null to mind
+            kind = type(value)
+            if kind is own and (kind is not int or _INT_MIN <= value <= _INT_MAX):  # the commonest leaves
+                results[name] = value
+            elif spec[0] == "leaf" and kind in _PLAIN:  # the usual case, inline: no await or null to mind
                 serialized = spec[1](value)
                 if serialized is None or serialized is Undefined:
                     raise _Fallback
@@ -168,7 +184,8 @@ def _plan_of(schema: Any, parent_type: GraphQLObjectType, grouped_field_set: Any
         non_null, spec = _spec(field_def.type, details)
         if spec is None:
             return None
-        plan.append((response_name, _getter(field_def, resolve), spec, non_null))
+        named = field_def.type.of_type if non_null else field_def.type
+        plan.append((response_name, _getter(field_def, resolve), spec, non_null, _OWN_TYPES.get(named)))
     return plan
 
 

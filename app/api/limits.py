@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import (
+    AddValidationRules,
+    MaxTokensLimiter,
+    SchemaExtension,
+    max_aliases,
+    query_depth_limiter,
+)
 
 from app.api.connections import TOP_LEVEL
 from app.api.errors import LIMIT_EXCEEDED
@@ -127,11 +133,15 @@ def limit_extensions() -> list[Any]:
     """The schema extensions: error masking, spec validation first, then the limits (their errors name the limit)."""
     from app.api.masking import MaskUnexpectedErrors, SpecValidationFirst
 
+    # strawberry's QueryDepthLimiter and MaxAliasesLimiter, with their rule classes built once, not per request
+    depth_and_aliases: list[Any] = [
+        query_depth_limiter.create_validator(MAX_DEPTH, None),
+        max_aliases.create_validator(MAX_ALIASES),
+    ]
     return [
         MaskUnexpectedErrors,
         SpecValidationFirst,
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
-        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: AddValidationRules(depth_and_aliases),
         QueryCostLimiter,
     ]
