@@ -133,13 +133,8 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return results
 
     def _complete(self, spec: Spec, non_null: bool, value: Any) -> Any:
-        if value is None:
-            if non_null:
-                raise _Fallback
+        if not self._present(value, non_null):
             return None
-        if self.is_awaitable(value):
-            getattr(value, "close", lambda: None)()  # the ordinary path resolves it again
-            raise _Fallback
         kind = spec[0]
         if kind == "leaf":
             serialized = spec[1](value)
@@ -150,14 +145,31 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             if isinstance(value, str | bytes | dict) or not hasattr(value, "__iter__"):
                 raise _Fallback
             item_non_null, item_spec = spec[1], spec[2]
+            if item_spec[0] == "object":  # a connection's edges: one plan for every item
+                object_type, plan = item_spec[1], self._object_plan(item_spec[1], item_spec[2])
+                return [
+                    self._object_result(object_type, plan, item) if self._present(item, item_non_null) else None
+                    for item in value
+                ]
             return [self._complete(item_spec, item_non_null, item) for item in value]
-        object_type, details = spec[1], spec[2]
-        if object_type.is_type_of is not None and object_type.is_type_of(value, None) is not True:
+        return self._object_result(spec[1], self._object_plan(spec[1], spec[2]), value)
+
+    def _present(self, value: Any, non_null: bool) -> bool:
+        """False for an allowed null; a null where none is allowed, or an awaitable, goes the ordinary way."""
+        if value is None:
+            if non_null:
+                raise _Fallback
+            return False
+        if self.is_awaitable(value):
+            getattr(value, "close", lambda: None)()  # the ordinary path resolves it again
             raise _Fallback
-        sub_plan = self._object_plan(object_type, details)
-        if sub_plan is None:
+        return True
+
+    def _object_result(self, object_type: GraphQLObjectType, plan: Plan | None, value: Any) -> dict[str, Any]:
+        is_type_of: Any = object_type.is_type_of  # strawberry's ignore the resolve info
+        if plan is None or (is_type_of is not None and is_type_of(value, None) is not True):
             raise _Fallback
-        return self._execute_plan(sub_plan, value)
+        return self._execute_plan(plan, value)
 
     def _object_plan(self, object_type: GraphQLObjectType, details: Any) -> Plan | None:
         """The plan of an object's subfields, collected once per execution (every row of a list has the same)."""
