@@ -6,6 +6,7 @@ import base64
 import binascii
 
 from app.domain.bounds import INT64_MAX, is_ascii_digits
+from app.domain.cursor import unpadded_b64url
 
 MAX_GLOBAL_ID_LENGTH = 200
 
@@ -16,7 +17,7 @@ class GlobalIdError(ValueError):
 
 def to_global_id(type_name: str, pk: int) -> str:
     """The global id of row `pk` of GraphQL type `type_name`."""
-    return base64.urlsafe_b64encode(f"{type_name}:{pk}".encode()).decode().rstrip("=")
+    return unpadded_b64url(f"{type_name}:{pk}")
 
 
 def from_global_id(global_id: str) -> tuple[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import functools
 import json
@@ -11,6 +12,7 @@ from typing import Any
 from app.domain.bounds import INT64_MAX, BoundsError, check_time
 
 _PREFIX = "k1:"
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 MAX_CURSOR_LENGTH = 512
 
 
@@ -52,6 +54,12 @@ def _json_value(value: Any) -> str:
     return json.dumps(_encode_value(value), separators=(",", ":"))
 
 
+def unpadded_b64url(text: str) -> str:
+    """`base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")` in one C call each step (one per row of a
+    page, for its cursor and its global id)."""
+    return binascii.b2a_base64(text.encode(), newline=False).translate(_URLSAFE).rstrip(b"=").decode()
+
+
 @functools.cache
 def _head(kind: str) -> str:
     """The text every cursor of a list starts with (a page encodes one cursor per row)."""
@@ -61,7 +69,7 @@ def _head(kind: str) -> str:
 def encode_cursor(kind: str, values: list[Any] | tuple[Any, ...]) -> str:
     """Encode the sort-key values of one row; `kind` stops a cursor being reused on another list."""
     text = _head(kind) + ",".join([_json_value(v) for v in values]) + "]]"
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    return unpadded_b64url(text)
 
 
 def decode_cursor(kind: str, cursor: str, arity: int) -> tuple[Any, ...]:
