@@ -39,28 +39,27 @@ class Page(Generic[T]):
 
 
 class LazyCursors(Sequence[str]):
-    """A page's cursors, each encoded (its row's key taken) when first asked for (REST needs only the last one)."""
+    """A page's cursors, each encoded when first asked for (REST needs only the last one)."""
 
-    def __init__(self, kind: str, rows: Sequence[Any], key_of: Any) -> None:
+    def __init__(self, kind: str, keys: Sequence[Sequence[Any]]) -> None:
         self._kind = kind
-        self._rows = rows
-        self._key_of = key_of
+        self._keys = keys
         self._encoded: dict[int, str] = {}
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._keys)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        position = range(len(self._rows))[index]
+        position = range(len(self._keys))[index]
         cursor = self._encoded.get(position)
         if cursor is None:
-            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._key_of(self._rows[position])))
+            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._keys[position]))
         return cursor
 
     def __iter__(self) -> Any:
-        return (self[i] for i in range(len(self._rows)))
+        return (self[i] for i in range(len(self._keys)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -162,7 +161,7 @@ async def paginate(
     found = found[:size]
     if backward:
         found.reverse()
-    cursors = LazyCursors(kind, found, key_of)
+    cursors = LazyCursors(kind, [key_of(row) for row in found])
     if backward:
         return Page(found, cursors, has_next_page=request.before is not None, has_previous_page=more)
     return Page(found, cursors, has_next_page=more, has_previous_page=request.after is not None)
