@@ -20,8 +20,8 @@ from app.sql import by_ids
 __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job_reference"]
 
 # A page reads plain column values: no ORM objects (identity map, instrumentation) on the read path.
-_COLUMNS = tuple(AuditEvent.__table__.columns)
 _C = AuditEvent.__table__.c
+_PAGE = select(*AuditEvent.__table__.columns)  # every page's statement starts from it (immutable: built once)
 TIMELINE_EVENT_TYPES = ("attempt.registered", "attempt.state_changed")
 # Also drawn on the timeline, as checkpoint marks: the check of the newest save before release.
 CHECKPOINT_CHECK_EVENT = "checkpoint.checked"
@@ -107,7 +107,7 @@ async def query(
     """One keyset page of matching events ordered by (produced_at, id), as Core rows (the columns as attributes)."""
     return await paginate(
         session,
-        _filtered(select(*_COLUMNS), filter),
+        _filtered(_PAGE, filter),
         kind="audit",
         columns=(_C.produced_at, _C.id),
         descending=descending,
