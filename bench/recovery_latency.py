@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import select  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
 from app.advice.models import Advice, SchedulerAction  # noqa: E402
 from app.config import Settings  # noqa: E402
@@ -149,8 +149,9 @@ async def wait_file(path: Path, timeout: float) -> float:
     raise TimeoutError(f"{path} was not written within {timeout:.0f} s")
 
 
-async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> float:
-    """Wall-clock time our release command returned (its SUCCEEDED milestone)."""
+async def step_returned(ctx: AppContext, job_id: int, timeout: float, step: str = "release") -> float:
+    """Wall-clock time one of our scheduler commands for the job (release by default) returned: its SUCCEEDED
+    milestone."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         async with ctx.sessions() as session:
@@ -159,14 +160,14 @@ async def release_returned(ctx: AppContext, job_id: int, timeout: float) -> floa
                 .join(Advice, Advice.id == SchedulerAction.advice_id)
                 .where(
                     Advice.slurm_job_id == job_id,
-                    SchedulerAction.step == "release",
+                    SchedulerAction.step == step,
                     SchedulerAction.status == "SUCCEEDED",
                 )
             )
         if finished is not None:
             return finished.timestamp()
         await asyncio.sleep(0.05)
-    raise TimeoutError(f"no release of job {job_id} within {timeout:.0f} s")
+    raise TimeoutError(f"no {step} of job {job_id} within {timeout:.0f} s")
 
 
 async def one_run(
@@ -191,9 +192,24 @@ async def one_run(
         else None
     )
     exited = await wait_file(directory / f"exit-{ours}", 120)
-    released = await release_returned(ctx, ours, 120)
+    released = await step_returned(ctx, ours, 120)
+    requeued = await step_returned(ctx, ours, 5, "requeue_hold")
+    async with ctx.sessions() as session:
+        decided = await session.scalar(select(func.min(Advice.created_at)).where(Advice.slurm_job_id == ours))
+        sent = await session.scalar(
+            select(SchedulerAction.started_at)
+            .join(Advice, Advice.id == SchedulerAction.advice_id)
+            .where(Advice.slurm_job_id == ours, SchedulerAction.step == "requeue_hold")
+        )
     started = await wait_file(directory / f"start-{ours}", 180)
-    row = {"exit_to_release": released - exited, "exit_to_running": started - exited}
+    assert decided is not None and sent is not None  # the requeue-hold above returned, so both exist
+    row = {
+        "exit_to_advice": decided.timestamp() - exited,
+        "exit_to_requeue_sent": sent.timestamp() - exited,
+        "exit_to_requeue": requeued - exited,
+        "exit_to_release": released - exited,
+        "exit_to_running": started - exited,
+    }
     if theirs is not None:
         their_exit = await wait_file(directory / f"exit-{theirs}", 120)
         their_start = await wait_file(directory / f"start-{theirs}", 180)
@@ -218,7 +234,7 @@ async def one_run(
         else None
     )
     crashed = await wait_file(directory / f"crash-{crashing}", 120)
-    row["crash_line_to_release"] = await release_returned(ctx, crashing, 120) - crashed
+    row["crash_line_to_release"] = await step_returned(ctx, crashing, 120) - crashed
     row["crash_line_to_running"] = await wait_file(directory / f"start-{crashing}", 180) - crashed
     if stuck is not None:
         stuck_crash = await wait_file(directory / f"crash-{stuck}", 120)
@@ -281,6 +297,9 @@ async def measure(runs: int, lab_dir: str, collective_timeout: float) -> int:
     print(f"median over {len(rows)} runs (poll interval {settings.poll_interval}s, lab cred_expire 5s):")
     med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
     nan = float("nan")
+    print(f"  job exit -> our Advice decided            : {med['exit_to_advice']:.2f} s")
+    print(f"  job exit -> our requeue-hold sent         : {med['exit_to_requeue_sent']:.2f} s")
+    print(f"  job exit -> our requeue-hold returned     : {med['exit_to_requeue']:.2f} s (BeginTime counts from here)")
     print(f"  job exit -> our scontrol release returned : {med['exit_to_release']:.2f} s")
     print(f"  job exit -> next attempt RUNNING (ours)    : {med['exit_to_running']:.2f} s")
     exit_ratio = nan
