@@ -4,15 +4,16 @@ graphql-core resolves and completes every field of every object on its own (reso
 values, path, completion): for a page of 100 audit events that is ~1,300 trips through the executor,
 most of a request's time. When every field selected on an object is a strawberry "basic" field (a plain
 attribute: no resolver, no arguments, no permission or field extension) of scalar or enum type, the
-result is just `{key: type.serialize(attribute)}`, which this computes in one loop. Anything else, and
-any value the loop cannot serialise cleanly (a null for a non-null field, a serialiser error), goes the
-ordinary way, so errors keep graphql-core's messages, paths and locations.
+result is just `{key: type.serialize(attribute)}`, which a function compiled once per selection computes.
+Anything else, and any value it cannot serialise cleanly (a null for a non-null field, a serialiser error),
+goes the ordinary way, so errors keep graphql-core's messages, paths and locations.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from strawberry.extensions.directives import DirectivesExtension, DirectivesExtensionSync
@@ -47,12 +48,53 @@ def _getter(field_def: Any, resolve: Any) -> Any:
 
 
 # How one value completes: ("leaf", serialize) | ("object", object type, field details) | ("list", item non-null,
-# item spec); a plan is (response name, source -> value, spec, non-null, own type) per field, where values of the
+# item spec); a plan's fields are (response name, source -> value, spec, non-null, own type) each, where values of the
 # own type are their own serialisation (a str of String or ID, a bool of Boolean, an int of Int within 32 bits).
 Spec = tuple[Any, ...]
-Plan = tuple[tuple[str, Any, Spec, bool, type | None], ...]
+Field = tuple[str, Any, Spec, bool, type | None]
 _OWN_TYPES = {GraphQLString: str, GraphQLID: str, GraphQLBoolean: bool, GraphQLInt: int}
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+# A plan: `(source, complete) -> result dict`, compiled once from its fields (see _compiled_row).
+Plan = Callable[[Any, Any], dict[str, Any]]
+
+
+def _compiled_row(fields: list[Field]) -> Plan:
+    """The plan of `fields`: the loop over them unrolled into straight-line code, compiled once.
+
+    Per field: a value of its own type as it is, another plain leaf value through its serialiser (a null or
+    Undefined from it means the ordinary path), anything else through `complete(spec, non_null, value)`. Names
+    and values only come from the namespace (by index): no text of a query ever reaches the compiled source.
+    """
+    namespace: dict[str, Any] = {"PLAIN": _PLAIN, "Undefined": Undefined, "Fallback": _Fallback}
+    lines = ["def row(s, complete):", "    r = {}"]
+    for i, (name, resolve, spec, non_null, own) in enumerate(fields):
+        namespace.update({f"n{i}": name, f"g{i}": resolve, f"s{i}": spec, f"b{i}": non_null, f"t{i}": own})
+        lines.append(f"    v = g{i}(s)")
+        if spec[0] != "leaf":
+            lines.append(f"    r[n{i}] = complete(s{i}, b{i}, v)")
+            continue
+        namespace[f"z{i}"] = spec[1]
+        lines.append("    k = type(v)")
+        branch = "if"
+        if own is not None:
+            in_range = f" and {_INT_MIN} <= v <= {_INT_MAX}" if own is int else ""
+            lines += [f"    if k is t{i}{in_range}:", f"        r[n{i}] = v"]
+            branch = "elif"
+        lines += [
+            f"    {branch} k in PLAIN:",  # the usual case, inline: no await or null to mind
+            f"        x = z{i}(v)",
+            "        if x is None or x is Undefined:",
+            "            raise Fallback",
+            f"        r[n{i}] = x",
+            "    else:",
+            f"        r[n{i}] = complete(s{i}, b{i}, v)",
+        ]
+    lines.append("    return r")
+    exec(compile("\n".join(lines), "<fast plan>", "exec"), namespace)  # noqa: S102 - our own fixed template
+    row: Plan = namespace["row"]
+    return row
+
+
 # (type, response names, ids of the field nodes, which are not deferred) -> (the nodes, the plan or None)
 _SHARED_PLANS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Plan | None]] = {}
 _MAX_SHARED_PLANS = 1024
@@ -91,8 +133,8 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if shared is not None and all(a is b for a, b in zip(shared[0], nodes, strict=True)):
             result = shared[1]
         else:
-            plan = _plan_of(self.schema, parent_type, grouped_field_set)
-            result = tuple(plan) if plan else None
+            fields = _plan_of(self.schema, parent_type, grouped_field_set)
+            result = _compiled_row(fields) if fields else None
             if len(_SHARED_PLANS) >= _MAX_SHARED_PLANS:
                 _SHARED_PLANS.clear()
             _SHARED_PLANS[shape] = (nodes, result)
@@ -117,20 +159,7 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return super().execute_fields(parent_type, source_value, path, grouped_field_set, position_context)
 
     def _execute_plan(self, plan: Plan, source_value: Any) -> dict[str, Any]:
-        results: dict[str, Any] = {}
-        for name, resolve, spec, non_null, own in plan:
-            value = resolve(source_value)
-            kind = type(value)
-            if kind is own and (kind is not int or _INT_MIN <= value <= _INT_MAX):  # the commonest leaves
-                results[name] = value
-            elif spec[0] == "leaf" and kind in _PLAIN:  # the usual case, inline: no await or null to mind
-                serialized = spec[1](value)
-                if serialized is None or serialized is Undefined:
-                    raise _Fallback
-                results[name] = serialized
-            else:
-                results[name] = self._complete(spec, non_null, value)
-        return results
+        return plan(source_value, self._complete)
 
     def _complete(self, spec: Spec, non_null: bool, value: Any) -> Any:
         if not self._present(value, non_null):
@@ -182,8 +211,8 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return plan
 
 
-def _plan_of(schema: Any, parent_type: GraphQLObjectType, grouped_field_set: Any) -> list[Any] | None:
-    """The plan of a selection on `parent_type`, or None when one of its fields needs the ordinary path."""
+def _plan_of(schema: Any, parent_type: GraphQLObjectType, grouped_field_set: Any) -> list[Field] | None:
+    """The fields of a selection's plan on `parent_type`, or None when one of them needs the ordinary path."""
     plan = []
     for response_name, details in grouped_field_set.items():
         node = details[0].node
