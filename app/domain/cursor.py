@@ -7,6 +7,7 @@ import binascii
 import datetime as dt
 import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from app.domain.bounds import INT64_MAX, BoundsError, check_time
@@ -50,7 +51,8 @@ def _json_value(value: Any) -> str:
     if type(value) is int:
         return str(value)
     if isinstance(value, dt.datetime):
-        return '{"t":"' + value.astimezone(dt.UTC).isoformat() + '"}'  # digits, -, :, ., +, T: nothing to escape
+        # digits, -, :, ., +, T: nothing to escape; a UTC time (as asyncpg gives them) needs no astimezone
+        return '{"t":"' + (value if value.tzinfo is dt.UTC else value.astimezone(dt.UTC)).isoformat() + '"}'
     return json.dumps(_encode_value(value), separators=(",", ":"))
 
 
@@ -66,7 +68,7 @@ def _head(kind: str) -> str:
     return _PREFIX + "[" + json.dumps(kind) + ",["
 
 
-def encode_cursor(kind: str, values: list[Any] | tuple[Any, ...]) -> str:
+def encode_cursor(kind: str, values: Sequence[Any]) -> str:
     """Encode the sort-key values of one row; `kind` stops a cursor being reused on another list."""
     text = _head(kind) + ",".join([_json_value(v) for v in values]) + "]]"
     return unpadded_b64url(text)
