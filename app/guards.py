@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -127,7 +128,13 @@ class EdgeGuard:
             checked = await self._checked_json(scope, receive, send)
             if checked is None:
                 return
-            receive = checked
+            receive, parsed = checked
+            token = _PARSED.set(parsed)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _PARSED.reset(token)
+            return
         await self.app(scope, receive, send)
 
     def _problem(self, scope: Scope, headers: Headers) -> Response | None:
@@ -186,8 +193,10 @@ class EdgeGuard:
             name = host[: host.index("]") + 1]
         return is_loopback_host(name) or name.lower() in self.allowed_hosts
 
-    async def _checked_json(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
-        """Read the whole body, check it parses, and hand it on; None when the refusal was already sent."""
+    async def _checked_json(
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> tuple[Receive, tuple[bytes, Any]] | None:
+        """Read the whole body, check it parses, and hand it on with its value; None when the refusal was sent."""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -205,7 +214,7 @@ class EdgeGuard:
             return None
         body = b"".join(chunks)
         try:
-            parse_json_body(body)
+            value = parse_json_body(body)
         except BadBody as exc:
             await _body_error(scope, exc, send)
             return None
@@ -218,7 +227,20 @@ class EdgeGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        return replay
+        return replay, (body, value)
+
+
+# The body a route is handling and its JSON value, as the guard parsed it (see parsed_body).
+_PARSED: ContextVar[tuple[bytes, Any] | None] = ContextVar("recovery_parsed_body", default=None)
+
+
+def parsed_body(body: bytes) -> Any | None:
+    """The JSON value of this request's body when the guard parsed these very bytes (a route need not parse them
+    again), else None. Only the route that handles the request may use the value: it is not copied."""
+    parsed = _PARSED.get()
+    if parsed is not None and parsed[0] == body:
+        return parsed[1]
+    return None
 
 
 def _is_json(headers: Headers) -> bool:

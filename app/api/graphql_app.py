@@ -24,6 +24,7 @@ from app.api.masking import masked
 from app.api.schema import schema
 from app.auth import Authenticator, AuthError, authenticate_request
 from app.context import AppContext
+from app.guards import parsed_body
 
 
 def auth_error_body(exc: AuthError) -> dict[str, Any]:
@@ -140,6 +141,11 @@ class RecoveryGraphQL(GraphQL[ApiContext, None]):
             response=response,
             websocket=websocket,
         )
+
+    def decode_json(self, data: str | bytes) -> object:
+        # The edge guard (app/guards.py) has parsed a JSON body already, with the same json module.
+        parsed = parsed_body(data) if isinstance(data, bytes) else None
+        return parsed if parsed is not None else super().decode_json(data)
 
     def encode_json(self, data: object) -> str | bytes:
         return graphql_json(data)
