@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain.cursor import CursorError, decode_cursor, encode_cursor
+from app.domain.cursor import decode_cursor, encode_cursor
+from app.records import select_records
 
 T = TypeVar("T")
 
@@ -55,11 +55,16 @@ class LazyCursors(Sequence[str]):
         position = range(len(self._keys))[index]
         cursor = self._encoded.get(position)
         if cursor is None:
-            cursor = self._encoded[position] = encode_cursor(self._kind, list(self._keys[position]))
+            cursor = self._encoded[position] = encode_cursor(self._kind, self._keys[position])
         return cursor
 
     def __iter__(self) -> Any:
-        return (self[i] for i in range(len(self._keys)))
+        encoded = self._encoded
+        for position, key in enumerate(self._keys):  # a connection takes every cursor: no per-item indexing
+            cursor = encoded.get(position)
+            if cursor is None:
+                cursor = encoded[position] = encode_cursor(self._kind, key)
+            yield cursor
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -101,13 +106,6 @@ class PageRequest:
 
 
 @functools.cache
-def _record_type(columns: tuple[str, ...]) -> Any:
-    """A named tuple of a select's columns: its attributes read ~10x faster than a Core Row's, and a page reads each
-    of 100 rows' columns once or twice (cursor keys, JSON)."""
-    return namedtuple("Record", columns)
-
-
-@functools.cache
 def _ordering(columns: tuple[Any, ...], descending: bool) -> tuple[Any, ...]:
     """ORDER BY clauses of a sort key, built once (a list builds the same ones on every page it serves)."""
     return tuple(c.desc() if descending else c.asc() for c in columns)
@@ -115,7 +113,7 @@ def _ordering(columns: tuple[Any, ...], descending: bool) -> tuple[Any, ...]:
 
 async def paginate(
     session: AsyncSession,
-    query: Select[Any],
+    query: Select[Any] | Callable[[], Select[Any]],
     *,
     kind: str,
     columns: Sequence[Any],
@@ -123,40 +121,44 @@ async def paginate(
     request: PageRequest,
     key_of: Any,
     rows: bool = False,
+    shape: tuple[Hashable, Sequence[Any]] | None = None,
 ) -> Page[Any]:
     """Run `query` (which selects one entity, or columns with `rows=True`) as one keyset page ordered by `columns`.
 
     `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
     index ending in its sort key, so a deep page costs the same as the first one (no OFFSET). With
-    `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build).
+    `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build);
+    then `shape` may name the structure of `query`'s conditions with their parameter values in order, and
+    `query` may be a function that builds it: a page of a known shape is neither built nor compiled again
+    (see app.records).
     """
     backward = request.last is not None
     size = request.last if backward else request.first
     assert size is not None
-
-    def bound(cursor: str, toward_end: bool) -> Any:
-        try:
-            values = decode_cursor(kind, cursor, len(columns))
-        except CursorError:
-            raise
-        key = tuple_(*columns)
-        # "toward_end" means rows that come after the cursor in the list's order.
-        if toward_end != descending:
-            return key > tuple_(*values)
-        return key < tuple_(*values)
-
-    if request.after:
-        query = query.where(bound(request.after, True))
-    if request.before:
-        query = query.where(bound(request.before, False))
     scan_descending = descending != backward
-    query = query.order_by(*_ordering(tuple(columns), scan_descending)).limit(size + 1)
-    if rows:  # Core: the session's connection runs the select, no ORM result processing
-        result = await (await session.connection()).execute(query)
-        make = _record_type(tuple(result.keys()))._make
-        found = [make(row) for row in result.all()]
+    # The keyset bounds: (cursor values, rows after them in the scan order?) for after, then before.
+    bounds = []
+    for cursor, toward_end in ((request.after, True), (request.before, False)):
+        if cursor:
+            # "toward_end" means rows that come after the cursor in the list's order.
+            bounds.append((decode_cursor(kind, cursor, len(columns)), toward_end != descending))
+
+    def build() -> Select[Any]:
+        statement = query() if callable(query) else query
+        key = tuple_(*columns)
+        for values, greater in bounds:
+            statement = statement.where(key > tuple_(*values) if greater else key < tuple_(*values))
+        return statement.order_by(*_ordering(tuple(columns), scan_descending)).limit(size + 1)
+
+    if rows:  # Core: records of the columns, no ORM result processing (on asyncpg directly, see app.records)
+        if shape is None:
+            found = await select_records(session, build, None, ())
+        else:
+            structure = (shape[0], tuple(columns), scan_descending, tuple(greater for _, greater in bounds))
+            values = [*shape[1], *(v for values, _ in bounds for v in values), size + 1]
+            found = await select_records(session, build, structure, values)
     else:
-        found = list((await session.scalars(query)).all())
+        found = list((await session.scalars(build())).all())
     more = len(found) > size
     found = found[:size]
     if backward:

@@ -70,30 +70,40 @@ def parse_job_reference(text: str) -> tuple[int, int | None]:
     return job_id, index
 
 
+def _family(text: str) -> Any:
+    family = text.rstrip(".*")
+    # LIKE with the wildcards of the text escaped (a range would follow PostgreSQL's collation, not bytes).
+    return or_(_C.event_type == family, _C.event_type.startswith(family + ".", autoescape=True))
+
+
+# Each filter with the condition it adds, in this order; it applies when given (not None, and not empty text).
+# Core columns: the same SQL as the ORM attributes, built without the ORM's comparator layers (per request).
+_CONDITIONS: tuple[tuple[str, Any], ...] = (
+    ("slurm_job_id", lambda v: _C.slurm_job_id == v),
+    ("attempt_index", lambda v: _C.attempt_index == v),
+    ("component", lambda v: _C.component == v),
+    ("event_type", lambda v: _C.event_type == v),
+    ("event_type_family", _family),
+    ("level", lambda v: _C.level == v),
+    ("produced_after", lambda v: _C.produced_at >= v),
+    ("produced_before", lambda v: _C.produced_at < v),
+    ("cluster", lambda v: _C.cluster == v),
+    ("workflow_id", lambda v: _C.workflow_id == v),
+)
+
+
+def _given(flt: AuditFilter) -> list[tuple[str, Any, Any]]:
+    """(name, condition, value) of the filters that apply."""
+    return [
+        (name, condition, value)
+        for name, condition in _CONDITIONS
+        if (value := getattr(flt, name)) is not None and value != ""
+    ]
+
+
 def _filtered(query: Any, flt: AuditFilter) -> Any:
-    # Core columns: the same SQL as the ORM attributes, built without the ORM's comparator layers (per request).
-    if flt.slurm_job_id is not None:
-        query = query.where(_C.slurm_job_id == flt.slurm_job_id)
-    if flt.attempt_index is not None:
-        query = query.where(_C.attempt_index == flt.attempt_index)
-    if flt.component:
-        query = query.where(_C.component == flt.component)
-    if flt.event_type:
-        query = query.where(_C.event_type == flt.event_type)
-    if flt.event_type_family:
-        family = flt.event_type_family.rstrip(".*")
-        # LIKE with the wildcards of the text escaped (a range would follow PostgreSQL's collation, not bytes).
-        query = query.where(or_(_C.event_type == family, _C.event_type.startswith(family + ".", autoescape=True)))
-    if flt.level:
-        query = query.where(_C.level == flt.level)
-    if flt.produced_after:
-        query = query.where(_C.produced_at >= flt.produced_after)
-    if flt.produced_before:
-        query = query.where(_C.produced_at < flt.produced_before)
-    if flt.cluster:
-        query = query.where(_C.cluster == flt.cluster)
-    if flt.workflow_id is not None:
-        query = query.where(_C.workflow_id == flt.workflow_id)
+    for _, condition, value in _given(flt):
+        query = query.where(condition(value))
     return query
 
 
@@ -105,15 +115,21 @@ async def query(
     descending: bool = True,
 ) -> Page[Any]:
     """One keyset page of matching events ordered by (produced_at, id), as Core rows (the columns as attributes)."""
+    given = _given(filter)
+    # Each filter but the family binds its one value: which filters apply is the statement's shape (the family's
+    # escaped pattern is not its text, so those pages are built each time).
+    names = tuple(name for name, _, _ in given)
+    shape = None if "event_type_family" in names else (("audit", names), [value for _, _, value in given])
     return await paginate(
         session,
-        _filtered(_PAGE, filter),
+        lambda: _filtered(_PAGE, filter),
         kind="audit",
         columns=(_C.produced_at, _C.id),
         descending=descending,
         request=page,
         key_of=lambda e: (e.produced_at, e.id),
         rows=True,
+        shape=shape,
     )
 
 

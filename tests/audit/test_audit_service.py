@@ -4,8 +4,10 @@ import datetime as dt
 
 import pytest
 
+from app import records
 from app.audit import queries as audit_queries
 from app.audit import service as audit
+from app.db import read_session_factory
 from app.domain.cursor import CursorError
 from app.feed import queries as feed_queries
 from app.pagination import PageArgumentError, PageRequest
@@ -132,3 +134,58 @@ async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:
         PageRequest.build(first=1000, max_size=100)
     with pytest.raises(PageArgumentError):
         PageRequest.build(first=1, last=1)
+
+
+async def test_read_sessions_serve_the_same_pages(database, sessions, monkeypatch) -> None:
+    # On PostgreSQL the API's autocommit read sessions run known page shapes on asyncpg directly (app.records).
+    await _seed(sessions)
+    async with sessions() as session, session.begin():
+        await audit.record(session, component="api", event_type="checkpoint_saved.x%", message="odd", payload={"a": 1})
+    reads = read_session_factory(database.engine, sessions)
+    fetched: list[str] = []
+    original = records._shape_of
+
+    def shaping(*args):
+        shape = original(*args)
+        fetched.append("shape" if shape else "ordinary")
+        return shape
+
+    monkeypatch.setattr(records, "_SHAPES", {})
+    monkeypatch.setattr(records, "_shape_of", shaping)
+    filters = [
+        {},
+        {"slurm_job_id": 100},
+        {"slurm_job_id": 101, "attempt_index": 0},
+        {"component": "controller", "level": "INFO"},
+        {"produced_after": T0 + dt.timedelta(seconds=3), "produced_before": T0 + dt.timedelta(seconds=9)},
+        {"event_type_family": "checkpoint_saved.x%"},
+        {"cluster": "", "workflow_id": None, "event_type": "scheduler.release"},
+    ]
+
+    async def page(factory, flt, request, descending):
+        async with factory() as session:
+            return await audit_queries.query(session, filter=flt, page=request, descending=descending)
+
+    for kw in filters:
+        flt = audit_queries.AuditFilter(**kw)
+        for descending in (True, False):
+            first = await page(sessions, flt, PageRequest.build(first=4), descending)
+            requests = [PageRequest.build(first=4), PageRequest.build(first=0)]
+            if first.end_cursor:
+                requests += [
+                    PageRequest.build(first=4, after=first.end_cursor),
+                    PageRequest.build(last=2, before=first.end_cursor),
+                ]
+            for request in requests * 2:  # the second time from the known shapes
+                expected = await page(sessions, flt, request, descending)
+                got = await page(reads, flt, request, descending)
+                assert list(got.items) == list(expected.items)
+                assert list(got.cursors) == list(expected.cursors)
+                assert (got.has_next_page, got.has_previous_page) == (
+                    expected.has_next_page,
+                    expected.has_previous_page,
+                )
+    if database.backend == "postgres":
+        assert "shape" in fetched and len(fetched) < 2 * len(filters) * 4  # known shapes are not compiled again
+    else:
+        assert fetched == []
