@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,8 @@ from app.api.ids import from_global_id  # noqa: E402
 from app.db import create_engine  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from bench.figures import figure  # noqa: E402
+from bench.scratch_db import dsn, scratch_postgres  # noqa: E402
 
-PG_SERVER = os.environ.get("RECOVERY_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 JOBS = 1000
 QUERY = (ROOT / "graphql" / "operations" / "AuditEventsPage.graphql").read_text()
 # The statement audit.service.query issues for a DESC page of one job (filter, keyset bound, limit n+1).
@@ -47,28 +46,6 @@ RAW_AFTER = (
     "SELECT * FROM audit_events WHERE slurm_job_id = $1 AND (produced_at, id) < ($2, $3) "
     "ORDER BY produced_at DESC, id DESC LIMIT 101"
 )
-
-
-def dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-
-async def create_database() -> str:
-    name = f"recovery_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(dsn(PG_SERVER))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return PG_SERVER.rsplit("/", 1)[0] + "/" + name
-
-
-async def drop_database(url: str) -> None:
-    admin = await asyncpg.connect(dsn(PG_SERVER))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 async def fill(url: str, count: int) -> float:
@@ -315,107 +292,109 @@ async def main() -> None:
         return
     count = args.events or (20_000 if args.smoke else 1_000_000)
     repeats = args.repeats or (30 if args.smoke else 100)
-    url = await create_database()
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        seconds = await fill(url, count)
-        print(f"inserted {count:,} audit events with COPY in {seconds:.1f}s ({count / seconds:,.0f}/s)")
-        with tempfile.TemporaryDirectory() as tmp:
-            process, base = start_server(url, tmp)
-            processes.append(process)
-            floor_process, floor_base = start_floor(url)
-            processes.append(floor_process)
-            conn = await asyncpg.connect(dsn(url))
-            async with (
-                httpx.AsyncClient(base_url=base, timeout=60) as http,
-                httpx.AsyncClient(base_url=floor_base, timeout=60) as floor,
-            ):
-                job_id = 100_000 + 7
-                await interleaved(http, floor, job_id, 5)  # warm up
-                http_first, rest_first, floor_first = await interleaved(http, floor, job_id, repeats)
-                raw_first = await time_raw(conn, job_id, None, repeats)
-                cpu_repeats = max(repeats, 200)
-                first_page = {"filter": {"jobId": job_id}, "first": 100, "after": None}
-                cpu_graphql = await cpu_per_request(
-                    process.pid,
-                    lambda: http.post("/graphql", json={"query": QUERY, "variables": first_page}),
-                    cpu_repeats,
-                )
-                cpu_rest = await cpu_per_request(
-                    process.pid,
-                    lambda: http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
-                    cpu_repeats,
-                )
-                cpu_floor = await cpu_per_request(
-                    floor_process.pid, lambda: floor.get("/events", params={"jobId": job_id, "limit": 100}), cpu_repeats
-                )
-                raw_top_samples = []
-                for _ in range(repeats):
-                    started = time.perf_counter()
-                    await conn.fetch("SELECT * FROM audit_events ORDER BY produced_at DESC, id DESC LIMIT 101")
-                    raw_top_samples.append(time.perf_counter() - started)
-                raw_top = statistics.median(raw_top_samples) * 1000
-                # A deep page of the whole table: walk `deep` pages with cursors, then time it and the first page
-                # of the same list in turns.
-                deep = min(args.deep, count // 100 - 1)
-                cursor, key, walked = await walk_pages(http, deep)
-                http_top_samples: list[float] = []
-                http_deep_samples: list[float] = []
-                for _ in range(repeats):
-                    for after, samples in ((None, http_top_samples), (cursor, http_deep_samples)):
-                        started = time.perf_counter()
-                        (
-                            await http.post(
-                                "/graphql", json={"query": QUERY, "variables": {"first": 100, "after": after}}
-                            )
-                        ).raise_for_status()
-                        samples.append(time.perf_counter() - started)
-                http_top = statistics.median(http_top_samples) * 1000
-                http_deep = statistics.median(http_deep_samples) * 1000
-                raw_deep_samples = []
-                for _ in range(repeats):
-                    started = time.perf_counter()
-                    await conn.fetch(
-                        "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY "
-                        "produced_at DESC, id DESC LIMIT 101",
-                        *(key or (dt.datetime.now(dt.UTC), 2**62)),
+    async with scratch_postgres() as url:
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            seconds = await fill(url, count)
+            print(f"inserted {count:,} audit events with COPY in {seconds:.1f}s ({count / seconds:,.0f}/s)")
+            with tempfile.TemporaryDirectory() as tmp:
+                process, base = start_server(url, tmp)
+                processes.append(process)
+                floor_process, floor_base = start_floor(url)
+                processes.append(floor_process)
+                conn = await asyncpg.connect(dsn(url))
+                async with (
+                    httpx.AsyncClient(base_url=base, timeout=60) as http,
+                    httpx.AsyncClient(base_url=floor_base, timeout=60) as floor,
+                ):
+                    job_id = 100_000 + 7
+                    await interleaved(http, floor, job_id, 5)  # warm up
+                    http_first, rest_first, floor_first = await interleaved(http, floor, job_id, repeats)
+                    raw_first = await time_raw(conn, job_id, None, repeats)
+                    cpu_repeats = max(repeats, 200)
+                    first_page = {"filter": {"jobId": job_id}, "first": 100, "after": None}
+                    cpu_graphql = await cpu_per_request(
+                        process.pid,
+                        lambda: http.post("/graphql", json={"query": QUERY, "variables": first_page}),
+                        cpu_repeats,
                     )
-                    raw_deep_samples.append(time.perf_counter() - started)
-                raw_deep = statistics.median(raw_deep_samples) * 1000
-            await conn.close()
-        print(f"first page of 100 events of one job (median of {repeats}, timed in turns):")
-        print(
-            f"  {'GraphQL auditEvents(filter: {jobId})':<44} {http_first:8.2f} ms  "
-            f"{http_first / floor_first:5.2f}x floor"
-        )
-        print(
-            f"  {'REST GET /v1/audit/events?jobId=':<44} {rest_first:8.2f} ms  {rest_first / floor_first:5.2f}x floor"
-        )
-        print(f"  {'floor: Starlette route + asyncpg + JSON':<44} {floor_first:8.2f} ms")
-        print(f"  {'raw keyset SQL (asyncpg, no HTTP)':<44} {raw_first:8.2f} ms")
-        print(
-            f"server CPU per request (load-independent): GraphQL {cpu_graphql:.2f} ms "
-            f"({cpu_graphql / cpu_floor:.2f}x), "
-            f"REST {cpu_rest:.2f} ms ({cpu_rest / cpu_floor:.2f}x), floor {cpu_floor:.2f} ms"
-        )
-        print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
-        print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
-        print(
-            f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} "
-            f"{http_deep / raw_deep:>7.1f}"
-        )
-        print(
-            f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: "
-            f"depth adds no cost)"
-        )
-        figure("graphql_first_page_vs_floor", http_first / floor_first, "x", "<=", 2)
-        figure("rest_first_page_vs_floor", rest_first / floor_first, "x", "<=", 1.3)
-        figure("graphql_deep_page_vs_first_page", http_deep / http_top, "x", "<=", 1.1)
-    finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
-        await drop_database(url)
+                    cpu_rest = await cpu_per_request(
+                        process.pid,
+                        lambda: http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
+                        cpu_repeats,
+                    )
+                    cpu_floor = await cpu_per_request(
+                        floor_process.pid,
+                        lambda: floor.get("/events", params={"jobId": job_id, "limit": 100}),
+                        cpu_repeats,
+                    )
+                    raw_top_samples = []
+                    for _ in range(repeats):
+                        started = time.perf_counter()
+                        await conn.fetch("SELECT * FROM audit_events ORDER BY produced_at DESC, id DESC LIMIT 101")
+                        raw_top_samples.append(time.perf_counter() - started)
+                    raw_top = statistics.median(raw_top_samples) * 1000
+                    # A deep page of the whole table: walk `deep` pages with cursors, then time it and the first page
+                    # of the same list in turns.
+                    deep = min(args.deep, count // 100 - 1)
+                    cursor, key, walked = await walk_pages(http, deep)
+                    http_top_samples: list[float] = []
+                    http_deep_samples: list[float] = []
+                    for _ in range(repeats):
+                        for after, samples in ((None, http_top_samples), (cursor, http_deep_samples)):
+                            started = time.perf_counter()
+                            (
+                                await http.post(
+                                    "/graphql", json={"query": QUERY, "variables": {"first": 100, "after": after}}
+                                )
+                            ).raise_for_status()
+                            samples.append(time.perf_counter() - started)
+                    http_top = statistics.median(http_top_samples) * 1000
+                    http_deep = statistics.median(http_deep_samples) * 1000
+                    raw_deep_samples = []
+                    for _ in range(repeats):
+                        started = time.perf_counter()
+                        await conn.fetch(
+                            "SELECT * FROM audit_events WHERE (produced_at, id) < ($1, $2) ORDER BY "
+                            "produced_at DESC, id DESC LIMIT 101",
+                            *(key or (dt.datetime.now(dt.UTC), 2**62)),
+                        )
+                        raw_deep_samples.append(time.perf_counter() - started)
+                    raw_deep = statistics.median(raw_deep_samples) * 1000
+                await conn.close()
+            print(f"first page of 100 events of one job (median of {repeats}, timed in turns):")
+            print(
+                f"  {'GraphQL auditEvents(filter: {jobId})':<44} {http_first:8.2f} ms  "
+                f"{http_first / floor_first:5.2f}x floor"
+            )
+            print(
+                f"  {'REST GET /v1/audit/events?jobId=':<44} {rest_first:8.2f} ms  "
+                f"{rest_first / floor_first:5.2f}x floor"
+            )
+            print(f"  {'floor: Starlette route + asyncpg + JSON':<44} {floor_first:8.2f} ms")
+            print(f"  {'raw keyset SQL (asyncpg, no HTTP)':<44} {raw_first:8.2f} ms")
+            print(
+                f"server CPU per request (load-independent): GraphQL {cpu_graphql:.2f} ms "
+                f"({cpu_graphql / cpu_floor:.2f}x), "
+                f"REST {cpu_rest:.2f} ms ({cpu_rest / cpu_floor:.2f}x), floor {cpu_floor:.2f} ms"
+            )
+            print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
+            print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
+            print(
+                f"{f'page {walked + 1} of all events (cursor)':<38} {http_deep:>16.2f} {raw_deep:>11.2f} "
+                f"{http_deep / raw_deep:>7.1f}"
+            )
+            print(
+                f"page {walked + 1} / page 1 of all events over HTTP: {http_deep / http_top:.2f} (keyset: "
+                f"depth adds no cost)"
+            )
+            figure("graphql_first_page_vs_floor", http_first / floor_first, "x", "<=", 2)
+            figure("rest_first_page_vs_floor", rest_first / floor_first, "x", "<=", 1.3)
+            figure("graphql_deep_page_vs_first_page", http_deep / http_top, "x", "<=", 1.1)
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=10)
 
 
 if __name__ == "__main__":
