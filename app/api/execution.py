@@ -174,12 +174,21 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
             if isinstance(value, str | bytes | dict) or not hasattr(value, "__iter__"):
                 raise _Fallback
             item_non_null, item_spec = spec[1], spec[2]
-            if item_spec[0] == "object":  # a connection's edges: one plan for every item
-                object_type, plan = item_spec[1], self._object_plan(item_spec[1], item_spec[2])
-                return [
-                    self._object_result(object_type, plan, item) if self._present(item, item_non_null) else None
-                    for item in value
-                ]
+            if item_spec[0] == "object":  # a connection's edges: one plan and type check for every item
+                plan = self._object_plan(item_spec[1], item_spec[2])
+                if plan is None:
+                    raise _Fallback
+                is_type_of: Any = item_spec[1].is_type_of  # strawberry's ignore the resolve info
+                complete, present = self._complete, self._present
+                results: list[dict[str, Any] | None] = []
+                for item in value:
+                    if not present(item, item_non_null):
+                        results.append(None)
+                    elif is_type_of is not None and is_type_of(item, None) is not True:
+                        raise _Fallback
+                    else:
+                        results.append(plan(item, complete))
+                return results
             return [self._complete(item_spec, item_non_null, item) for item in value]
         return self._object_result(spec[1], self._object_plan(spec[1], spec[2]), value)
 
@@ -198,7 +207,7 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         is_type_of: Any = object_type.is_type_of  # strawberry's ignore the resolve info
         if plan is None or (is_type_of is not None and is_type_of(value, None) is not True):
             raise _Fallback
-        return self._execute_plan(plan, value)
+        return plan(value, self._complete)
 
     def _object_plan(self, object_type: GraphQLObjectType, details: Any) -> Plan | None:
         """The plan of an object's subfields, collected once per execution (every row of a list has the same)."""
