@@ -30,12 +30,12 @@ def record_type(columns: tuple[str, ...]) -> Any:
 class _Shape:
     """A select's SQL for asyncpg, with how its parameters and columns convert (the processors SQLAlchemy applies)."""
 
-    __slots__ = ("sql", "params", "columns", "make")
+    __slots__ = ("sql", "params", "processed", "make")
 
-    def __init__(self, sql: str, params: tuple[Any, ...], columns: tuple[Any, ...], make: Any) -> None:
+    def __init__(self, sql: str, params: tuple[Any, ...], processed: tuple[tuple[int, Any], ...], make: Any) -> None:
         self.sql = sql
         self.params = params  # bind processor (or None) per parameter
-        self.columns = columns  # result processor (or None) per column
+        self.processed = processed  # (index, result processor) of the columns that have one (few do)
         self.make = make
 
 
@@ -53,9 +53,10 @@ def _shape_of(query: Select[Any], values: Sequence[Any], dialect: Any) -> _Shape
     if any(b.expanding for b in binds) or [b.effective_value for b in binds] != list(values):
         return None
     params = tuple(b.type.dialect_impl(dialect).bind_processor(dialect) for b in binds)
-    columns = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in query.selected_columns)
+    columns = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in query.selected_columns]
+    processed = tuple((index, process) for index, process in enumerate(columns) if process is not None)
     make = record_type(tuple(query.selected_columns.keys()))._make
-    return _Shape(compiled.string, params, columns, make)
+    return _Shape(compiled.string, params, processed, make)
 
 
 async def select_records(
@@ -91,10 +92,16 @@ async def select_records(
             except Exception:  # noqa: BLE001 - run again the ordinary way, which reports it as always
                 pass
             else:
-                make, columns = known.make, known.columns
-                if not any(columns):
+                make, processed = known.make, known.processed
+                if not processed:
                     return [make(row) for row in found]
-                return [make([v if p is None else p(v) for p, v in zip(columns, row, strict=True)]) for row in found]
+                records = []
+                for row in found:
+                    values = list(row)
+                    for index, process in processed:
+                        values[index] = process(values[index])
+                    records.append(make(values))
+                return records
     result = await conn.execute(query if query is not None else build())
     make = record_type(tuple(result.keys()))._make
     return [make(row) for row in result.all()]
