@@ -12,6 +12,7 @@ goes the ordinary way, so errors keep graphql-core's messages, paths and locatio
 from __future__ import annotations
 
 import datetime as dt
+import keyword
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -40,16 +41,21 @@ class _Fallback(Exception):
 
 
 def _getter(field_def: Any, resolve: Any) -> Any:
-    """source -> value of a basic field: `getattr(source, name)` when that is all strawberry would do."""
+    """How a basic field's value is read: the attribute's name when `getattr(source, name)` is all strawberry would
+    do, else a function of the source."""
     field = (field_def.extensions or {}).get("strawberry-definition")
     if field is not None and field.base_resolver is None and field.default_resolver is getattr:
-        return operator.attrgetter(field.python_name)
+        name = field.python_name
+        if name.isidentifier() and not keyword.iskeyword(name):
+            return name
+        return operator.attrgetter(name)
     return lambda source: resolve(source, None)
 
 
 # How one value completes: ("leaf", serialize) | ("object", object type, field details) | ("list", item non-null,
-# item spec); a plan's fields are (response name, source -> value, spec, non-null, own type) each, where values of the
-# own type are their own serialisation (a str of String or ID, a bool of Boolean, an int of Int within 32 bits).
+# item spec); a plan's fields are (response name, attribute name or source -> value, spec, non-null, own type)
+# each, where values of the own type are their own serialisation (a str of String or ID, a bool of Boolean, an int
+# of Int within 32 bits).
 Spec = tuple[Any, ...]
 Field = tuple[str, Any, Spec, bool, type | None]
 _OWN_TYPES = {GraphQLString: str, GraphQLID: str, GraphQLBoolean: bool, GraphQLInt: int}
@@ -62,34 +68,38 @@ def _compiled_row(fields: list[Field]) -> Plan:
     """The plan of `fields`: the loop over them unrolled into straight-line code, compiled once.
 
     Per field: a value of its own type as it is, another plain leaf value through its serialiser (a null or
-    Undefined from it means the ordinary path), anything else through `complete(spec, non_null, value)`. Names
-    and values only come from the namespace (by index): no text of a query ever reaches the compiled source.
+    Undefined from it means the ordinary path), anything else through `complete(spec, non_null, value)`; the
+    result is one dict display. Only our schema's attribute names (identifiers) reach the compiled source; response
+    names and everything else come from the namespace by index, so no text of a query does.
     """
     namespace: dict[str, Any] = {"PLAIN": _PLAIN, "Undefined": Undefined, "Fallback": _Fallback}
-    lines = ["def row(s, complete):", "    r = {}"]
-    for i, (name, resolve, spec, non_null, own) in enumerate(fields):
-        namespace.update({f"n{i}": name, f"g{i}": resolve, f"s{i}": spec, f"b{i}": non_null, f"t{i}": own})
-        lines.append(f"    v = g{i}(s)")
+    lines = ["def row(s, complete):"]
+    for i, (name, read, spec, non_null, own) in enumerate(fields):
+        namespace.update({f"n{i}": name, f"s{i}": spec, f"b{i}": non_null, f"t{i}": own})
+        if isinstance(read, str):
+            lines.append(f"    v = s.{read}")
+        else:
+            namespace[f"g{i}"] = read
+            lines.append(f"    v = g{i}(s)")
         if spec[0] != "leaf":
-            lines.append(f"    r[n{i}] = complete(s{i}, b{i}, v)")
+            lines.append(f"    x{i} = complete(s{i}, b{i}, v)")
             continue
         namespace[f"z{i}"] = spec[1]
         lines.append("    k = type(v)")
         branch = "if"
         if own is not None:
             in_range = f" and {_INT_MIN} <= v <= {_INT_MAX}" if own is int else ""
-            lines += [f"    if k is t{i}{in_range}:", f"        r[n{i}] = v"]
+            lines += [f"    if k is t{i}{in_range}:", f"        x{i} = v"]
             branch = "elif"
         lines += [
             f"    {branch} k in PLAIN:",  # the usual case, inline: no await or null to mind
-            f"        x = z{i}(v)",
-            "        if x is None or x is Undefined:",
+            f"        x{i} = z{i}(v)",
+            f"        if x{i} is None or x{i} is Undefined:",
             "            raise Fallback",
-            f"        r[n{i}] = x",
             "    else:",
-            f"        r[n{i}] = complete(s{i}, b{i}, v)",
+            f"        x{i} = complete(s{i}, b{i}, v)",
         ]
-    lines.append("    return r")
+    lines.append("    return {" + ", ".join(f"n{i}: x{i}" for i in range(len(fields))) + "}")
     exec(compile("\n".join(lines), "<fast plan>", "exec"), namespace)  # noqa: S102 - our own fixed template
     row: Plan = namespace["row"]
     return row
