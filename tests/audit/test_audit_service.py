@@ -1,6 +1,7 @@
 """Audit events: recorded with a change-feed entry, filtered as SPEC §7 says, paged by keyset."""
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -152,7 +153,7 @@ async def test_read_sessions_serve_the_same_pages(database, sessions, monkeypatc
 
     monkeypatch.setattr(records, "_SHAPES", {})
     monkeypatch.setattr(records, "_shape_of", shaping)
-    filters = [
+    filters: list[dict[str, Any]] = [
         {},
         {"slurm_job_id": 100},
         {"slurm_job_id": 101, "attempt_index": 0},
