@@ -227,11 +227,10 @@ def parse_job(record: dict) -> SlurmJob:
     stderr_raw = _text(get("standard_error"))
     first_node = batch_host or (nodes[0] if nodes else None)
     stdout_expanded = _text(get("stdout_expanded"))
-    expanded_out = (
-        None
-        if stdout_expanded
-        else expand_filename(
-            stdout_raw,
+
+    def expand(pattern: str | None) -> str | None:
+        return expand_filename(
+            pattern,
             job_id=job_id,
             name=name,
             user=user,
@@ -240,23 +239,15 @@ def parse_job(record: dict) -> SlurmJob:
             first_node=first_node,
             working_directory=cwd,
         )
-    )
+
+    expanded_out = None if stdout_expanded else expand(stdout_raw)
     stdout = stdout_expanded or expanded_out
     if stderr_raw is None:  # no --error: stderr goes to the stdout file (25.x reports "")
         stderr = _text(get("stderr_expanded")) or stdout
     elif stderr_raw == stdout_raw and expanded_out is not None:  # the same pattern expands the same way
         stderr = _text(get("stderr_expanded")) or expanded_out
     else:
-        stderr = _text(get("stderr_expanded")) or expand_filename(
-            stderr_raw,
-            job_id=job_id,
-            name=name,
-            user=user,
-            array_job_id=array_job_id,
-            array_task_id=array_task_id,
-            first_node=first_node,
-            working_directory=cwd,
-        )
+        stderr = _text(get("stderr_expanded")) or expand(stderr_raw)
     restart = get("restart_cnt")
     return SlurmJob(
         job_id=job_id,
