@@ -34,7 +34,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -312,25 +312,40 @@ class Controller(Service):
             if not allowed:
                 plan = shadow_plan(state, obs, now=now, milestones=milestones)
                 await advice_service.record_shadow(session, advice=advice, steps=plan, now=now, target=target)
-                would = ", then ".join(advice_service.command_text(s, target) for s in plan if s.is_action)
-                await advice_service.keep_pending(
-                    session,
-                    advice=advice,
-                    reason=DispositionReason.NOT_AUTHORIZED.value,
-                    message=f"{why_not}; would run: {would}",
-                    now=now,
-                )
+                would = [(s, target) for s in plan if s.is_action]
+                await self.keep_unauthorized(session, advice=advice, why_not=why_not, would=would, now=now)
                 return 0
-            # Fleet-wide trust (app/fleet): a restart storm or a spent recovery budget holds it for an operator.
-            held = await fleet_service.gate(
-                session, settings=self.settings, advice=advice, in_flight=bool(milestones), now=now
-            )
-            if held is not None:
-                await advice_service.keep_pending(
-                    session, advice=advice, reason=held.reason, message=held.message, now=now
-                )
+            if await self.fleet_held(session, advice=advice, in_flight=bool(milestones), now=now):
                 return 0
         return await self.execute(advice_id, state, step, target)
+
+    async def keep_unauthorized(
+        self,
+        session: Session,
+        *,
+        advice: Advice,
+        why_not: str,
+        would: Sequence[tuple[Step, JobTarget | int | str]],
+        now: dt.datetime,
+    ) -> None:
+        """The Advice stays PENDING, not authorized: the message says why and which commands would run."""
+        text = ", then ".join(advice_service.command_text(step, target) for step, target in would)
+        await advice_service.keep_pending(
+            session,
+            advice=advice,
+            reason=DispositionReason.NOT_AUTHORIZED.value,
+            message=f"{why_not}; would run: {text}",
+            now=now,
+        )
+
+    async def fleet_held(self, session: Session, *, advice: Advice, in_flight: bool, now: dt.datetime) -> bool:
+        """Whether fleet-wide trust (app/fleet: a restart storm, a spent recovery budget) holds the Advice for an
+        operator; if so it stays PENDING saying why."""
+        held = await fleet_service.gate(session, settings=self.settings, advice=advice, in_flight=in_flight, now=now)
+        if held is None:
+            return False
+        await advice_service.keep_pending(session, advice=advice, reason=held.reason, message=held.message, now=now)
+        return True
 
     def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]:
         """Act only while the job's mode is act NOW (requested, ceiling on, partition managed) and no veto was given.

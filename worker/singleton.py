@@ -12,31 +12,46 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
 from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
-from app.db import utcnow
+from app.db import Session, utcnow
 from app.domain.mode import ModeDecision, effective_mode
-from app.domain.reconcile import AdviceState, DispositionReason, Step, StepKind
+from app.domain.reconcile import AdviceState, Step, StepKind
 from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
-from app.fleet import service as fleet_service
 from app.jobs import queries as job_queries
 from app.slurm.adapter import JobTarget
 from app.slurm.records import SlurmJob, Snapshot
 
+if TYPE_CHECKING:  # the row type for annotations only
+    from app.advice.models import Advice
+
 
 class Controller(Protocol):
-    """What this path uses of worker.controller.Controller (its settings, authorization and command runner)."""
+    """What this path uses of worker.controller.Controller (its settings, authorization, holds and command runner)."""
 
     ctx: AppContext
     settings: Settings
     interval: float
 
     def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]: ...
+
+    async def keep_unauthorized(
+        self,
+        session: Session,
+        *,
+        advice: Advice,
+        why_not: str,
+        would: Sequence[tuple[Step, JobTarget | int | str]],
+        now: dt.datetime,
+    ) -> None: ...
+
+    async def fleet_held(self, session: Session, *, advice: Advice, in_flight: bool, now: dt.datetime) -> bool: ...
 
     async def execute(self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None) -> int: ...
 
@@ -133,20 +148,9 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
             plan = twin_shadow_plan(state, first, twin_obs)
             for shadow, target in plan:
                 await advice_service.record_shadow(session, advice=advice, steps=[shadow], now=now, target=target)
-            would = ", then ".join(advice_service.command_text(s, t) for s, t in plan)
-            await advice_service.keep_pending(
-                session,
-                advice=advice,
-                reason=DispositionReason.NOT_AUTHORIZED.value,
-                message=f"{why_not}; would run: {would}",
-                now=now,
-            )
+            await controller.keep_unauthorized(session, advice=advice, why_not=why_not, would=plan, now=now)
             return 0
         # the same fleet-wide trust as a requeue (app/fleet): a restart storm or a spent budget holds it
-        held = await fleet_service.gate(
-            session, settings=controller.settings, advice=advice, in_flight=bool(milestones), now=now
-        )
-        if held is not None:
-            await advice_service.keep_pending(session, advice=advice, reason=held.reason, message=held.message, now=now)
+        if await controller.fleet_held(session, advice=advice, in_flight=bool(milestones), now=now):
             return 0
     return await controller.execute(advice_id, state, step, planned.target)
