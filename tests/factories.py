@@ -559,6 +559,21 @@ def _advice(job: Any, a0: Any, **values: Any) -> Advice:
     return Advice(**{**base, **values})
 
 
+def _story_requeue_hold(advice: Advice, slurm_job_id: int, *, status: str, duration_ms: float) -> SchedulerAction:
+    """The requeue-hold milestone of a story's Advice, sent (SUCCEEDED) or only shadowed, at minute 22."""
+    return SchedulerAction(
+        advice_id=advice.id,
+        generation=1,
+        step="requeue_hold",
+        idempotency_key=f"story-{advice.id}",
+        status=status,
+        command=f"scontrol requeuehold {slurm_job_id}",
+        started_at=_at(22),
+        finished_at=_at(22),
+        duration_ms=duration_ms,
+    )
+
+
 async def seed_stories(sessions: Any) -> dict[str, int]:
     """Workflows wf-recovered (5101), wf-stopped (5201) and wf-observed (5301), each one decided failure."""
     async with sessions() as session, session.begin():
@@ -582,19 +597,7 @@ async def seed_stories(sessions: Any) -> dict[str, int]:
         )
         session.add(advice)
         await session.flush()
-        session.add(
-            SchedulerAction(
-                advice_id=advice.id,
-                generation=1,
-                step="requeue_hold",
-                idempotency_key=f"story-{advice.id}",
-                status="SUCCEEDED",
-                command=f"scontrol requeuehold {RECOVERED}",
-                started_at=_at(22),
-                finished_at=_at(22),
-                duration_ms=120.0,
-            )
-        )
+        session.add(_story_requeue_hold(advice, RECOVERED, status="SUCCEEDED", duration_ms=120.0))
         a1 = await jobs.create_attempt(session, job=job, attempt_index=1, state="PENDING", produced_at=_at(23))
         await jobs.update_attempt(
             session, attempt=a1, job=job, state="RUNNING", nodes=["gpu-b03"], start_time=_at(25), produced_at=_at(25)
@@ -644,18 +647,6 @@ async def seed_stories(sessions: Any) -> dict[str, int]:
         )
         session.add(advice)
         await session.flush()
-        session.add(
-            SchedulerAction(
-                advice_id=advice.id,
-                generation=1,
-                step="requeue_hold",
-                idempotency_key=f"story-{advice.id}",
-                status="SHADOW",
-                command=f"scontrol requeuehold {OBSERVED}",
-                started_at=_at(22),
-                finished_at=_at(22),
-                duration_ms=0.0,
-            )
-        )
+        session.add(_story_requeue_hold(advice, OBSERVED, status="SHADOW", duration_ms=0.0))
         await session.flush()
         return {"observed_advice": advice.id}
