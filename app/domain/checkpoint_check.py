@@ -177,49 +177,37 @@ def assess(
         if tree.truncated:
             return unchecked(f"{path}: the look ran out of its budget before finding a layout", path=path)
         return unchecked(f"{path}: no known checkpoint layout ({framework or 'framework unknown'})", path=path)
-    if found.problem is not None:
+
+    def verdict(status: CheckStatus, message: str, iteration: int | None) -> CheckResult:
         return CheckResult(
-            CheckStatus.INCOMPLETE,
-            f"no loadable checkpoint: {path} is incomplete for {found.layout}: {found.problem}",
-            path=path,
-            framework=framework,
-            layout=found.layout,
-            iteration=found.iteration,
-            newest_mtime=found.newest_mtime,
-        )
-    iteration = found.iteration if found.iteration is not None else recorded_iteration
-    if recorded_iteration is not None and found.iteration is not None and found.iteration < recorded_iteration:
-        return CheckResult(
-            CheckStatus.INCOMPLETE,
-            f"no loadable checkpoint: {path} ({found.layout}) holds iteration {found.iteration}, "
-            f"older than the saved iteration {recorded_iteration} the log recorded",
-            path=path,
-            framework=framework,
-            layout=found.layout,
-            iteration=found.iteration,
-            newest_mtime=found.newest_mtime,
-        )
-    older = _not_newer(iteration, found.newest_mtime, previous)
-    if older is not None:
-        return CheckResult(
-            CheckStatus.NOT_NEWER,
-            f"no new checkpoint: {path} ({found.layout}) {older}",
+            status,
+            message,
             path=path,
             framework=framework,
             layout=found.layout,
             iteration=iteration,
             newest_mtime=found.newest_mtime,
         )
+
+    if found.problem is not None:
+        return verdict(
+            CheckStatus.INCOMPLETE,
+            f"no loadable checkpoint: {path} is incomplete for {found.layout}: {found.problem}",
+            found.iteration,
+        )
+    iteration = found.iteration if found.iteration is not None else recorded_iteration
+    if recorded_iteration is not None and found.iteration is not None and found.iteration < recorded_iteration:
+        return verdict(
+            CheckStatus.INCOMPLETE,
+            f"no loadable checkpoint: {path} ({found.layout}) holds iteration {found.iteration}, "
+            f"older than the saved iteration {recorded_iteration} the log recorded",
+            found.iteration,
+        )
+    older = _not_newer(iteration, found.newest_mtime, previous)
+    if older is not None:
+        return verdict(CheckStatus.NOT_NEWER, f"no new checkpoint: {path} ({found.layout}) {older}", iteration)
     at = f" at iteration {iteration}" if iteration is not None else ""
-    return CheckResult(
-        CheckStatus.OK,
-        f"checkpoint {path} looks complete ({found.layout}){at}",
-        path=path,
-        framework=framework,
-        layout=found.layout,
-        iteration=iteration,
-        newest_mtime=found.newest_mtime,
-    )
+    return verdict(CheckStatus.OK, f"checkpoint {path} looks complete ({found.layout}){at}", iteration)
 
 
 def _not_newer(iteration: int | None, mtime: float | None, previous: CheckResult | None) -> str | None:
