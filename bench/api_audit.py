@@ -173,18 +173,20 @@ def wait_up(process: subprocess.Popen[bytes], probe: str) -> None:
     raise RuntimeError(f"{probe} did not answer")
 
 
+def start(
+    argv: list[str], port: int, probe: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A server process on loopback `port`, once `probe` answers 200; the process and its base URL."""
+    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_up(process, base + probe)
+    return process, base
+
+
 def start_floor(url: str) -> tuple[subprocess.Popen[bytes], str]:
     """The floor app under uvicorn (same server, same log level as `recovery serve`), in its own process."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--serve-floor", url, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_up(process, base + "/events?jobId=1&limit=1")
-    return process, base
+    return start([sys.executable, __file__, "--serve-floor", url, "--port", str(port)], port, "/events?jobId=1&limit=1")
 
 
 async def serve_floor(url: str, port: int) -> None:
@@ -203,16 +205,7 @@ def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
         "RECOVERY_BIND": f"127.0.0.1:{port}",
         "RECOVERY_DATA_DIR": tmp,
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_up(process, base + "/healthz")
-    return process, base
+    return start([sys.executable, "-m", "app.cli", "serve"], port, "/healthz", env)
 
 
 async def time_raw(conn: asyncpg.Connection, job_id: int, bound: tuple[dt.datetime, int] | None, repeats: int) -> float:
