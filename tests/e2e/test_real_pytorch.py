@@ -249,16 +249,6 @@ async def run_job(
 
             settle_from = time.monotonic()
             job, rest = await eventually(recorded, timeout=60, what=f"job {job_id}'s end recorded")
-        if os.environ.get("TORCHLAB_DEBUG"):
-            from sqlalchemy import select
-
-            from app.evidence.models import Checkpoint as C
-            from app.evidence.models import LogSource
-
-            async with wctx.sessions() as session:
-                for r in (await session.scalars(select(LogSource))).all():
-                    print("LOGSOURCE", r.path, r.job_id, r.attempt_id, r.shared, r.offset, r.line_number, r.closed_at)
-                print("CKPTS", (await session.scalars(select(C))).all())
     # each attempt's own file (the examples write <name>-<job id>-<attempt>.log), then Slurm's --output file
     files = sorted(lab.test_dir().glob(f"*-{job_id}-*.log")) + sorted(lab.test_dir().glob(f"*-{job_id}.log"))
     output = "".join(f"==> {path.name} <==\n{path.read_text(errors='replace')}" for path in files)
