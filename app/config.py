@@ -170,6 +170,22 @@ SETTINGS: tuple[Setting, ...] = (
         "attempt's StdOut/StdErr.",
     ),
     Setting(
+        "log_access",
+        "owner",
+        _choice("owner", "readable"),
+        "Which job-controlled files (StdOut/StdErr, files in the log directories, checkpoint paths from logs) "
+        "Recovery reads and shows: `owner` only regular files owned by the job's uid; `readable` regular files "
+        "the job's user may read by their mode bits and groups. Symlinks, FIFOs, sockets and devices are never "
+        "read; what is refused is recorded as `log.refused`.",
+    ),
+    Setting(
+        "log_access_unknown_uid",
+        "refuse",
+        _choice("refuse", "world-readable"),
+        "Jobs whose numeric uid is unknown (recorded before Recovery stored it): `refuse` reads none of their "
+        "files; `world-readable` reads only files anyone may read.",
+    ),
+    Setting(
         "collector_poll_interval",
         "2.0",
         _float,
@@ -481,6 +497,8 @@ class Settings:
     stop_repeated_application_failures: bool = True
     acknowledge_scheduler_actions: bool = False
     log_dirs: tuple[str, ...] = ()
+    log_access: str = "owner"
+    log_access_unknown_uid: str = "refuse"
     collector_poll_interval: float = 2.0
     collector_inotify: bool = True
     collector_ended_grace: float = 30.0

@@ -4,6 +4,7 @@ inserts where no service writes them), and the reads tests check them with. Fold
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,8 @@ def registration(slurm_job_id: int, **overrides: Any) -> jobs.JobRegistration:
         "workflow_key": "wf",
         "policy_valid": True,
         "policy_effective": effective_policy(),
+        "user_id": os.getuid(),  # the tests write the job's log files as this process's user
+        "group_id": os.getgid(),
         **overrides,
     }
     return jobs.JobRegistration(**values)

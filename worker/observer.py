@@ -236,6 +236,8 @@ class Observer(Service):
             record.updated_at = utcnow()
         if record.requeue_eligible != job.requeue:
             record.requeue_eligible = job.requeue
+        if record.user_id is None and job.user_id is not None:  # a row from before 0012: learn whose files these are
+            record.user_id, record.group_id = job.user_id, job.group_id
         await self._track_attempts(session, job, record, latest)
 
     def _registration(self, job: SlurmJob, *, incarnation: int) -> jobs.JobRegistration | None:
@@ -265,6 +267,8 @@ class Observer(Service):
             workflow_key=policy.workflow_id if policy else None,
             name=job.name,
             user=job.user,
+            user_id=job.user_id,
+            group_id=job.group_id,
             partition=job.partition,
             submit_time=job.submit_time,
             comment=job.comment,

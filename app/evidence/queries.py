@@ -268,3 +268,16 @@ async def newest_saved_checkpoint(session: AsyncSession, *, attempt_id: int) -> 
         .limit(1)
     )
     return (await session.scalars(query)).first()
+
+
+async def accepted_log_files(session: AsyncSession, *, attempt_id: int, job_id: int) -> dict[str, tuple[int, int]]:
+    """Path -> (device, inode) of this attempt's log files the collector opened and read, and did not refuse since."""
+    rows = await session.execute(
+        select(LogSource.path, LogSource.device, LogSource.inode).where(
+            or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True)),
+            LogSource.inode.is_not(None),
+            LogSource.device.is_not(None),
+            LogSource.refused_reason.is_(None),
+        )
+    )
+    return {path: (device, inode) for path, device, inode in rows.all() if device is not None and inode is not None}

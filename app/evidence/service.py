@@ -441,3 +441,42 @@ async def add_log_source(session: AsyncSession, *, path: str, job_id: int, attem
     row = LogSource(path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0)
     session.add(row)
     return row
+
+
+async def note_refusal(
+    session: AsyncSession,
+    *,
+    source: LogSource,
+    job: Job | None,
+    attempt_index: int | None,
+    reason: str | None,
+    detail: str = "",
+) -> bool:
+    """Keep why a log source's path was last refused (None: not); a `log.refused` event once per attempt and reason.
+
+    True when a new event was recorded. The event names the path, the reason and its detail (owner,
+    mode, file type), never a byte of the file: nothing refused is read.
+    """
+    if source.refused_reason != reason:
+        source.refused_reason = reason
+    if reason is None:
+        return False
+    key = f"{attempt_index if attempt_index is not None else '-'}:{reason}"
+    seen = list(source.refusals or [])
+    if key in seen:
+        return False
+    source.refusals = [*seen, key]
+    where = f"attempt {attempt_index}: " if attempt_index is not None else ""
+    await audit.record(
+        session,
+        component="collector",
+        event_type="log.refused",
+        level="WARNING",
+        message=f"{where}log file not read ({reason}): {detail}"[:MAX_LINE],
+        payload={"file": source.path, "reason": reason, "detail": detail[:MAX_LINE], "logSourceId": source.id},
+        cluster=job.cluster if job else None,
+        slurm_job_id=job.slurm_job_id if job else None,
+        attempt_index=attempt_index,
+        workflow_id=job.workflow_id if job else None,
+    )
+    return True

@@ -73,6 +73,8 @@ class JobRegistration:
     workflow_key: str | None = None
     name: str | None = None
     user: str | None = None
+    user_id: int | None = None  # the numeric uid the job runs as: its files are read with this user's rights
+    group_id: int | None = None
     partition: str | None = None
     submit_time: dt.datetime | None = None
     comment: str | None = None
@@ -124,6 +126,8 @@ async def register_job(
         workflow_id=workflow.id if workflow else None,
         name=r.name,
         user=r.user,
+        user_id=r.user_id,
+        group_id=r.group_id,
         partition=r.partition,
         submit_time=r.submit_time,
         comment=r.comment,
@@ -228,6 +232,8 @@ async def register_jobs(
                 "workflow_id": workflows[key] if key else None,
                 "name": r.name,
                 "user": r.user,
+                "user_id": r.user_id,
+                "group_id": r.group_id,
                 "partition": r.partition,
                 "submit_time": r.submit_time,
                 "comment": r.comment,

@@ -30,6 +30,8 @@ from app.domain.signatures import (
     exception_line_index,
     strip_rank_prefix,
 )
+from app.logs import safe_open
+from app.logs.safe_open import AccessRule, Refused
 
 LINE_CAP = 64 * 1024
 HEAD_BYTES = 4096
@@ -91,6 +93,7 @@ class ReadResult:
     file_mtime: datetime | None = None
     read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     more: bool = False
+    refused: Refused | None = None  # the path was not opened (symlink, FIFO, another user's file...): nothing read
 
     @property
     def latest_progress(self) -> LogEvent | None:
@@ -185,15 +188,21 @@ class LogTailer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open_current(self, path: str) -> tuple[int, os.stat_result] | None:
-        try:
-            fd = os.open(path, os.O_RDONLY)
+    def _open_current(self, path: str, access: AccessRule | None) -> tuple[int, os.stat_result] | None:
+        """(fd, fstat) of the file at path now; None when missing; with `access` through safe_open (raises Refused)."""
+        if access is not None:
+            try:
+                return safe_open.open_file(path, access)
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return None
+        try:  # offline tools (`recovery check-log FILE`): the user's own file, opened with the user's own rights
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError):
             return None
         return fd, os.fstat(fd)
 
-    def _find_old(self, position: FilePosition) -> int | None:
-        """An fd on the file we were reading, if it still exists: kept fd, or a rotated sibling name."""
+    def _find_old(self, position: FilePosition, access: AccessRule | None) -> int | None:
+        """An fd on the file we were reading, if it still exists: kept fd, or a rotated sibling name (same rule)."""
         fd = self._fds.get(position.path)
         if fd is not None:
             st = os.fstat(fd)
@@ -201,16 +210,30 @@ class LogTailer:
                 return fd
         directory = os.path.dirname(position.path) or "."
         try:
-            with os.scandir(directory) as entries:
+            dir_fd = safe_open.open_dir(directory, access) if access is not None else None
+        except (OSError, Refused):
+            return None
+        try:
+            with os.scandir(directory if dir_fd is None else dir_fd) as entries:
                 for entry in entries:
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if (st.st_dev, st.st_ino) == (position.device, position.inode) and entry.is_file():
-                        return os.open(entry.path, os.O_RDONLY)
-        except OSError:
+                    if (st.st_dev, st.st_ino) != (position.device, position.inode) or not entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        continue
+                    if dir_fd is None:
+                        return os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK)
+                    assert access is not None
+                    shown = os.path.join(directory, entry.name)
+                    return safe_open.open_at(dir_fd, entry.name, access, shown)[0]
+        except (OSError, Refused):
             return None
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
         return None
 
     def _keep(self, path: str, fd: int) -> None:
@@ -221,11 +244,30 @@ class LogTailer:
 
     # ---- reading ------------------------------------------------------------------------------
 
-    def read(self, position: FilePosition) -> ReadResult:
-        """Read what is new at position.path (at most max_bytes; `more` says to call again)."""
+    def read(self, position: FilePosition, *, access: AccessRule | None = None) -> ReadResult:
+        """Read what is new at position.path (at most max_bytes; `more` says to call again).
+
+        `access`: whose rights the path is opened with (the collector always passes the job's rule; see
+        app/logs/safe_open.py). A refused path reads as missing, with `refused` saying why.
+        """
         read_at = self.clock()
         path = position.path
-        current = self._open_current(path)
+        refused: Refused | None = None
+        try:
+            current = self._open_current(path, access)
+        except Refused as exc:
+            current, refused = None, exc
+        result = self._read_current(position, current, access, read_at)
+        return replace(result, refused=refused) if refused is not None else result
+
+    def _read_current(
+        self,
+        position: FilePosition,
+        current: tuple[int, os.stat_result] | None,
+        access: AccessRule | None,
+        read_at: datetime,
+    ) -> ReadResult:
+        path = position.path
         notes: list[str] = []
         if position.inode is not None and (
             current is None or (current[1].st_dev, current[1].st_ino) != (position.device, position.inode)
@@ -233,7 +275,7 @@ class LogTailer:
             # Rotated, replaced or deleted: finish the old file first when we still can.
             if current is not None:
                 os.close(current[0])
-            old_fd = self._find_old(position)
+            old_fd = self._find_old(position, access)
             if old_fd is not None:
                 st = os.fstat(old_fd)
                 result = self._read_fd(old_fd, st, position, read_at, notes)
@@ -255,7 +297,10 @@ class LogTailer:
             position = FilePosition(path=path)
             if current is None:
                 return ReadResult(position=position, exists=False, notes=tuple(notes), read_at=read_at)
-            current = self._open_current(path)
+            try:
+                current = self._open_current(path, access)
+            except Refused:
+                current = None
         if current is None:
             return ReadResult(position=position, exists=False, notes=("missing",), read_at=read_at)
         fd, st = current

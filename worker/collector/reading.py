@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
+from app.logs.safe_open import AccessRule, Refused
 from worker.collector.discovery import Tracked
 
 log = logging.getLogger("recovery.collector")
@@ -38,14 +40,24 @@ class FileRead:
     def bytes_read(self) -> int:
         return sum(r.bytes_read for r in self.results)
 
+    @property
+    def refused(self) -> Refused | None:
+        """Why the file's path was not opened this tick (None: it was, or it is missing)."""
+        return next((r.refused for r in self.results if r.refused is not None), None)
+
 
 def read_files(
-    tailer: LogTailer, candidates: list[Tracked], max_files: int = MAX_FILES_PER_TICK
+    tailer: LogTailer,
+    candidates: list[Tracked],
+    access_of: Callable[[Tracked], AccessRule],
+    max_files: int = MAX_FILES_PER_TICK,
 ) -> tuple[list[FileRead], list[str]]:
     """(what was read, paths left unfinished by the byte or file budget); touches only the tailer and Tracked objects.
 
     Every candidate is looked at (a stat: an idle poll of N files is N stats); only files with
     something to read count against `max_files`, the rest of those are left for the next tick.
+    Each file is opened with its job's rights (`access_of`, app/logs/safe_open.py): a refused path is
+    never read, and its FileRead says why.
     """
     reads: list[FileRead] = []
     budget = MAX_BYTES_PER_TICK
@@ -65,7 +77,7 @@ def read_files(
         position = tracked.position
         while True:
             try:
-                result = tailer.read(position)
+                result = tailer.read(position, access=access_of(tracked))
             except OSError as exc:  # permissions changed, I/O error on a network filesystem
                 log.warning("reading %s failed: %s", tracked.path, exc)
                 break
@@ -86,7 +98,7 @@ def _unchanged(tracked: Tracked) -> bool:
     """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
     position = tracked.position
     try:
-        st = os.stat(tracked.path)
+        st = os.lstat(tracked.path)  # never follows a symlink: the job controls the path
     except OSError:
         return position.inode is None  # still missing; a vanished file must be read to notice it
     same = (
