@@ -13,15 +13,16 @@ import pytest
 
 from app.audit.models import AuditEvent
 from app.context import AppContext
+from app.jobs import service as jobs
+from app.jobs.models import Job
 from tests.factories import add_attempt, anomalies, enrolled_job, events, registration, rows, sources
 from tests.worker.helpers import CRASH, Clock, collector_for
 
 SECRET = "RECOVERY_SESSION_SECRET=do-not-show-" + "x" * 16
 
 
-async def job_with_stdout(ctx: AppContext, slurm_job_id: int, path: Path, **overrides: object):  # type: ignore[no-untyped-def]
-    from app.jobs import service as jobs
-
+async def job_with_stdout(ctx: AppContext, slurm_job_id: int, path: Path, **overrides: object) -> Job:
+    """An enrolled job (uid: this process's unless overridden) whose running attempt writes to `path`."""
     async with ctx.sessions() as session, session.begin():
         job = await jobs.register_job(
             session, registration=registration(slurm_job_id, cluster=ctx.settings.cluster, **overrides)
