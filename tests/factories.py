@@ -475,6 +475,26 @@ async def seed_many(
 # --- reads ---------------------------------------------------------------------------------------------------------
 
 
+async def read_log_source(sessions: Any, *, attempt_id: int, path: str) -> LogSource:
+    """A log source of the attempt that the collector opened and read (its device and inode, as the reader stores)."""
+    st = os.lstat(path)
+    async with sessions() as session, session.begin():
+        attempt_row = await session.get(Attempt, attempt_id)
+        assert attempt_row is not None
+        row = LogSource(
+            path=path,
+            job_id=attempt_row.job_id,
+            attempt_id=attempt_id,
+            shared=False,
+            offset=st.st_size,
+            line_number=0,
+            device=st.st_dev,
+            inode=st.st_ino,
+        )
+        session.add(row)
+    return row
+
+
 async def rows(ctx: AppContext, model: Any, *where: Any) -> list[Any]:
     """Every row of `model` matching `where`, by id."""
     async with ctx.sessions() as session:
