@@ -58,7 +58,9 @@ async def test_log_view_shows_the_lines_around_evidence_escaped_and_only_tracked
         await viewer.get("/dashboard/jobs/4242/attempts/9/log", params={"path": str(log), "line": 1})
     ).status_code == 404
     # The attempt's StdOut the collector has not read (yet, or refused it): not shown.
-    unread = await viewer.get("/dashboard/jobs/4242/attempts/0/log", params={"path": "/logs/llama-4242-0.out", "line": 5})
+    unread = await viewer.get(
+        "/dashboard/jobs/4242/attempts/0/log", params={"path": "/logs/llama-4242-0.out", "line": 5}
+    )
     assert unread.status_code == 404 and "Not read by Recovery" in unread.text
     # A file the collector read that is gone since.
     log.unlink()
