@@ -209,6 +209,6 @@ def _in_log_dirs(path: str, log_dirs: tuple[str, ...]) -> bool:
 
 def _mtime(path: str) -> dt.datetime | None:
     try:
-        return dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
+        return dt.datetime.fromtimestamp(os.lstat(path).st_mtime, dt.UTC)  # the job controls the path: no symlinks
     except OSError:
         return None

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from app.audit.models import AuditEvent
 from app.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Job
+from app.logs.reader import FilePosition, ReadResult
 from tests.factories import add_attempt, anomalies, enrolled_job, events, registration, rows, sources
 from tests.worker.helpers import CRASH, Clock, collector_for
 
@@ -71,9 +73,22 @@ async def test_fifo_stdout_does_not_block_the_collector(ctx: AppContext, tmp_pat
     out = tmp_path / "out-32.log"
     os.mkfifo(out)
     await job_with_stdout(ctx, 32, out)
-    collector = collector_for(ctx)
+    clock = Clock(dt.datetime.now(dt.UTC))
+    collector = collector_for(ctx, clock)
+    opened: list[str] = []
+    read = collector.tailer.read
+
+    def counting(position: FilePosition, **kwargs: Any) -> ReadResult:
+        opened.append(position.path)
+        return read(position, **kwargs)
+
+    collector.tailer.read = counting  # type: ignore[method-assign]
     await asyncio.wait_for(collector.tick(), timeout=10)
-    await asyncio.wait_for(collector.tick(), timeout=10)
+    assert opened == [str(out)]
+    for _ in range(3):  # polls of an unchanged refused path do not open it again
+        clock.advance(5)
+        await asyncio.wait_for(collector.tick(), timeout=10)
+    assert opened == [str(out)]
     assert await refused(ctx) == [(0, "not-regular-file", str(out))]
     [event] = await events(ctx, "log.refused")
     assert "FIFO" in event.payload["detail"] and event.level == "WARNING"

@@ -92,6 +92,8 @@ class Tracked:
     position: FilePosition
     mtime: float | None = None
     closing: bool = False  # final read pending, then stop tracking
+    # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading._unchanged
+    refused: tuple[tuple[int, ...], AccessRule, float] | None = None
 
 
 class Discovery:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ log = logging.getLogger("recovery.collector")
 
 MAX_FILES_PER_TICK = 2000
 MAX_BYTES_PER_TICK = 512 * 1024 * 1024
+REFUSED_RETRY = 60.0  # seconds before an unchanged refused path is opened again (a directory's mode may change)
 
 
 @dataclass
@@ -67,7 +69,7 @@ def read_files(
             unfinished.append(tracked.path)
             continue
         seen_mtime = tracked.mtime
-        if not tracked.closing and _unchanged(tracked):
+        if not tracked.closing and _unchanged(tracked, access_of):
             continue
         if len(reads) >= max_files:
             tracked.mtime = seen_mtime  # not read this tick: the next one must still see the change
@@ -90,17 +92,45 @@ def read_files(
                 unfinished.append(tracked.path)
                 break
         if results:
-            reads.append(FileRead(tracked, results))
+            read = FileRead(tracked, results)
+            tracked.refused = None
+            if read.refused is not None:
+                identity = _identity(tracked.path)
+                if identity is not None:
+                    tracked.refused = (identity, access_of(tracked), time.monotonic())
+            reads.append(read)
     return reads, unfinished
 
 
-def _unchanged(tracked: Tracked) -> bool:
+def _identity(path: str, st: os.stat_result | None = None) -> tuple[int, ...] | None:
+    """What must change before a refused path is worth another open: the entry itself, never what it points to."""
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+    return (st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tracked], AccessRule]) -> bool:
+    """The path was refused and neither it nor the job's rule changed since (looked at again every REFUSED_RETRY)."""
+    if tracked.refused is None or tracked.position.inode is not None or tracked.closing:
+        return False
+    identity, rule, at = tracked.refused
+    return (
+        _identity(tracked.path, st) == identity and time.monotonic() - at < REFUSED_RETRY and access_of(tracked) == rule
+    )
+
+
+def _unchanged(tracked: Tracked, access_of: Callable[[Tracked], AccessRule]) -> bool:
     """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
     position = tracked.position
     try:
         st = os.lstat(tracked.path)  # never follows a symlink: the job controls the path
     except OSError:
         return position.inode is None  # still missing; a vanished file must be read to notice it
+    if _still_refused(tracked, st, access_of):
+        return True  # opening it again would be refused again (and recorded nowhere: once per reason)
     same = (
         (st.st_ino, st.st_dev) == (position.inode, position.device)
         and st.st_size == position.offset
