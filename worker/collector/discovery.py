@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import os
 import time
 from collections.abc import Iterable
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas'
 REFRESH_SECONDS = 15.0  # read the change feed at least this often even without a wake-up from the observer
 FULL_REFRESH_SECONDS = 600.0  # reload every live job now and then: a safety net for changes made without the feed
 CHANGE_TOPICS = ("attempt", "job")
+MAX_DIR_ENTRIES = 100_000  # names read from one log directory per listing (a directory of millions is cut here)
 
 # (path, job id) -> owning attempt id (None: attributed per line)
 Wanted = dict[tuple[str, int], int | None]
@@ -320,7 +322,11 @@ class Discovery:
             with os.scandir(directory) as entries:
                 # Not only regular files: a symlink, FIFO or socket named after a job is tracked too, so that
                 # reading it is refused and recorded (log.refused); is_dir never follows a symlink here.
-                names = [(entry.name, entry.path) for entry in entries if not entry.is_dir(follow_symlinks=False)]
+                names = [
+                    (entry.name, entry.path)
+                    for entry in itertools.islice(entries, MAX_DIR_ENTRIES)
+                    if not entry.is_dir(follow_symlinks=False)
+                ]
         except OSError:
             return []
         matches = [(name, path, match) for name, path in names if (match := assoc.job_file_name(name, ids)) is not None]

@@ -16,6 +16,7 @@ log = logging.getLogger("recovery.collector")
 
 MAX_FILES_PER_TICK = 2000
 MAX_BYTES_PER_TICK = 512 * 1024 * 1024
+MAX_SECONDS_PER_TICK = 10.0  # reading stops here too (a slow network filesystem); the rest waits for the next tick
 REFUSED_RETRY = 60.0  # seconds before an unchanged refused path is opened again (a directory's mode may change)
 
 
@@ -54,7 +55,7 @@ def read_files(
     access_of: Callable[[Tracked], AccessRule],
     max_files: int = MAX_FILES_PER_TICK,
 ) -> tuple[list[FileRead], list[str]]:
-    """(what was read, paths left unfinished by the byte or file budget); touches only the tailer and Tracked objects.
+    """(what was read, paths left unfinished by the byte, time or file budget); touches only the tailer and Tracked.
 
     Every candidate is looked at (a stat: an idle poll of N files is N stats); only files with
     something to read count against `max_files`, the rest of those are left for the next tick.
@@ -63,9 +64,10 @@ def read_files(
     """
     reads: list[FileRead] = []
     budget = MAX_BYTES_PER_TICK
+    deadline = time.monotonic() + MAX_SECONDS_PER_TICK
     unfinished: list[str] = []
     for tracked in candidates:
-        if budget <= 0:
+        if budget <= 0 or time.monotonic() > deadline:
             unfinished.append(tracked.path)
             continue
         seen_mtime = tracked.mtime
@@ -88,7 +90,7 @@ def read_files(
             budget -= result.bytes_read
             if not result.more:
                 break
-            if budget <= 0:
+            if budget <= 0 or time.monotonic() > deadline:
                 unfinished.append(tracked.path)
                 break
         if results:
