@@ -375,6 +375,7 @@ async def attempt_details(request: Request) -> Response:
             else []
         )
         told = (await stories.stories_of_jobs(session, job_ids=[job.id])).get(job.id, [])
+        refused_logs = await evidence_queries.refused_log_files(session, attempt_id=attempt.id, job_id=job.id)
     mine = next((t for t in told if t.attempt.id == attempt.id), None)
     caused_by = next((t for t in told if t.next_attempt is not None and t.next_attempt.id == attempt.id), None)
     raw = attempt_json(
@@ -407,6 +408,7 @@ async def attempt_details(request: Request) -> Response:
             "raw": raw,
             "now": utcnow(),
             "self_url": request.url.path,
+            "refused_logs": refused_logs,
         },
         partial="_attempt_details.html",
     )

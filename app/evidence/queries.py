@@ -281,3 +281,14 @@ async def accepted_log_files(session: AsyncSession, *, attempt_id: int, job_id: 
         )
     )
     return {path: (device, inode) for path, device, inode in rows.all() if device is not None and inode is not None}
+
+
+async def refused_log_files(session: AsyncSession, *, attempt_id: int, job_id: int) -> dict[str, str]:
+    """Path -> reason of this attempt's log files whose last open was refused (app/logs/safe_open.py reasons)."""
+    rows = await session.execute(
+        select(LogSource.path, LogSource.refused_reason).where(
+            or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True)),
+            LogSource.refused_reason.is_not(None),
+        )
+    )
+    return {path: reason for path, reason in rows.all() if reason}

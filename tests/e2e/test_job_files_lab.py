@@ -203,7 +203,9 @@ async def test_symlink_fifo_and_foreign_stdout_are_refused_and_never_shown(
             )
             page = await client.get("/dashboard/audit", params={"job": f"{job_id}/0"})
             assert page.status_code == 200 and "log.refused" in page.text
-            answers.append((await client.get(f"/dashboard/jobs/{job_id}/attempts/0")).text)
+            details = await client.get(f"/dashboard/jobs/{job_id}/attempts/0")
+            assert details.status_code == 200 and "Not read" in details.text and expected[case] in details.text
+            answers.append(details.text)
             view = await client.get(
                 f"/dashboard/jobs/{job_id}/attempts/0/log", params={"path": attempt["stdoutPath"], "line": 1}
             )
