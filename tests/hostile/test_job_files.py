@@ -34,10 +34,8 @@ JOB_UID = 4242  # the job's user: not this test's (root) user
 SECRET = "TOP-SECRET-d41d8cd98f00b204"
 NEWLINES_MIB = 32
 
-pytestmark = [
-    pytest.mark.parametrize("database", ["sqlite"], indirect=True),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the job's files belong to another uid: chown needs root"),
-]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the job's files belong to another uid: chown needs root")
+SQLITE = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -87,6 +85,7 @@ def log_url(slurm_job_id: int) -> str:
     return f"/dashboard/jobs/{slurm_job_id}/attempts/0/log"
 
 
+@SQLITE
 async def test_symlinked_stdout_never_shows_a_byte_of_its_target(
     database: Database, tmp_path: Path, job_dir: Path
 ) -> None:
@@ -129,6 +128,7 @@ async def test_symlinked_stdout_never_shows_a_byte_of_its_target(
         assert SECRET not in event.message + str(event.payload)
 
 
+@SQLITE
 async def test_fifo_stdout_is_answered_promptly(database: Database, tmp_path: Path, job_dir: Path) -> None:
     ctx = context(database, tmp_path)
     fifo = job_dir / "out-64.log"
@@ -152,6 +152,7 @@ async def test_fifo_stdout_is_answered_promptly(database: Database, tmp_path: Pa
     assert (64, "not-regular-file") in {(e.slurm_job_id, e.payload["reason"]) for e in await events(ctx, "log.refused")}
 
 
+@SQLITE
 async def test_a_file_of_bare_newlines_costs_little_cpu(database: Database, tmp_path: Path, job_dir: Path) -> None:
     ctx = context(database, tmp_path)
     blank = job_dir / "out-65.log"
@@ -169,6 +170,7 @@ async def test_a_file_of_bare_newlines_costs_little_cpu(database: Database, tmp_
     assert cpu < 1.0, f"{cpu:.2f} s of CPU for {NEWLINES_MIB} MiB (the issue measured 4.9 s)"
 
 
+@SQLITE
 @pytest.mark.parametrize("line", ["²", "٣", "9" * 5000, "1" + "0" * 30, "-1", "0", " 1 2", "１"])
 async def test_line_numbers_that_are_not_ascii_digits_in_range_are_a_400(
     database: Database, tmp_path: Path, job_dir: Path, line: str
@@ -181,3 +183,24 @@ async def test_line_numbers_that_are_not_ascii_digits_in_range_are_a_400(
     async with client_of(ctx) as client:
         answer = await client.get(log_url(66), params={"path": str(log), "line": line})
     assert answer.status_code == 400 and "Not a line number" in answer.text, answer.text[:300]
+
+
+@pytest.mark.slow
+def test_512_mib_of_newlines_is_answered_within_a_second_of_cpu(job_dir: Path) -> None:
+    """The issue's bound at the scan cap itself (the log view's reader, without HTTP around it)."""
+    from app.logs.excerpt import MAX_SCAN_BYTES, read_excerpt
+    from app.logs.safe_open import AccessRule
+
+    blank = job_dir / "out-67.log"
+    with blank.open("wb") as handle:
+        for _ in range(MAX_SCAN_BYTES // (8 << 20)):
+            handle.write(b"\n" * (8 << 20))
+    try:
+        for target, found in ((MAX_SCAN_BYTES - 5, True), (MAX_SCAN_BYTES + 100, False)):
+            cpu = time.process_time()
+            excerpt = read_excerpt(str(blank), target, access=AccessRule(uid=os.getuid()))
+            cpu = time.process_time() - cpu
+            print(f"line {target} of 512 MiB of newlines: {cpu:.3f} s CPU")
+            assert bool(excerpt.lines) == found and cpu < 1.0
+    finally:
+        blank.unlink()
