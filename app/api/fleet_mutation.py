@@ -76,7 +76,7 @@ class FleetMutation:
     ) -> BudgetExtension:
         info.context.operator()
         name = _name(cluster, "cluster")
-        key = validation.text(workflow_id, "workflowId") or None
+        key = validation.text(workflow_id, "workflowId", maximum=bounds.MAX_KEY_LENGTH) or None
         text = _note(note)
         settings = info.context.app.settings
         row = await _fleet(
