@@ -17,6 +17,7 @@ MAX_TIME = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
 MAX_SEARCH_LENGTH = 200  # the dashboard's cap of its search box; SQLite's LIKE pattern limit is 50,000 bytes
 MAX_FILTER_LENGTH = 200  # cluster, environment, state, component, event type, ...
 MAX_KEY_LENGTH = 256  # a workflow key (its column's size)
+MAX_NODE_LENGTH = 256  # a node name (its column's size)
 MAX_REASON_LENGTH = 2000  # an operator's veto reason
 _ASCII_DIGITS = frozenset("0123456789")
 
