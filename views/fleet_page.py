@@ -94,7 +94,12 @@ async def fleet_action(request: Request) -> Response:
                 await fleet.confirm_storm(session, cluster=cluster, user=user, note=note)
             else:
                 await fleet.set_node(
-                    session, cluster=cluster, node=form_text(form, "node", maximum=bounds.MAX_NODE_LENGTH), action=action, user=user, note=note
+                    session,
+                    cluster=cluster,
+                    node=form_text(form, "node", maximum=bounds.MAX_NODE_LENGTH),
+                    action=action,
+                    user=user,
+                    note=note,
                 )
     except fleet.FleetError as exc:
         return explain(
