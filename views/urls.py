@@ -9,8 +9,13 @@ from urllib.parse import quote, urlencode
 from starlette.requests import Request
 
 # What a browser resolves as "this directory" or "its parent" (also when percent-encoded, by the URL standard):
-# such an id cannot be a path segment at all, so it travels in the query string instead.
+# such an id cannot be a path segment at all, so it travels in the query string instead; so does one with a line
+# break (the router's patterns do not match across lines).
 _DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def _fits_a_path(key: str) -> bool:
+    return key not in _DOT_SEGMENTS and "\n" not in key and "\r" not in key
 
 
 def url_segment(value: object) -> str:
@@ -30,8 +35,9 @@ def url_path(request: Request, name: str, query: dict[str, Any] | None = None, *
 
 
 def workflow_path(request: Request, key: str, query: dict[str, Any] | None = None) -> str:
-    """The stable URL of a workflow: /dashboard/workflow/<workflow id>, or ?id=<workflow id> for `.` and `..`."""
-    if key in _DOT_SEGMENTS:
+    """The stable URL of a workflow: /dashboard/workflow/<workflow id>, or /dashboard/workflow/?id=<workflow id> for
+    an id no path segment can hold (`.`, `..`, line breaks)."""
+    if not _fits_a_path(key):
         return url_path(request, "dashboard:workflow", {"id": key, **(query or {})}, key="")
     return url_path(request, "dashboard:workflow", query, key=key)
 
