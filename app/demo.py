@@ -24,6 +24,7 @@ from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
 from app.logfilter import mask_url
+from app.logformat import set_cluster as set_log_cluster
 from app.resources import resource_dir
 
 EXAMPLES = resource_dir("examples")
@@ -275,6 +276,7 @@ async def run_demo(
     exports = _lab_up(out)
     lab_dir = exports.get("SLURM_LAB_DIR") or os.environ.get("RECOVERY_LAB_DIR") or "/tmp/recovery-lab"
     settings = demo_settings(base, data_dir=str(Path(base.data_dir) / "demo"), bind=base.bind)
+    set_log_cluster(settings.cluster)  # the demo works on the lab cluster, not RECOVERY_CLUSTER
     check_auth_configuration(settings)
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
     ctx = AppContext.open(settings)

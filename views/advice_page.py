@@ -21,6 +21,7 @@ from views.auth import guarded
 from views.pages import page_request
 from views.render import dashboard_of, explain, is_partial_request, render
 from views.templating import url_path
+from views.urls import current_url
 
 ACTIONS = ("approve", "veto", "rerun")
 
@@ -66,8 +67,11 @@ def result_message(action: str, advice: Any, mode: str | None) -> tuple[str, str
 
 
 def _int_param(request: Request, name: str) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 10 else None
+    """A job or Advice id typed into the filter box (spaces dropped), None when it is not one (the page says so)."""
+    try:
+        return bounds.parse_optional_int((request.query_params.get(name) or "").strip(), name, maximum=bounds.INT64_MAX)
+    except bounds.BoundsError:
+        return None
 
 
 @guarded()
@@ -117,7 +121,7 @@ async def advice_list(request: Request) -> Response:
             "filters": filters,
             "problem": problem,
             "banner": banner,
-            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "self_url": current_url(request),
         },
         partial="_advice_table.html",
     )

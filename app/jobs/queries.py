@@ -17,6 +17,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import states
+from app.domain.bounds import is_ascii_digits
 from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.pagination import Page, PageRequest, paginate
@@ -366,7 +367,7 @@ def _not_enrolled_query(*, cluster: str | None, search: str | None) -> Any:
             func.lower(column).contains(text, autoescape=True)
             for column in (Job.name, Job.enrolment_reason, Job.partition, Job.user, Job.enrolment)
         ]
-        if text.isdigit() and len(text) < 19:
+        if is_ascii_digits(text) and len(text) < 19:  # '٣'.isdigit() is True, and int('٣') is 3
             matches.append(Job.slurm_job_id == int(text))
         query = query.where(or_(*matches))
     return query
