@@ -26,13 +26,13 @@ from views.templating import url_path
 ACTIONS = ("approve", "veto", "rerun", "decide_again")
 
 
-def actions_for(advice: Any) -> tuple[str, ...]:
-    """The review actions that apply to this Advice now (the page offers only these)."""
+def actions_for(advice: Any, mode_now: str | None = None) -> tuple[str, ...]:
+    """The review actions that apply to this Advice now (the page offers only these); `mode_now` is its job's mode."""
     if advice is None or advice.review == review.VETOED:
         return ()
     found: list[str] = []
-    if advice.mode != "act" and advice.superseded_by_id is None:  # whether it is recent is checked on submit
-        found.append("decide_again")
+    if mode_now == "act" and advice.mode != "act" and advice.superseded_by_id is None:
+        found.append("decide_again")  # decided in observe mode, act now; whether it is recent is checked on submit
     if advice.active:
         if advice.review != review.APPROVED:
             found.append("approve")

@@ -2,8 +2,9 @@
 stale (SPEC §6).
 
 It exists so that a dead or stuck controller fails open rather than leaving jobs held
-forever. A release passes the one gate (app.domain.gate, kind watchdog_release): the operator's
-ceiling and the watchdog's own switch, settings.watchdog_mode. Allowed, it releases; otherwise it
+forever. A release passes the one gate (app.domain.gate, kind watchdog_release), which reads only the
+watchdog's own switch, settings.watchdog_mode (the operator's ceiling does not cover undoing our own
+hold, so a rollback with the ceiling off still fails open). Allowed, it releases; otherwise it
 only writes `watchdog.would_release` (once per hold), with the gate's answer on the SHADOW row.
 The rules are `app.domain.watchdog.judge_hold`: a hold is ours only while our REQUEUE_HOLD milestone
 exists with no release of ours after it, Slurm still shows a requeue-hold and the restart count is
@@ -121,7 +122,7 @@ class Watchdog(Service):
                     )
 
     def gate(self) -> GateAnswer:
-        """The one gate's answer for a release of ours: the operator's ceiling and the watchdog's own switch."""
+        """The one gate's answer for a release of our own hold (its own switch decides; see app.domain.gate)."""
         return may_send(
             GateQuestion(
                 kind=ActionKind.WATCHDOG_RELEASE,

@@ -7,10 +7,12 @@ What the gate reads for each kind of action:
 | action | ceiling | job's mode now | decided in act, not vetoed | own switch | fleet |
 | --- | --- | --- | --- | --- | --- |
 | requeue path, cancel, twin release | yes | yes | yes | — | budgets, storm pause |
-| watchdog release (of our own hold) | yes | — | — | `RECOVERY_WATCHDOG_MODE` | — |
+| watchdog release (of our own hold) | no | — | — | `RECOVERY_WATCHDOG_MODE` | — |
 | node drain | yes | (the node's partition) | — | `RECOVERY_NODE_DRAIN` | the drain fraction |
 
-The ceiling (`RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS`) therefore covers every command Recovery sends.
+The ceiling (`RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS`) therefore covers every command Recovery starts on its
+own. It does not cover the watchdog releasing a hold our own requeue placed: that undoes an action of ours and
+is the fail-open path, which must keep working during a rollback with the ceiling off (docs/operator-guide.md).
 An Advice decided in observe mode is never carried out, whatever the mode is now: a ceiling turned on
 later acts on failures decided after it, not on old ones (an operator may decide a recent one again).
 """
@@ -96,7 +98,7 @@ def may_send(q: GateQuestion) -> GateAnswer:
     """May this command be sent now? The first input that forbids it is the reason (see the module's table)."""
     if q.kind in ADVICE_KINDS:
         return _advice_gate(q)
-    if not q.ceiling:
+    if not q.ceiling and q.kind is not ActionKind.WATCHDOG_RELEASE:  # undoing our own hold is the fail-open path
         return _no(GateReason.CEILING_OFF, f"the operator's acknowledgment ceiling ({CEILING_SETTING}) is off")
     setting = SWITCH_SETTINGS[q.kind]
     if q.switch != ACT:
@@ -108,7 +110,8 @@ def may_send(q: GateQuestion) -> GateAnswer:
             return _no(GateReason.PARTITION_UNMANAGED, f"the node's partition is not managed ({PARTITIONS_SETTING})")
         if q.fleet_hold is not None:
             return _no(GateReason.FLEET_HELD, q.fleet_hold)
-    return GateAnswer(True, GateReason.ALLOWED, f"ceiling on and {setting}=act")
+    ceiling = "ceiling on" if q.ceiling else "ceiling off (it does not cover releasing our own hold)"
+    return GateAnswer(True, GateReason.ALLOWED, f"{ceiling} and {setting}=act")
 
 
 def _advice_gate(q: GateQuestion) -> GateAnswer:
