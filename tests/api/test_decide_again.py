@@ -82,3 +82,15 @@ async def test_decide_again_is_for_operators_and_makes_a_new_act_mode_advice(
     assert shown_old["reconciliationStatus"]["reason"] == "DECIDED_IN_OBSERVE"
     assert shown_old["reconciliationStatus"]["message"].startswith(DECIDED_IN_OBSERVE_TEXT)
     assert "gate" in shown_old["reconciliationStatus"]["milestones"][0]
+
+
+async def test_decide_again_of_an_unknown_or_huge_id_is_a_clean_error(acting_client: httpx.AsyncClient) -> None:
+    for advice_id in (424242, 2**63):
+        body = await run_graphql(
+            acting_client,
+            operation("DecideAdviceAgain"),
+            {"id": to_global_id("Advice", advice_id)},
+            token="operator-token",
+            expect_errors=True,
+        )
+        assert body["errors"][0]["extensions"]["code"] in {"NOT_FOUND", "BAD_USER_INPUT"}, body
