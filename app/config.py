@@ -404,7 +404,7 @@ SETTINGS: tuple[Setting, ...] = (
         "off",
         _choice("off", "observe", "act"),
         "Drain suspect nodes: `observe` records the `scontrol update NodeName=... State=DRAIN` it would send, "
-        "`act` sends and verifies it.",
+        "`act` sends and verifies it while the ceiling (RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS) is on.",
     ),
     Setting(
         "node_drain_max_fraction",

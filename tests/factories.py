@@ -80,7 +80,7 @@ def dashboard_registration(slurm_job_id: int, **overrides: Any) -> jobs.JobRegis
         "user": "alice",
         "partition": "gpu",
         "requested_mode": "act",
-        "effective_mode": "observe",
+        "registered_mode": "observe",
         "mode_reason": "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false",
         "requeue_eligible": True,
         "policy_effective": POLICY,
@@ -370,7 +370,7 @@ async def seed_job(
             name=name,
             partition="gpu",
             requested_mode="act",
-            effective_mode="observe",
+            registered_mode="observe",
             mode_reason="acknowledgment ceiling is off",
             requeue_eligible=True,
             state="RUNNING",
@@ -528,9 +528,9 @@ async def actions(ctx: AppContext, advice_id: int | None = None) -> list[Schedul
 
 
 async def advice_of(ctx: AppContext, job_id: int) -> list[Advice]:
-    """Every Advice of Slurm job `job_id`, by attempt."""
+    """Every Advice of Slurm job `job_id`, by attempt (and decision round)."""
     async with ctx.sessions() as session:
-        query = select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index)
+        query = select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index, Advice.id)
         return list((await session.scalars(query)).all())
 
 

@@ -1,4 +1,5 @@
-"""Advice list (active / all) and the operator's review actions (approve, veto, re-run reconciliation)."""
+"""Advice list (active / all) and the operator's review actions (approve, veto, re-run reconciliation, decide again
+now)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ from views.render import dashboard_of, explain, is_partial_request, render
 from views.templating import url_path
 from views.urls import current_url
 
-ACTIONS = ("approve", "veto", "rerun")
+ACTIONS = ("approve", "veto", "rerun", "decide_again")
 
 
-def actions_for(advice: Any) -> tuple[str, ...]:
-    """The review actions that apply to this Advice now (the page offers only these)."""
+def actions_for(advice: Any, mode_now: str | None = None) -> tuple[str, ...]:
+    """The review actions that apply to this Advice now (the page offers only these); `mode_now` is its job's mode."""
     if advice is None or advice.review == review.VETOED:
         return ()
     found: list[str] = []
+    if mode_now == "act" and advice.mode != "act" and advice.superseded_by_id is None:
+        found.append("decide_again")  # decided in observe mode, act now; whether it is recent is checked on submit
     if advice.active:
         if advice.review != review.APPROVED:
             found.append("approve")
@@ -57,6 +60,11 @@ def result_message(action: str, advice: Any, mode: str | None) -> tuple[str, str
         return (
             f"Vetoed {name}: Recovery will not act on it again.",
             "A veto cannot be undone. To continue the run, resubmit the job.",
+        )
+    if action == "decide_again":
+        return (
+            f"Decided again now as {name}, under the mode now: the controller acts on it at its next pass.",
+            "The old Advice was decided in observe mode and stays not carried out.",
         )
     if action == "rerun":
         return (
@@ -168,6 +176,12 @@ async def advice_action(request: Request) -> Response:
                         reason=reason[: bounds.MAX_REASON_LENGTH] if isinstance(reason, str) else "",
                     )
                     message = "Vetoed."
+                elif action == "decide_again":
+                    fresh = await review.decide_again(
+                        session, advice_id=advice_id, user=principal.name, settings=dashboard.settings
+                    )
+                    advice_id = fresh.id  # the page goes on with the NEW Advice
+                    message = "Decided again."
                 else:
                     await review.rerun_reconciliation(session, advice_id=advice_id, user=principal.name)
                     message = "Reconciliation requested."

@@ -37,7 +37,7 @@ from app.db import Session, utcnow
 from app.domain import rootcause, states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.checkpoint_check import CheckResult
-from app.domain.mode import effective_mode
+from app.domain.mode import ENROLLED, effective_mode
 from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
 from app.domain.signatures import Classifier
@@ -255,7 +255,7 @@ class Advisor(Service):
             job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (
                 job is None
-                or job.enrolment != "ENROLLED"
+                or job.enrolment != ENROLLED
                 or job.retired_at is not None
                 or job.cluster != self.settings.cluster
             ):
@@ -274,8 +274,9 @@ class Advisor(Service):
             if check is not None and not check.loadable:  # a save that cannot be loaded is no new checkpoint
                 failure = replace(failure, checkpoints_saved=0, latest_checkpoint_iteration=None)
             policy = await job_queries.policy_of_job(session, job_id=job.id)
+            effective = EffectivePolicy.from_dict(policy.effective if policy else None)
             history = await self._history(session, job, attempt)
-            if policy is not None and (policy.effective or {}).get("auto_resume_mode") == SINGLETON:
+            if policy is not None and effective.auto_resume_mode == SINGLETON:
                 chain = await self._chain(session, job)  # the twin is the next attempt of one run
                 if chain:
                     history = chain + [replace(r, attempt_index=r.attempt_index + len(chain)) for r in history]
@@ -295,7 +296,7 @@ class Advisor(Service):
             decision = decide(
                 failure=failure,
                 policy=job_policy(
-                    EffectivePolicy.from_dict(policy.effective if policy else None),
+                    effective,
                     requeue_eligible=job.requeue_eligible
                     if job.requeue_eligible is not None
                     else attempt.requeue_eligible,

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
+from app.domain.mode import ENROLLED
 from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
@@ -80,7 +81,8 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         await scalars_in(session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, list(jobs))
     )
     ids = [a.id for a in attempts]
-    advice = {a.attempt_id: a for a in await scalars_in(session, select(Advice), Advice.attempt_id, ids)}
+    current = select(Advice).where(Advice.superseded_by_id.is_(None))  # not one decided again since
+    advice = {a.attempt_id: a for a in await scalars_in(session, current, Advice.attempt_id, ids)}
     actions: dict[int, list[SchedulerAction]] = {}
     for m in await scalars_in(
         session,
@@ -118,9 +120,10 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
             anomaly=_anomaly_fact(anomalies.get(a.id)),
             advice=_advice_fact(adv, actions.get(adv.id, []) if adv else []),
             next_attempt=_next_fact(nxt, loaded.get(nxt.id) if nxt else None),
-            enrolled=job is None or job.enrolment == "ENROLLED",
+            enrolled=job is None or job.enrolment == ENROLLED,
             resumed_checkpoint=a.id in loaded,
             resumed_iteration=loaded[a.id].iteration if a.id in loaded else None,
+            adopted=a.adopted_at is not None,
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result

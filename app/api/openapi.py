@@ -138,6 +138,7 @@ MILESTONE = _object(
         "startedAt": _TIME,
         "finishedAt": _TIME,
         "durationMs": {"type": ["number", "null"]},
+        "gate": _NULLABLE_STRING,
     }
 )
 ADVICE = _object(
@@ -155,6 +156,8 @@ ADVICE = _object(
         "mode": {"type": "string"},
         "modeReason": _NULLABLE_STRING,
         "modeAtDecision": {"type": "string"},
+        "decidedAgainFrom": _NULLABLE_INT,
+        "decidedAgainAs": _NULLABLE_INT,
         "expiresAt": _TIME,
         "active": {"type": "boolean"},
         "review": _NULLABLE_STRING,

@@ -66,7 +66,8 @@ class Job(Base):
     enrolment: Mapped[str] = mapped_column(String(32))
     enrolment_reason: Mapped[str | None] = mapped_column(Text)
     requested_mode: Mapped[str | None] = mapped_column(String(16))
-    effective_mode: Mapped[str] = mapped_column(String(16), default="observe")
+    # The mode resolved at registration (a record of that time); the mode NOW is app.domain.mode.effective_mode().
+    registered_mode: Mapped[str] = mapped_column(String(16), default="observe")
     mode_reason: Mapped[str | None] = mapped_column(Text)
     requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
     # The policy's log_file_paths_shared_across_attempts: events are then attributed by label/time.
