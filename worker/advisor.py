@@ -318,6 +318,7 @@ class Advisor(Service):
                 partition_nodes=partition_nodes,
                 now=now,
                 checkpoint_check=check.as_dict() if check is not None else None,
+                anomaly_id=rootcause.decided_anomaly(failure.evidence_refs),
             )
             self.decisions += 1
             if outcome.changed:
@@ -405,7 +406,7 @@ class Advisor(Service):
         if cause.derived:
             await evidence_service.store_blame(session, blamed=cause.derived)
         for row in seen:
-            if row.kind != "CRASH":
+            if row.kind not in (evidence_service.CRASH, evidence_service.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)
         summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
         saved, iteration = summary.get(attempt.id, (0, None))
@@ -417,6 +418,8 @@ class Advisor(Service):
             if state == "NODE_FAIL" and len(attempt.nodes or ()) == 1:
                 named |= set(attempt.nodes)  # the one node it ran on is the node that failed
             refs = [f"attempt_state:{attempt.id}:{state}"] + ([f"anomaly:{anomaly.id}"] if anomaly is not None else [])
+            if cause.primary_anomaly_id is not None and (anomaly is None or anomaly.kind == "CRASH"):
+                refs.append(f"root_cause:anomaly:{cause.primary_anomaly_id}")
             return Failure(
                 attempt_index=attempt.attempt_index,
                 kind=FailureKind.SCHEDULER_FAILURE,
@@ -486,7 +489,7 @@ class Advisor(Service):
         checkpoints = await evidence_queries.checkpoint_summary(session, attempt_ids=ids)
         nodes: dict[int, set[str]] = {}
         for row in await evidence_queries.anomalies_of_attempts(session, attempt_ids=ids):
-            if row.kind != "CRASH":
+            if row.kind not in (evidence_service.CRASH, evidence_service.AFTER_RECOVERY_ACTED):
                 nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
         crashes = await evidence_queries.crash_anomalies(session, attempt_ids=ids)
         progress = await evidence_queries.progress_lines(session, attempt_ids=ids)

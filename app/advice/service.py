@@ -86,8 +86,11 @@ async def record_decision(
     partition_nodes: Iterable[str] | None = None,
     now: dt.datetime | None = None,
     checkpoint_check: dict[str, Any] | None = None,
+    anomaly_id: int | None = None,
 ) -> AdviceOutcome:
-    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
+    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does.
+
+    `anomaly_id` is the anomaly this signal's decision rests on; it is kept with the generation it decided."""
     now = now or utcnow()
     existing = await queries.advice_for_attempt(session, attempt_id=attempt.id)
     if existing is not None and checkpoint_check is not None and existing.checkpoint_check != checkpoint_check:
@@ -111,6 +114,7 @@ async def record_decision(
             created_at=now,
             updated_at=now,
             checkpoint_check=checkpoint_check,
+            anomaly_id=anomaly_id,
             **values,
         )
         session.add(advice)
@@ -125,6 +129,8 @@ async def record_decision(
     old = decision_of(existing)
     merged = merge_signals(old, decision, partition_nodes=partition_nodes)
     if merged is old or not advice_changed(old, merged):
+        if existing.anomaly_id is None and anomaly_id is not None:
+            existing.anomaly_id = anomaly_id  # decided on a Slurm state first: the evidence that came after explains it
         if evidence_refs:
             refs = _refs(existing.evidence, evidence_refs)
             if refs != existing.evidence:
@@ -139,6 +145,8 @@ async def record_decision(
     for name in ("operation", "exclusions", "reason", "rule", "expires_at", "mode", "mode_reason"):
         setattr(existing, name, values[name])
     existing.evidence = _refs(existing.evidence, evidence_refs)
+    if anomaly_id is not None:
+        existing.anomaly_id = anomaly_id
     existing.generation = existing.generation + 1
     existing.active = True
     existing.disposition = Disposition.PENDING.value

@@ -22,6 +22,7 @@ from app.domain.signature_config import SignatureConfigError, parse_signature_co
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
 from app.logs.reader import LINE_CAP, FilePosition, LogTailer
+from app.slurm.names import expand_hostlist
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -116,21 +117,30 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
 
 _BLOCK_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*:")
 _BLOCK_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_BLOCK_HOST = re.compile(r"^\s*host\s*:\s*(\S+)")
 
 
 def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> None:
-    """torchrun's failure block puts `rank : N` a few lines above its `exitcode :` / `traceback :` line."""
-    wanted = [c for c in crashes if c["rank"] is None and _BLOCK_FIELD.match(c["text"])]
+    """torchrun's failure block puts `host : name` and `rank : N` a few lines above its `exitcode :` /
+    `traceback :` line: they name the failed process."""
+    wanted = [c for c in crashes if _BLOCK_FIELD.match(c["text"])]
     if not wanted:
         return
     with open(path, "rb") as handle:
         lines = [decode_line(raw[:LINE_CAP].rstrip(b"\n")) for raw in handle]
     for crash in wanted:
+        rank_seen = host_seen = False
         for text in reversed(lines[max(0, crash["line"] - 6) : crash["line"] - 1]):
             found = _BLOCK_RANK.match(text)
-            if found:
-                crash["rank"] = int(found.group(1))
-                break
+            if found and not rank_seen:
+                rank_seen = True
+                if crash["rank"] is None:
+                    crash["rank"] = int(found.group(1))
+            host = _BLOCK_HOST.match(text)
+            if host and not host_seen:
+                host_seen = True
+                if host.group(1) not in crash["nodes"]:
+                    crash["nodes"] = [host.group(1), *crash["nodes"]]
 
 
 def _same_save(previous: dict[str, Any], entry: dict[str, Any]) -> bool:
@@ -354,7 +364,7 @@ def run(
     except (OSError, SignatureConfigError) as exc:
         print(f"check-log: signatures file {settings.signatures_file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    attempt_nodes = tuple(n.strip() for n in (nodes or "").split(",") if n.strip())
+    attempt_nodes = expand_hostlist((nodes or "").strip())
     data = build_report(
         str(file), ruleset, thresholds, settings=settings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node
     )

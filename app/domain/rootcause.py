@@ -2,13 +2,22 @@
 
 A failure is a cascade: a CUDA error on one rank, NCCL errors and tracebacks on the others, the
 launcher's summary, srun's kill lines. `primary` picks the earliest *specific* cause (in source time
-when both lines carry one, else in reading order); the rest are consequences. Only an
-`infrastructure` outlook implicates a node: a Python ValueError on node7 does not make node7 suspect.
+when both lines carry one, else in reading order); the rest are consequences. Known consequences
+(a peer that went away, the launcher's SIGTERM to the survivors, srun's `Terminated`) never win over
+anything else, so a SIGKILLed rank is named by the launcher's summary, not by a survivor's
+`Connection reset by peer`. Only an `infrastructure` outlook implicates a node: a Python ValueError
+on node7 does not make node7 suspect.
+
+Nodes named by a line: the signature's own (NCCL `host:pid:tid`, `srun: error: node:`), torchrun's
+`host : name`, slurmstepd's `ON node`, and with the attempt's allocation, any token equal to an
+allocated node (short or fully qualified, any case). `fingerprint` is "the same failure": the category
+and the origin line with the parts that change from run to run normalised away.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +90,7 @@ TIER_CHECKPOINT = 1  # "checkpoint write failed" loses to the errno that says wh
 TIER_CONSEQUENCE = 2  # NCCL errors/timeouts, plain tracebacks, the scheduler ending the job
 TIER_SUMMARY = 3  # a launcher or srun line that names a signal (-9, -11, Killed, Bus error)
 TIER_GENERIC_SUMMARY = 4  # "exitcode: 1", "Exited with exit code 1", DUE TO TASK FAILURE, ChildFailedError
+TIER_KNOWN_CONSEQUENCE = 5  # a peer went away, SIGTERM to survivors, srun's Terminated: never the cause
 SUMMARY_RULES = frozenset(
     {
         "torch_elastic_failed_signal",
@@ -101,6 +111,19 @@ GENERIC_SUMMARY_RULES = frozenset(
 CONSEQUENCE_CATEGORIES = frozenset({NCCL_ERROR, NCCL_TIMEOUT, PYTHON_TRACEBACK, TIME_LIMIT})
 _LAUNCHER_BLOCK = re.compile(r"^\s*(?:\[\d+\]:\s*)?(?:exitcode|traceback)\s*:")
 _LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|CalledProcessError|ProcessRaisedException|ProcessExitedException")
+
+# What a rank prints when another process died first: its peer's socket closed under it.
+_PEER_LOST = re.compile(
+    r"(?:Connection|connection) (?:reset|closed) by (?:remote )?peer|[Rr]emote process exited"
+    r"|caused by a remote worker|ConnectionResetError|[Bb]roken pipe|peer (?:closed|reset) (?:the )?connection"
+)
+# The launcher, or srun, ending the survivors (or itself) after the first failure, or Slurm cancelling the step.
+_SHUTDOWN = re.compile(
+    r"SignalException: Process \d+ got signal: 15\b|got signal: 15\b|Received 15 death signal"
+    r"|closing signal SIGTERM|srun: error: \S+: tasks? [\d,\-]+: Terminated\b|srun: forcing job termination"
+    r"|\*\*\* (?:JOB|STEP) [\w.+]+ ON \S+ CANCELLED AT \S+ \*\*\*"
+)
+_SHUTDOWN_RULES = frozenset({"srun_task_exited"})
 
 ITERATION_TOLERANCE = 5  # "the same place": the same iteration, give or take this many
 
@@ -186,10 +209,20 @@ def outlook_of_finding(finding: Finding) -> str:
     )
 
 
+def known_consequence(finding: Finding) -> bool:
+    """A line that only reports the failure of another process (a lost peer, a SIGTERM, srun's Terminated)."""
+    texts = (finding.line, finding.detail)
+    if base_rule(finding.rule) in _SHUTDOWN_RULES:
+        return True
+    return any(_PEER_LOST.search(t) or _SHUTDOWN.search(t) for t in texts if t)
+
+
 def tier_of(finding: Finding) -> int:
     """How specific a finding is as a root cause (lower is more specific)."""
     name = base_rule(finding.rule)
     text = finding.detail or finding.line
+    if known_consequence(finding):
+        return TIER_KNOWN_CONSEQUENCE
     launcher = finding.category == PYTHON_TRACEBACK and _LAUNCHER_EXCEPTION.search(text)
     if name in GENERIC_SUMMARY_RULES or launcher:
         return TIER_GENERIC_SUMMARY
@@ -290,15 +323,137 @@ def analyse(
     )
 
 
-_PREFIX = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
-_NOISE = re.compile(r"0x[0-9a-fA-F]+|\bpid[=: ]\s*\d+|\(pid: \d+\)|\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?")
+# ---------------------------------------------------------------- fingerprints
+
+# Log prefixes before the message: glog ("E1205 07:45:46.196000 18042 torch/x.py:869] "), rank labels
+# ("[rank3]:", "Rank0:", "3: ", "[default0]:"), NCCL's "host:pid:tid [gpu]", bracketed timestamps.
+_LOG_PREFIXES = (
+    re.compile(r"^\s*[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+:\d+\]\s*"),
+    re.compile(r"^\s*\[?(?:[Rr]ank|default)\s?\d+\]?:\s?"),
+    re.compile(r"^\s*\d+:\s"),
+    re.compile(r"^\s*[\w.\-]+:\d+:\d+ \[\d+\]\s*"),
+    re.compile(r"^\s*\[[^\]]*\d\d:\d\d:\d\d[^\]]*\]\s*"),
+)
+_VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
+    (re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?"), "<ip>"),
+    (re.compile(r"\[(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}\](?::\d+)?"), "<ip>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{12,}\b"), "<hex>"),
+    (re.compile(r"\b(pid|PID|tid|TID|Process|process|port|Port)[=: ]+\d+"), r"\1 <n>"),
+    (re.compile(r"\b([Rr]ank|local_rank|RANK|[Dd]evice|GPU|gpu|cuda:)([\s:=#]*)\d+"), r"\1\2<n>"),
+    (re.compile(r"(\.(?:cc|cpp|c|h|hpp|cu|py)):\d+\b"), r"\1:<n>"),
+    (re.compile(r":\d{2,5}\b"), ":<port>"),
+)
+# Peer-loss messages are one cause whatever the transport says (gloo alternates "Read error ... reset by
+# peer" and "Connection closed by peer"): one origin text for all of them.
+_BACKEND = re.compile(r"\b(gloo|nccl|NCCL|ucc|mpi|c10d)\b")
+
+
+def normalise_origin(text: str, *, job_dirs: Sequence[str] = ()) -> str:
+    """The origin line without what changes between runs: log prefixes, times, PIDs, ports, addresses, ranks, paths."""
+    line = text.strip()
+    for _ in range(3):  # prefixes nest: "[rank1]: E1205 07:45:46.196000 18042 x.py:1] ..."
+        before = line
+        for prefix in _LOG_PREFIXES:
+            line = prefix.sub("", line, count=1)
+        if line == before:
+            break
+    for root in sorted((d.rstrip("/") for d in job_dirs if d and d.strip("/")), key=len, reverse=True):
+        line = line.replace(root, "<job>")
+    if _PEER_LOST.search(line):
+        backend = _BACKEND.search(line)
+        return f"{backend.group(1).lower() + ': ' if backend else ''}connection to a peer lost"
+    for pattern, replacement in _VOLATILE:
+        line = pattern.sub(replacement, line)
+    return " ".join(line.split())
+
+
+def fingerprint(category: str, detail: str, *, job_dirs: Sequence[str] = ()) -> str:
+    """What "the same failure" means across reruns: category plus the normalised origin line."""
+    return f"{category}: {normalise_origin(detail, job_dirs=job_dirs)}"[:500]
+
+
+def fingerprint_id(text: str | None) -> str | None:
+    """A short stable id of a fingerprint, for tables and reasons ("fp-3f2a9c0b1d4e")."""
+    if not text:
+        return None
+    return "fp-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def failure_signature(category: str, detail: str) -> str:
-    """What "the same failure" means: category plus the exception line, without rank prefix, pids and addresses."""
-    text = _PREFIX.sub("", detail.strip())
-    text = _NOISE.sub("#", text)
-    return f"{category}: {' '.join(text.split())}"[:500]
+    """The fingerprint (kept under its former name for callers that compare signatures)."""
+    return fingerprint(category, detail)
+
+
+# ---------------------------------------------------------------- nodes a line names
+
+_HOST_FIELDS = (
+    re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
+    re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
+    re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),  # NCCL
+    re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)"),  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
+    re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
+)
+_ADDRESS = re.compile(r"[\d.]+")
+_TOKEN = re.compile(r"[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*")
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[0].lower()
+
+
+def match_allocation(name: str, allocation: Sequence[str]) -> str | None:
+    """The allocated node `name` denotes (same name, or same short name; case-insensitive), as allocated."""
+    lowered, short = name.lower(), _short(name)
+    for node in allocation:
+        if node.lower() == lowered or _short(node) == short and not short.isdigit():
+            return node
+    return None
+
+
+def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
+    """Nodes a line names: launcher/Slurm/NCCL host fields, and any token equal to an allocated node."""
+    found: dict[str, None] = {}
+    for pattern in _HOST_FIELDS:
+        for match in pattern.finditer(line):
+            name = match.group("node").rstrip(".")
+            if allocation:
+                allocated = match_allocation(name, allocation)
+                if allocated is not None:
+                    found.setdefault(allocated, None)
+            elif not _ADDRESS.fullmatch(name):
+                found.setdefault(name, None)
+    if allocation:
+        for match in _TOKEN.finditer(line):
+            allocated = match_allocation(match.group(0), allocation)
+            if allocated is not None:
+                found.setdefault(allocated, None)
+    return tuple(found)
+
+
+def with_line_nodes(finding: Finding, allocation: Sequence[str] = ()) -> Finding:
+    """The finding with the nodes its line names added (the signature's own first, mapped onto the allocation)."""
+    nodes: dict[str, None] = {}
+    for name in finding.nodes:
+        nodes.setdefault((match_allocation(name, allocation) if allocation else None) or name, None)
+    for name in nodes_in_line(finding.line, allocation):
+        nodes.setdefault(name, None)
+    merged = tuple(nodes)
+    if merged == finding.nodes:
+        return finding
+    return Finding(
+        category=finding.category,
+        rule=finding.rule,
+        line=finding.line,
+        detail=finding.detail,
+        nodes=merged,
+        rank=finding.rank,
+        xid=finding.xid,
+        source_time=finding.source_time,
+        order=finding.order,
+    )
 
 
 def same_place(
@@ -317,3 +472,12 @@ def same_place(
     if iteration is None or earlier_iteration is None:
         return False
     return abs(iteration - earlier_iteration) <= tolerance
+
+
+def decided_anomaly(refs: Sequence[str]) -> int | None:
+    """The anomaly an Advice's evidence refs say it rests on: the crash's root cause, else the signal's anomaly."""
+    for prefix in ("root_cause:anomaly:", "anomaly:"):
+        for ref in refs:
+            if ref.startswith(prefix) and ref[len(prefix) :].isdigit():
+                return int(ref[len(prefix) :])
+    return None

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
+from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
 from app.domain import rootcause, slowdown
@@ -29,6 +30,11 @@ from app.jobs.models import Attempt, Job
 CRASH = "CRASH"
 NO_PROGRESS = "NO_PROGRESS"
 SLOWDOWN = "SLOWDOWN"
+# A crash line printed after Recovery sent requeue-hold or cancel for the attempt: the ending Recovery
+# caused, kept for the record but never a new anomaly (never decided on, never a root cause).
+AFTER_RECOVERY_ACTED = "AFTER_RECOVERY_ACTED"
+_ACTING_STEPS = ("requeue_hold", "cancel")
+_SENT = ("STARTED", "SUCCEEDED")
 MAX_LINE = 4000
 
 
@@ -174,20 +180,62 @@ async def record_anomaly(
     return anomaly
 
 
+async def recovery_acted_at(session: AsyncSession, *, attempt_id: int) -> tuple[dt.datetime, str] | None:
+    """When Recovery first sent requeue-hold or cancel for this attempt (and which), or None."""
+    row = (
+        await session.execute(
+            select(SchedulerAction.started_at, SchedulerAction.step)
+            .join(Advice, Advice.id == SchedulerAction.advice_id)
+            .where(
+                Advice.attempt_id == attempt_id,
+                SchedulerAction.step.in_(_ACTING_STEPS),
+                SchedulerAction.status.in_(_SENT),
+            )
+            .order_by(SchedulerAction.started_at)
+            .limit(1)
+        )
+    ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def _after(line_time: dt.datetime, acted: dt.datetime) -> bool:
+    aware = line_time if line_time.tzinfo is not None else line_time.replace(tzinfo=dt.UTC)
+    sent = acted if acted.tzinfo is not None else acted.replace(tzinfo=dt.UTC)
+    return aware >= sent
+
+
 async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | None:
     """A crash line becomes a CRASH anomaly (first line per category, node and Xid of the attempt).
 
     Every rank of a failing run prints the same error; the advisor needs each distinct node, not
-    every copy, so repeats of the same (category, node, xid) are not recorded again.
+    every copy, so repeats of the same (category, node, xid) are not recorded again. A line printed
+    (source time, else read time) after Recovery sent requeue-hold or cancel is kept apart as
+    AFTER_RECOVERY_ACTED: the survivors' SIGTERM and srun's `Terminated` are Recovery's doing.
     """
     signal = event.signal
     assert isinstance(signal, CrashSignature)
-    node = signal.nodes[0] if signal.nodes else None
+    allocation = tuple(attempt.nodes or ())
+    finding = rootcause.with_line_nodes(
+        rootcause.Finding(
+            category=signal.category,
+            rule=signal.rule,
+            line=event.line,
+            detail=signal.detail,
+            nodes=signal.nodes,
+            rank=signal.rank,
+            xid=signal.xid,
+        ),
+        allocation,
+    )
+    node = finding.nodes[0] if finding.nodes else None
+    acted = await recovery_acted_at(session, attempt_id=attempt.id)
+    after = acted is not None and _after(event.source_time or event.read_at, acted[0])
+    kind = AFTER_RECOVERY_ACTED if after else CRASH
     repeat = await session.scalar(
         select(Anomaly.id)
         .where(
             Anomaly.attempt_id == attempt.id,
-            Anomaly.kind == CRASH,
+            Anomaly.kind == kind,
             Anomaly.category == signal.category,
             Anomaly.node.is_(None) if node is None else Anomaly.node == node,
             Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
@@ -196,20 +244,25 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     )
     if repeat is not None:
         return None
-    finding = rootcause.Finding(
-        category=signal.category,
-        rule=signal.rule,
-        line=event.line,
-        detail=signal.detail,
-        nodes=signal.nodes,
-        rank=signal.rank,
-        xid=signal.xid,
-    )
-    attribution = rootcause.attribute(
-        finding, attempt_nodes=tuple(attempt.nodes or ()), tasks_per_node=attempt.tasks_per_node
-    )
+    attribution = rootcause.attribute(finding, attempt_nodes=allocation, tasks_per_node=attempt.tasks_per_node)
     blamed = [node.to_json() for node in attribution.blamed]
     where = f"{os.path.basename(event.log_path)}:{event.line_number}"
+    signature = rootcause.fingerprint(signal.category, signal.detail or event.line)
+    details: dict[str, Any] = {
+        "rule": signal.rule,
+        "nodes": list(finding.nodes),
+        "rank": signal.rank,
+        "detail": signal.detail,
+        "readTime": event.read_at.isoformat(),
+        "signature": signature,
+        "fingerprint": rootcause.fingerprint_id(signature),
+        **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
+        **({"attributionNote": attribution.note} if attribution.note else {}),
+    }
+    if after:
+        assert acted is not None
+        details["afterRecoveryActed"] = {"step": acted[1], "sentAt": acted[0].isoformat()}
+        return await _record_after_action(session, attempt=attempt, event=event, node=node, details=details)
     return await record_anomaly(
         session,
         attempt=attempt,
@@ -226,18 +279,61 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         line_number=event.line_number,
         line=event.line,
         source_time=event.source_time,
-        details={
-            "rule": signal.rule,
-            "nodes": list(signal.nodes),
-            "rank": signal.rank,
-            "detail": signal.detail,
-            "readTime": event.read_at.isoformat(),
-            "signature": rootcause.failure_signature(signal.category, signal.detail or event.line),
-            **({"attributionNote": attribution.note} if attribution.note else {}),
-        },
+        details=details,
         outlook=rootcause.outlook_of_finding(finding),
         blamed_nodes=blamed,
     )
+
+
+async def _record_after_action(
+    session: AsyncSession, *, attempt: Attempt, event: LineEvent, node: str | None, details: dict[str, Any]
+) -> Anomaly | None:
+    """Keep a crash line printed after Recovery acted: no anomaly.detected event, no decision, no blame."""
+    signal = event.signal
+    assert isinstance(signal, CrashSignature)
+    step = details["afterRecoveryActed"]["step"].replace("_", "-")
+    message = f"{signal.category} at {os.path.basename(event.log_path)}:{event.line_number}, after Recovery sent {step}"
+    new_id = await _insert_ignore(
+        session,
+        Anomaly,
+        {
+            "attempt_id": attempt.id,
+            "event_key": event.event_key,
+            "kind": AFTER_RECOVERY_ACTED,
+            "category": signal.category,
+            "detector": "signature",
+            "message": message[:MAX_LINE],
+            "node": node,
+            "xid": signal.xid,
+            "log_path": event.log_path,
+            "line_number": event.line_number,
+            "line": event.line[:MAX_LINE],
+            "source_time": event.source_time,
+            "details": details,
+            "detected_at": utcnow(),
+            "outlook": None,
+            "blamed_nodes": [],
+        },
+    )
+    if new_id is None:
+        return None
+    await audit.record(
+        session,
+        component="watcher",
+        event_type="evidence.after_recovery_acted",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {message}"[:MAX_LINE],
+        payload={
+            "anomalyId": new_id,
+            "category": signal.category,
+            **_evidence_payload(event.log_path, event.line_number, event.line, event.source_time),
+            "details": details,
+        },
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=attempt.workflow_id,
+    )
+    return None  # kept apart: not a new anomaly of the attempt
 
 
 async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Checkpoint | None:
