@@ -320,6 +320,12 @@ class Advisor(Service):
                 checkpoint_check=check.as_dict() if check is not None else None,
                 anomaly_id=rootcause.decided_anomaly(failure.evidence_refs),
             )
+            if outcome.advice is not None and failure.kind is FailureKind.CRASH:
+                # A crash's root cause can sharpen as more lines arrive (the launcher's summary after a peer's
+                # error): the Advice cites the newest root cause, never replacing a hang it was decided on.
+                await advice_service.cite_root_cause(
+                    session, advice=outcome.advice, anomaly_id=rootcause.decided_anomaly(failure.evidence_refs)
+                )
             self.decisions += 1
             if outcome.changed:
                 signalled = anomaly.detected_at if anomaly is not None else attempt.end_time
@@ -405,6 +411,8 @@ class Advisor(Service):
         named: set[str] = set(cause.blamed)
         if cause.derived:
             await evidence_service.store_blame(session, blamed=cause.derived)
+        if cause.primary_anomaly_id is not None and cause.node is not None:
+            await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
         for row in seen:
             if row.kind not in (evidence_service.CRASH, evidence_service.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)

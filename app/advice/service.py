@@ -18,6 +18,7 @@ from app.db import utcnow
 from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
 from app.domain.mode import ModeDecision
 from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.evidence.models import Anomaly
 from app.feed import service as feed
 from app.jobs.models import Attempt
 from app.notify import service as notify
@@ -159,6 +160,15 @@ async def record_decision(
     await notify.advice_decided(session, advice=existing)
     await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
+
+
+async def cite_root_cause(session: AsyncSession, *, advice: Advice, anomaly_id: int | None) -> None:
+    """Move the cited anomaly to a crash's newer root cause, when the Advice cites a crash (or nothing) now."""
+    if anomaly_id is None or advice.anomaly_id == anomaly_id:
+        return
+    current = await session.get(Anomaly, advice.anomaly_id) if advice.anomaly_id is not None else None
+    if current is None or (current.kind == "CRASH" and current.attempt_id == advice.attempt_id):
+        advice.anomaly_id = anomaly_id
 
 
 async def _audit_change(

@@ -116,11 +116,13 @@ _LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|CalledProcessError|ProcessRa
 _PEER_LOST = re.compile(
     r"(?:Connection|connection) (?:reset|closed) by (?:remote )?peer|[Rr]emote process exited"
     r"|caused by a remote worker|ConnectionResetError|[Bb]roken pipe|peer (?:closed|reset) (?:the )?connection"
+    r"|Connection was likely closed|connection to the C10d store has failed|failed to shutdown the rendezvous"
 )
 # The launcher, or srun, ending the survivors (or itself) after the first failure, or Slurm cancelling the step.
 _SHUTDOWN = re.compile(
     r"SignalException: Process \d+ got signal: 15\b|got signal: 15\b|Received 15 death signal"
-    r"|closing signal SIGTERM|srun: error: \S+: tasks? [\d,\-]+: Terminated\b|srun: forcing job termination"
+    r"|closing signal SIGTERM|srun: error: \S+: tasks? [\d,\-]+: (?:Terminated\b|Exited with exit code)"
+    r"|srun: forcing job termination"
     r"|\*\*\* (?:JOB|STEP) [\w.+]+ ON \S+ CANCELLED AT \S+ \*\*\*"
 )
 _SHUTDOWN_RULES = frozenset({"srun_task_exited"})
@@ -175,6 +177,7 @@ class RootCause:
     blamed: tuple[BlamedNode, ...] = ()
     consequences: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    node: str | None = None  # where the failed process ran, when the evidence says (see failed_node)
 
     @property
     def category(self) -> str | None:
@@ -244,16 +247,37 @@ def _earlier(a: Finding, b: Finding) -> bool:
     return a.order < b.order
 
 
+_PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
+
+
+def _pid(finding: Finding) -> str | None:
+    found = _PID.search(finding.line) or _PID.search(finding.detail)
+    return found.group(1) if found else None
+
+
 def primary(findings: Iterable[Finding]) -> Finding | None:
-    """The earliest finding of the most specific tier."""
+    """The earliest finding of the most specific tier; of the lines about the same process (same PID, same
+    tier) the one that names its node or rank (torchrun's block says what its `failed (exitcode: -9)` does not)."""
+    candidates = list(findings)
     best: Finding | None = None
-    for finding in findings:
+    for finding in candidates:
         if best is None:
             best = finding
             continue
         tier, best_tier = tier_of(finding), tier_of(best)
         if tier < best_tier or (tier == best_tier and _earlier(finding, best)):
             best = finding
+    if best is not None and (not best.nodes or best.rank is None) and _pid(best) is not None:
+        same = [
+            f
+            for f in candidates
+            if f is not best
+            and tier_of(f) == tier_of(best)
+            and _pid(f) == _pid(best)
+            and (f.nodes or f.rank is not None)
+        ]
+        if same:
+            return min(same, key=lambda f: f.order)
     return best
 
 
@@ -320,7 +344,24 @@ def analyse(
         blamed=tuple(blamed.values()),
         consequences=tuple(f for f in findings if f is not first),
         notes=tuple(notes),
+        node=failed_node(first, findings),
     )
+
+
+_SRUN_EXITED = re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? [\d,\-]+: Exited with exit code [1-9]")
+
+
+def failed_node(first: Finding, findings: Sequence[Finding]) -> str | None:
+    """The node the failed process ran on: the root cause's own node, else the node of srun's first
+    `Exited with exit code N` (the task whose launcher saw its process die; the others are `Terminated`)."""
+    if first.nodes:
+        return first.nodes[0]
+    exited = [f for f in findings if _SRUN_EXITED.search(f.line) or _SRUN_EXITED.search(f.detail)]
+    if not exited:
+        return None
+    earliest = min(exited, key=lambda f: f.order)
+    found = _SRUN_EXITED.search(earliest.line) or _SRUN_EXITED.search(earliest.detail)
+    return found.group("node") if found else None
 
 
 # ---------------------------------------------------------------- fingerprints
@@ -433,13 +474,40 @@ def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
     return tuple(found)
 
 
-def with_line_nodes(finding: Finding, allocation: Sequence[str] = ()) -> Finding:
-    """The finding with the nodes its line names added (the signature's own first, mapped onto the allocation)."""
+_LOOPBACK = frozenset({"localhost", "localhost.localdomain", "127.0.0.1", "::1"})
+LAUNCHER_BLOCK_FIELD = re.compile(r"^\s*(?:\[\d+\]:\s*)?(?:exitcode|traceback)\s*:")
+_BLOCK_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_BLOCK_HOST = re.compile(r"^\s*host\s*:\s*(\S+)")
+
+
+def launcher_block_facts(lines_before: Sequence[str]) -> tuple[int | None, str | None]:
+    """(rank, host) of torchrun's failure block, from the lines just above its `exitcode :` / `traceback :` line."""
+    rank: int | None = None
+    host: str | None = None
+    for text in reversed(lines_before[-6:]):
+        if text.lstrip().startswith(("Root Cause", "=", "-", "Failures:")):
+            break  # the block's head: what is above belongs to another block
+        found = _BLOCK_RANK.match(text)
+        if found and rank is None:
+            rank = int(found.group(1))
+        named = _BLOCK_HOST.match(text)
+        if named and host is None:
+            host = named.group(1)
+    return rank, host
+
+
+def with_line_nodes(finding: Finding, allocation: Sequence[str] = (), tasks_per_node: str | None = None) -> Finding:
+    """The finding with the nodes its line names added (the signature's own first, mapped onto the allocation).
+
+    Loopback names are never a node. Ranks are not mapped here: torchrun's ranks follow rendezvous order, not
+    the Slurm task layout (`attribute` maps an infrastructure finding's rank, as before)."""
     nodes: dict[str, None] = {}
     for name in finding.nodes:
-        nodes.setdefault((match_allocation(name, allocation) if allocation else None) or name, None)
+        if name.lower() not in _LOOPBACK:
+            nodes.setdefault((match_allocation(name, allocation) if allocation else None) or name, None)
     for name in nodes_in_line(finding.line, allocation):
-        nodes.setdefault(name, None)
+        if name.lower() not in _LOOPBACK:
+            nodes.setdefault(name, None)
     merged = tuple(nodes)
     if merged == finding.nodes:
         return finding

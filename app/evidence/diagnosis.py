@@ -16,10 +16,11 @@ class AttemptCause:
 
     category: str | None = None
     outlook: str | None = None
-    signature: str | None = None
+    signature: str | None = None  # the root cause's fingerprint (rootcause.fingerprint)
     iteration: int | None = None
     blamed: tuple[str, ...] = ()
     primary_anomaly_id: int | None = None
+    node: str | None = None  # where the failed process ran (rootcause.failed_node), when the evidence says
     # Blame derived now for anomalies recorded before the attempt's node list was known: id -> blamed nodes.
     derived: dict[int, list[dict[str, str]]] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ def attempt_cause(
     crashes = [row for row in rows if row.kind == "CRASH"]
     if not crashes:
         return AttemptCause()
-    findings = [finding_of(row) for row in crashes]
+    findings = [rootcause.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     first = cause.primary
     blamed: set[str] = set()
@@ -92,9 +93,8 @@ def attempt_cause(
     if first is None:
         return AttemptCause(blamed=tuple(sorted(blamed)), derived=derived)
     row = crashes[findings.index(first)]
-    signature = (row.details or {}).get("signature") or rootcause.failure_signature(
-        first.category, first.detail or first.line
-    )
+    # Recomputed, not read from the row: rows recorded by an older normaliser compare like new ones.
+    signature = rootcause.fingerprint(first.category, first.detail or first.line)
     return AttemptCause(
         category=first.category,
         outlook=row.outlook or cause.outlook,
@@ -102,5 +102,6 @@ def attempt_cause(
         iteration=iteration_of(progress_line, classifier),
         blamed=tuple(sorted(blamed)),
         primary_anomaly_id=row.id,
+        node=cause.node,
         derived=derived,
     )

@@ -226,6 +226,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
             xid=signal.xid,
         ),
         allocation,
+        attempt.tasks_per_node,
     )
     node = finding.nodes[0] if finding.nodes else None
     acted = await recovery_acted_at(session, attempt_id=attempt.id)
@@ -451,6 +452,14 @@ async def store_blame(session: AsyncSession, *, blamed: dict[int, list[dict[str,
         row = await session.get(Anomaly, anomaly_id)
         if row is not None and not row.blamed_nodes:
             row.blamed_nodes = nodes
+
+
+async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str) -> None:
+    """Name the node of a root-cause anomaly whose own line did not (srun's first non-zero exit said it)."""
+    row = await session.get(Anomaly, anomaly_id)
+    if row is not None and row.node is None:
+        row.node = node
+        row.details = {**(row.details or {}), "nodeFrom": "srun exit of the failed task"}
 
 
 # ---- events that wait for their attempt -------------------------------------------------------

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
+from app.domain import rootcause
+from app.domain.logline import decode_line
+from app.domain.signatures import CrashSignature
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
 from worker.collector.discovery import Tracked
 
@@ -69,6 +73,8 @@ def read_files(
             except OSError as exc:  # permissions changed, I/O error on a network filesystem
                 log.warning("reading %s failed: %s", tracked.path, exc)
                 break
+            if result.events:
+                result = replace(result, events=_launcher_blocks(result.events))
             results.append(result)
             position = result.position
             budget -= result.bytes_read
@@ -80,6 +86,34 @@ def read_files(
         if results:
             reads.append(FileRead(tracked, results))
     return reads, unfinished
+
+
+_BLOCK_CONTEXT = 2048  # bytes above a launcher block's exitcode line: its host and rank lines
+
+
+def _launcher_blocks(found: Sequence[LogEvent]) -> tuple[LogEvent, ...]:
+    """torchrun's failure block names the failed process's host and rank a few lines above the
+    `exitcode :` / `traceback :` line the signature matched: read them back, so the root cause has its node."""
+    events = list(found)
+    for index, event in enumerate(events):
+        signal = event.signal
+        if not isinstance(signal, CrashSignature) or not rootcause.LAUNCHER_BLOCK_FIELD.match(event.text):
+            continue
+        start = max(0, event.offset - _BLOCK_CONTEXT)
+        try:
+            with open(event.path, "rb") as handle:
+                handle.seek(start)
+                before = handle.read(event.offset - start)
+        except OSError:
+            continue
+        rank, host = rootcause.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+        nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
+        if rank is None and nodes == signal.nodes:
+            continue
+        events[index] = replace(
+            event, signal=replace(signal, rank=signal.rank if signal.rank is not None else rank, nodes=nodes)
+        )
+    return tuple(events)
 
 
 def _unchanged(tracked: Tracked) -> bool:
