@@ -414,7 +414,7 @@ class Advisor(Service):
         if cause.primary_anomaly_id is not None and cause.node is not None:
             await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
         for row in seen:
-            if row.kind not in (evidence_service.CRASH, evidence_service.AFTER_RECOVERY_ACTED):
+            if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)
         summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
         saved, iteration = summary.get(attempt.id, (0, None))
@@ -497,7 +497,7 @@ class Advisor(Service):
         checkpoints = await evidence_queries.checkpoint_summary(session, attempt_ids=ids)
         nodes: dict[int, set[str]] = {}
         for row in await evidence_queries.anomalies_of_attempts(session, attempt_ids=ids):
-            if row.kind not in (evidence_service.CRASH, evidence_service.AFTER_RECOVERY_ACTED):
+            if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
         crashes = await evidence_queries.crash_anomalies(session, attempt_ids=ids)
         progress = await evidence_queries.progress_lines(session, attempt_ids=ids)

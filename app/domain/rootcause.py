@@ -324,9 +324,16 @@ def attribute(finding: Finding, *, attempt_nodes: Sequence[str] = (), tasks_per_
 
 
 def analyse(
-    findings: Sequence[Finding], *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None
+    findings: Sequence[Finding],
+    *,
+    attempt_nodes: Sequence[str] = (),
+    tasks_per_node: str | None = None,
+    node_hints: Sequence[Finding] = (),
 ) -> RootCause:
-    """Primary cause, its outlook and every node infrastructure evidence blames."""
+    """Primary cause, its outlook and every node infrastructure evidence blames.
+
+    `node_hints` are lines kept apart (printed after Recovery acted): never a cause, but srun's exit line
+    among them still says where the failed process ran."""
     first = primary(findings)
     if first is None:
         return RootCause(primary=None, outlook=None)
@@ -344,7 +351,7 @@ def analyse(
         blamed=tuple(blamed.values()),
         consequences=tuple(f for f in findings if f is not first),
         notes=tuple(notes),
-        node=failed_node(first, findings),
+        node=failed_node(first, [*findings, *node_hints]),
     )
 
 

@@ -24,15 +24,13 @@ from app.db import dialect_of, utcnow
 from app.domain import rootcause, slowdown
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.evidence.queries import AFTER_RECOVERY_ACTED
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job
 
 CRASH = "CRASH"
 NO_PROGRESS = "NO_PROGRESS"
 SLOWDOWN = "SLOWDOWN"
-# A crash line printed after Recovery sent requeue-hold or cancel for the attempt: the ending Recovery
-# caused, kept for the record but never a new anomaly (never decided on, never a root cause).
-AFTER_RECOVERY_ACTED = "AFTER_RECOVERY_ACTED"
 _ACTING_STEPS = ("requeue_hold", "cancel")
 _SENT = ("STARTED", "SUCCEEDED")
 MAX_LINE = 4000
@@ -232,18 +230,22 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     acted = await recovery_acted_at(session, attempt_id=attempt.id)
     after = acted is not None and _after(event.source_time or event.read_at, acted[0])
     kind = AFTER_RECOVERY_ACTED if after else CRASH
-    repeat = await session.scalar(
-        select(Anomaly.id)
-        .where(
-            Anomaly.attempt_id == attempt.id,
-            Anomaly.kind == kind,
-            Anomaly.category == signal.category,
-            Anomaly.node.is_(None) if node is None else Anomaly.node == node,
-            Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
+    repeats = (
+        await session.scalars(
+            select(Anomaly.details)
+            .where(
+                Anomaly.attempt_id == attempt.id,
+                Anomaly.kind == kind,
+                Anomaly.category == signal.category,
+                Anomaly.node.is_(None) if node is None else Anomaly.node == node,
+                Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
+            )
+            .limit(2)
         )
-        .limit(1)
-    )
-    if repeat is not None:
+    ).all()
+    # A repeat is recorded once more only when it is the first to say which rank failed (torchrun's block
+    # after its `failed (exitcode: -9)` line): the root cause then names the failed process.
+    if repeats and (signal.rank is None or any((d or {}).get("rank") is not None for d in repeats)):
         return None
     attribution = rootcause.attribute(finding, attempt_nodes=allocation, tasks_per_node=attempt.tasks_per_node)
     blamed = [node.to_json() for node in attribution.blamed]
