@@ -37,7 +37,10 @@ def diagnose(
     crashes: list[dict[str, Any]], *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None
 ) -> dict[str, Any]:
     """Root cause of the crash lines (annotating each with its outlook, role and blamed nodes)."""
-    findings = [rootcause.with_line_nodes(_finding(entry), attempt_nodes, tasks_per_node) for entry in crashes]
+    findings = [
+        rootcause.with_line_nodes(_finding(entry), attempt_nodes, tasks_per_node, entry.get("process_lines") or ())
+        for entry in crashes
+    ]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     for entry, finding in zip(crashes, findings, strict=True):
         attribution = rootcause.attribute(finding, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)

@@ -503,8 +503,57 @@ def launcher_block_facts(lines_before: Sequence[str]) -> tuple[int | None, str |
     return rank, host
 
 
-def with_line_nodes(finding: Finding, allocation: Sequence[str] = (), tasks_per_node: str | None = None) -> Finding:
-    """The finding with the nodes its line names added (the signature's own first, mapped onto the allocation).
+def process_id(line: str) -> str | None:
+    """The PID a launcher line names ("exitcode : -9 (pid: 3832)", "Signal 9 (SIGKILL) received by PID 3832")."""
+    found = _PID.search(line)
+    return found.group(1) if found else None
+
+
+def lines_naming_pid(lines: Sequence[str], pid: str, *, limit: int = 5) -> list[str]:
+    """Other lines (before the crash line) that name this PID as a whole token (NCCL's `host:pid:tid` prefix, a
+    program's start-up line), nearest first: with the allocation they say which node the process ran on."""
+    token = re.compile(rf"(?<![\w.]){re.escape(pid)}(?![\w.])")
+    found: list[str] = []
+    for line in reversed(lines):
+        if token.search(line) and not LAUNCHER_BLOCK_FIELD.match(line) and "failed (exitcode" not in line:
+            found.append(line)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def lines_naming_rank(lines: Sequence[str], rank: int, *, limit: int = 20) -> list[str]:
+    """Lines that name this global rank in their text, not just as a `[rankN]:` label (NCCL's init line
+    `host:pid:tid [0] NCCL INFO comm 0x.. rank 1 nRanks 2`, a start-up line): with the allocation they say
+    which node the rank ran on (torchrun gives ranks in rendezvous order, so the task layout cannot). Lines before
+    the crash line, nearest first (a rerun in the same file gives the rank anew)."""
+    token = re.compile(rf"\b[Rr]ank\s*[:=#]?\s*{rank}(?![\d.])")
+    found: list[str] = []
+    for line in reversed(lines):
+        _, body = _split_label(line)
+        if token.search(body):
+            found.append(line)
+            if len(found) >= limit:
+                break
+    return found
+
+
+_LABEL = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
+
+
+def _split_label(line: str) -> tuple[str, str]:
+    match = _LABEL.match(line)
+    return (match.group(0), line[match.end() :]) if match else ("", line)
+
+
+def with_line_nodes(
+    finding: Finding,
+    allocation: Sequence[str] = (),
+    tasks_per_node: str | None = None,
+    context: Sequence[str] = (),
+) -> Finding:
+    """The finding with the nodes its line names added (the signature's own first, mapped onto the allocation),
+    else the allocated nodes that `context` (other lines naming the failed PID) names.
 
     Loopback names are never a node. Ranks are not mapped here: torchrun's ranks follow rendezvous order, not
     the Slurm task layout (`attribute` maps an infrastructure finding's rank, as before)."""
@@ -515,6 +564,12 @@ def with_line_nodes(finding: Finding, allocation: Sequence[str] = (), tasks_per_
     for name in nodes_in_line(finding.line, allocation):
         if name.lower() not in _LOOPBACK:
             nodes.setdefault(name, None)
+    if allocation and not any(n in allocation for n in nodes):
+        for line in context:  # lines naming the failed process's PID or rank, nearest first: allocated nodes only
+            named = nodes_in_line(line, allocation)
+            if named:
+                nodes.setdefault(named[0], None)
+                break
     merged = tuple(nodes)
     if merged == finding.nodes:
         return finding

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from app.domain import rootcause
 from app.domain.signatures import Classifier
 from app.evidence.models import Anomaly
-from app.evidence.queries import AFTER_RECOVERY_ACTED
 
 
 @dataclass(frozen=True)
@@ -79,10 +78,7 @@ def attempt_cause(
     if not crashes:
         return AttemptCause()
     findings = [rootcause.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
-    kept_apart = [finding_of(row) for row in rows if row.kind == AFTER_RECOVERY_ACTED]
-    cause = rootcause.analyse(
-        findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node, node_hints=kept_apart
-    )
+    cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     first = cause.primary
     blamed: set[str] = set()
     derived: dict[int, list[dict[str, str]]] = {}

@@ -48,6 +48,8 @@ class LineEvent:
     read_at: dt.datetime
     signal: CrashSignature | CheckpointEvent
     attempt_label: int | None = None
+    # Other lines of the file naming the failed process's PID (a launcher summary's context), for its node.
+    context: tuple[str, ...] = ()
 
 
 def signal_to_json(signal: CrashSignature | CheckpointEvent) -> dict[str, Any]:
@@ -225,6 +227,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         ),
         allocation,
         attempt.tasks_per_node,
+        event.context,
     )
     node = finding.nodes[0] if finding.nodes else None
     acted = await recovery_acted_at(session, attempt_id=attempt.id)

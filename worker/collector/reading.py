@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from app.domain import rootcause
 from app.domain.logline import decode_line
@@ -25,6 +25,8 @@ class FileRead:
 
     tracked: Tracked
     results: list[ReadResult]
+    # Per event id: other lines naming the PID a launcher summary names (see _launcher_blocks).
+    context: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def position(self) -> FilePosition:
@@ -66,6 +68,7 @@ def read_files(
             unfinished.append(tracked.path)
             continue
         results: list[ReadResult] = []
+        context: dict[str, tuple[str, ...]] = {}
         position = tracked.position
         while True:
             try:
@@ -74,7 +77,7 @@ def read_files(
                 log.warning("reading %s failed: %s", tracked.path, exc)
                 break
             if result.events:
-                result = replace(result, events=_launcher_blocks(result.events))
+                result = replace(result, events=_launcher_blocks(result.events, context))
             results.append(result)
             position = result.position
             budget -= result.bytes_read
@@ -84,36 +87,55 @@ def read_files(
                 unfinished.append(tracked.path)
                 break
         if results:
-            reads.append(FileRead(tracked, results))
+            reads.append(FileRead(tracked, results, context))
     return reads, unfinished
 
 
 _BLOCK_CONTEXT = 2048  # bytes above a launcher block's exitcode line: its host and rank lines
+_PID_SCAN = 1024 * 1024  # bytes from the file's start searched for lines naming the failed PID
 
 
-def _launcher_blocks(found: Sequence[LogEvent]) -> tuple[LogEvent, ...]:
+def _launcher_blocks(found: Sequence[LogEvent], context: dict[str, tuple[str, ...]]) -> tuple[LogEvent, ...]:
     """torchrun's failure block names the failed process's host and rank a few lines above the
-    `exitcode :` / `traceback :` line the signature matched: read them back, so the root cause has its node."""
+    `exitcode :` / `traceback :` line the signature matched: read them back, so the root cause has its node.
+    Lines naming the failed PID or rank (NCCL's `host:pid:tid ... rank N`, a start-up line) go to `context`,
+    for the attempt's allocation to match (record_crash)."""
     events = list(found)
+    heads: dict[str, bytes] = {}
     for index, event in enumerate(events):
         signal = event.signal
-        if not isinstance(signal, CrashSignature) or not rootcause.LAUNCHER_BLOCK_FIELD.match(event.text):
+        if not isinstance(signal, CrashSignature):
             continue
-        start = max(0, event.offset - _BLOCK_CONTEXT)
-        try:
-            with open(event.path, "rb") as handle:
-                handle.seek(start)
-                before = handle.read(event.offset - start)
-        except OSError:
+        rank = signal.rank
+        if rootcause.LAUNCHER_BLOCK_FIELD.match(event.text):
+            before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset)
+            block_rank, host = rootcause.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
+            rank = rank if rank is not None else block_rank
+            if (rank, nodes) != (signal.rank, signal.nodes):
+                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes))
+        pid = rootcause.process_id(event.text) if rootcause.LAUNCHER_BLOCK_FIELD.match(event.text) else None
+        if pid is None and rank is None:
             continue
-        rank, host = rootcause.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
-        nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
-        if rank is None and nodes == signal.nodes:
-            continue
-        events[index] = replace(
-            event, signal=replace(signal, rank=signal.rank if signal.rank is not None else rank, nodes=nodes)
-        )
+        if event.path not in heads:
+            heads[event.path] = _read(event.path, 0, _PID_SCAN)
+        head = [decode_line(raw) for raw in heads[event.path][: event.offset].split(b"\n")[:-1]]
+        lines = rootcause.lines_naming_pid(head, pid) if pid is not None else []
+        if rank is not None:
+            lines += rootcause.lines_naming_rank(head, rank)
+        if lines:
+            context[event.event_id] = tuple(lines)
     return tuple(events)
+
+
+def _read(path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file; nothing when it cannot be read (it moved, permissions changed)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            return handle.read(max(0, end - start))
+    except OSError:
+        return b""
 
 
 def _unchanged(tracked: Tracked) -> bool:
