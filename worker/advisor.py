@@ -411,8 +411,11 @@ class Advisor(Service):
         named: set[str] = set(cause.blamed)
         if cause.derived:
             await evidence_service.store_blame(session, blamed=cause.derived)
-        if cause.primary_anomaly_id is not None and cause.node is not None:
-            await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
+        if cause.primary_anomaly_id is not None:
+            crash_ids = [row.id for row in seen if row.kind == "CRASH"]
+            await evidence_service.store_roles(session, root_cause_id=cause.primary_anomaly_id, crash_ids=crash_ids)
+            if cause.node is not None:
+                await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
         for row in seen:
             if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)

@@ -459,6 +459,19 @@ async def store_blame(session: AsyncSession, *, blamed: dict[int, list[dict[str,
             row.blamed_nodes = nodes
 
 
+ROOT_CAUSE = "root cause"
+CONSEQUENCE = "consequence"
+
+
+async def store_roles(session: AsyncSession, *, root_cause_id: int, crash_ids: list[int]) -> None:
+    """Mark an attempt's crash anomalies as its root cause or a consequence of it (the anomaly table shows it)."""
+    for anomaly_id in crash_ids:
+        row = await session.get(Anomaly, anomaly_id)
+        role = ROOT_CAUSE if anomaly_id == root_cause_id else CONSEQUENCE
+        if row is not None and (row.details or {}).get("role") != role:
+            row.details = {**(row.details or {}), "role": role}
+
+
 async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str) -> None:
     """Name the node of a root-cause anomaly whose own line did not (srun's first non-zero exit said it)."""
     row = await session.get(Anomaly, anomaly_id)
