@@ -399,7 +399,10 @@ class Advisor(Service):
     async def _failure(self, session: Session, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
         """The domain's Failure for this signal: the attempt's root cause, checkpoints and the nodes evidence blames."""
         anomalies = await evidence_queries.anomalies_of_attempts(session, attempt_ids=[attempt.id])
-        seen = [row for row in anomalies if anomaly is None or row.id <= anomaly.id]
+        # Every crash line recorded so far, not only those up to this signal's: the lines of one read arrive
+        # together, and the survivor's peer error read first must not be decided on without the launcher's
+        # summary that names the failed process.
+        seen = list(anomalies)
         progress = await evidence_queries.progress_lines(session, attempt_ids=[attempt.id])
         cause = diagnosis.attempt_cause(
             seen,

@@ -8,12 +8,13 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from app.advice import stories
 from app.advice.models import SchedulerAction
 from app.context import AppContext
 from app.evidence.queries import AFTER_RECOVERY_ACTED
+from app.notify.models import Notification
 from app.slurm.fake import make_job
 from tests.advice.helpers import SlurmLikeFake, acting, comment
 from tests.factories import actions, advice_of, anomalies, events
@@ -61,7 +62,12 @@ async def test_lines_after_recovery_acted_are_kept_apart_and_the_story_cites_the
     assert (cited.category, cited.line_number, (cited.details or {}).get("rank")) == ("HOST_OOM", 58, 1)
     gloo = next(x for x in crashes if "Connection reset by peer" in (x.details or {}).get("detail", ""))
     assert gloo.details.get("knownConsequence") is True
-    assert "fingerprint fp-" in advice.reason
+    # decided on every line read so far: the reason, like the story, is about the SIGKILLed rank
+    assert advice.reason.startswith("attempt 0 crashed (HOST_OOM, outlook application), fingerprint fp-")
+    assert cited.details["fingerprint"] in advice.reason
+    async with act.sessions() as session:
+        [note] = (await session.scalars(select(Notification).where(Notification.advice_id == advice.id))).all()
+    assert "Evidence: CRASH HOST_OOM on node2 at ddp-kill.out:58" in note.body, note.body
 
     await Controller(act, fake).tick()
     [hold, *_] = await actions(act, advice.id)
