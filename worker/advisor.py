@@ -410,6 +410,7 @@ class Advisor(Service):
             tasks_per_node=attempt.tasks_per_node,
             progress_line=progress.get(attempt.id),
             classifier=self.classifier,
+            job_dirs=diagnosis.job_dirs_of(attempt.stdout_path, attempt.stderr_path),
         )
         named: set[str] = set(cause.blamed)
         if cause.derived:
@@ -521,6 +522,7 @@ class Advisor(Service):
                 tasks_per_node=a.tasks_per_node,
                 progress_line=progress.get(a.id),
                 classifier=self.classifier,
+                job_dirs=diagnosis.job_dirs_of(a.stdout_path, a.stderr_path),
             )
             nodes.setdefault(a.id, set()).update(cause.blamed)
             records.append(

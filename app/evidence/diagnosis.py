@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -54,6 +55,11 @@ def blamed_nodes(row: Anomaly, *, attempt_nodes: Sequence[str] = (), tasks_per_n
     return {node.node for node in attribution.blamed}
 
 
+def job_dirs_of(*paths: str | None) -> tuple[str, ...]:
+    """The directories of an attempt's output files: paths under them do not make a failure different."""
+    return tuple(dict.fromkeys(os.path.dirname(p) for p in paths if p and os.path.dirname(p) not in ("", "/")))
+
+
 def iteration_of(progress_line: str | None, classifier: Classifier | None) -> int | None:
     """The iteration a progress-marker line names (None when it names none)."""
     if not progress_line or classifier is None:
@@ -72,6 +78,7 @@ def attempt_cause(
     tasks_per_node: str | None = None,
     progress_line: str | None = None,
     classifier: Classifier | None = None,
+    job_dirs: Sequence[str] = (),
 ) -> AttemptCause:
     """Primary cause of an attempt's crash anomalies (up to the one being decided), with its outlook and blame."""
     crashes = [row for row in rows if row.kind == "CRASH"]
@@ -94,7 +101,7 @@ def attempt_cause(
         return AttemptCause(blamed=tuple(sorted(blamed)), derived=derived)
     row = crashes[findings.index(first)]
     # Recomputed, not read from the row: rows recorded by an older normaliser compare like new ones.
-    signature = rootcause.fingerprint(first.category, first.detail or first.line)
+    signature = rootcause.fingerprint(first.category, first.detail or first.line, job_dirs=job_dirs)
     return AttemptCause(
         category=first.category,
         outlook=row.outlook or cause.outlook,

@@ -253,7 +253,12 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     attribution = rootcause.attribute(finding, attempt_nodes=allocation, tasks_per_node=attempt.tasks_per_node)
     blamed = [node.to_json() for node in attribution.blamed]
     where = f"{os.path.basename(event.log_path)}:{event.line_number}"
-    signature = rootcause.fingerprint(signal.category, signal.detail or event.line)
+    dirs = tuple(
+        dict.fromkeys(
+            os.path.dirname(p) for p in (attempt.stdout_path, attempt.stderr_path) if p and os.path.dirname(p)
+        )
+    )
+    signature = rootcause.fingerprint(signal.category, signal.detail or event.line, job_dirs=dirs)
     details: dict[str, Any] = {
         "rule": signal.rule,
         "nodes": list(finding.nodes),

@@ -127,11 +127,9 @@ def test_a_rerun_prints_the_same_failure_with_other_volatile_parts() -> None:
     normalised = rc.normalise_origin(SIGKILL_FAILED)
     assert normalised.startswith("failed (exitcode: -9) local_rank: <n> (pid <n>) of binary: ")
     assert "E1205" not in normalised and "3832" not in normalised
-    # the other failed-(exitcode -9) line of the lab's captures: another run, other PIDs, same fingerprint
-    other_run = SIGKILL_FAILED.replace("E1205 09:10:57.937000 3761", "E1205 11:02:13.004000 5120").replace(
-        "pid: 3832", "pid: 5127"
-    )
-    assert rc.fingerprint("HOST_OOM", other_run) == rc.fingerprint("HOST_OOM", SIGKILL_FAILED)
+    # another run of the same SIGKILL in the lab (with Recovery acting): other time, agent PID, PID
+    other_run = line_of("ddp-kill-recovered.log", "failed (exitcode: -9)")
+    assert other_run != SIGKILL_FAILED
     assert rc.fingerprint_id(rc.fingerprint("HOST_OOM", SIGKILL_FAILED)) == rc.fingerprint_id(
         rc.fingerprint("HOST_OOM", other_run)
     )
@@ -208,3 +206,10 @@ def test_lines_naming_the_failed_pid_or_rank_say_its_node_nearest_first() -> Non
     block = Finding(category="HOST_OOM", rule="torch_elastic_sigkill", line=text[index], nodes=("localhost",), rank=0)
     assert rc.with_line_nodes(block, ("node1", "node2"), context=[startup]).nodes == ("node2",)
     assert rc.with_line_nodes(block, (), context=[startup]).nodes == ()  # without the allocation: no guess
+
+
+def test_paths_under_the_job_s_directories_do_not_make_a_failure_different() -> None:
+    here = rc.normalise_origin(SIGKILL_FAILED, job_dirs=("/var/cache/recovery-lab/torch-venv",))
+    assert here.endswith("of binary: <job>/bin/python")
+    elsewhere = SIGKILL_FAILED.replace("/var/cache/recovery-lab/torch-venv", "/scratch/run-2/venv")
+    assert rc.normalise_origin(elsewhere, job_dirs=("/scratch/run-2/venv",)) == here
