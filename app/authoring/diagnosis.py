@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from app.config import Settings
-from app.domain import rootcause
+from app.domain import line_nodes, rootcause
 from app.domain.advice import Failure, JobPolicy, Operation, SitePolicy, decide
 from app.domain.retry import FailureKind
 
@@ -38,7 +38,7 @@ def diagnose(
 ) -> dict[str, Any]:
     """Root cause of the crash lines (annotating each with its outlook, role and blamed nodes)."""
     findings = [
-        rootcause.with_line_nodes(_finding(entry), attempt_nodes, tasks_per_node, entry.get("process_lines") or ())
+        line_nodes.with_line_nodes(_finding(entry), attempt_nodes, tasks_per_node, entry.get("process_lines") or ())
         for entry in crashes
     ]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)

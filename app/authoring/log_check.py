@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from app.authoring import diagnosis
 from app.authoring.policy_check import comment_from_input
 from app.config import Settings
-from app.domain import rootcause
+from app.domain import line_nodes
 from app.domain.logline import decode_line, parse_timestamp
 from app.domain.policy import parse_comment
 from app.domain.progress import HangThresholds, SilenceScan
@@ -130,11 +130,11 @@ def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> Non
         lines = [decode_line(raw[:LINE_CAP].rstrip(b"\n")) for raw in handle]
     for crash in wanted:
         _block_facts(crash, lines)
-        pid = rootcause.process_id(crash["text"]) if _BLOCK_FIELD.match(crash["text"]) else None
+        pid = line_nodes.process_id(crash["text"]) if _BLOCK_FIELD.match(crash["text"]) else None
         before = lines[: crash["line"] - 1]
-        context = rootcause.lines_naming_pid(before, pid) if pid is not None else []
+        context = line_nodes.lines_naming_pid(before, pid) if pid is not None else []
         if crash["rank"] is not None:
-            context += rootcause.lines_naming_rank(before, crash["rank"])
+            context += line_nodes.lines_naming_rank(before, crash["rank"])
         if context:
             crash["process_lines"] = context
 
@@ -143,7 +143,7 @@ def _block_facts(crash: dict[str, Any], lines: list[str]) -> None:
     """The rank and host of torchrun's failure block above a block line."""
     if not _BLOCK_FIELD.match(crash["text"]):
         return
-    rank, host = rootcause.launcher_block_facts(lines[max(0, crash["line"] - 7) : crash["line"] - 1])
+    rank, host = line_nodes.launcher_block_facts(lines[max(0, crash["line"] - 7) : crash["line"] - 1])
     if crash["rank"] is None:
         crash["rank"] = rank
     if host is not None and host not in crash["nodes"]:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.domain import rootcause
+from app.domain import line_nodes, rootcause
 from app.domain.signatures import Classifier
 from app.evidence.models import Anomaly
 
@@ -84,7 +84,7 @@ def attempt_cause(
     crashes = [row for row in rows if row.kind == "CRASH"]
     if not crashes:
         return AttemptCause()
-    findings = [rootcause.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
+    findings = [line_nodes.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     first = cause.primary
     blamed: set[str] = set()

@@ -21,7 +21,7 @@ from app import metrics
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
-from app.domain import rootcause, slowdown
+from app.domain import line_nodes, rootcause, slowdown
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.evidence.queries import AFTER_RECOVERY_ACTED
@@ -215,7 +215,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     signal = event.signal
     assert isinstance(signal, CrashSignature)
     allocation = tuple(attempt.nodes or ())
-    finding = rootcause.with_line_nodes(
+    finding = line_nodes.with_line_nodes(
         rootcause.Finding(
             category=signal.category,
             rule=signal.rule,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.authoring.log_check import build_report
+from app.domain import line_nodes as ln
 from app.domain import rootcause as rc
 from app.domain.rootcause import Finding
 from app.domain.signature_defaults import default_ruleset
@@ -164,14 +165,14 @@ def test_the_same_place_compares_fingerprints() -> None:
     ],
 )
 def test_nodes_a_line_names(line, allocation, nodes) -> None:
-    assert tuple(n for n in rc.nodes_in_line(line, allocation) if n.lower() != "localhost") == nodes
+    assert tuple(n for n in ln.nodes_in_line(line, allocation) if n.lower() != "localhost") == nodes
 
 
 def test_with_line_nodes_maps_the_signature_node_onto_the_allocation() -> None:
     f = finding(SRUN_EXITED, 1)
-    assert rc.with_line_nodes(f, ("node1.c", "node2.c")).nodes == ("node2.c",)
+    assert ln.with_line_nodes(f, ("node1.c", "node2.c")).nodes == ("node2.c",)
     block_host = Finding(category="HOST_OOM", rule="torch_elastic_sigkill", line=SIGKILL_BLOCK, nodes=("localhost",))
-    assert rc.with_line_nodes(block_host, ("node1", "node2")).nodes == ()
+    assert ln.with_line_nodes(block_host, ("node1", "node2")).nodes == ()
 
 
 def test_the_failed_node_comes_from_srun_s_first_non_zero_exit() -> None:
@@ -184,7 +185,7 @@ def test_the_failed_node_comes_from_srun_s_first_non_zero_exit() -> None:
 def test_launcher_block_facts() -> None:
     text = (TORCHRUN / "ddp-kill.log").read_text(encoding="utf-8").splitlines()
     index = next(i for i, line in enumerate(text) if "exitcode  : -9" in line)
-    assert rc.launcher_block_facts(text[:index]) == (1, "localhost")
+    assert ln.launcher_block_facts(text[:index]) == (1, "localhost")
 
 
 def test_decided_anomaly_prefers_the_root_cause() -> None:
@@ -196,16 +197,16 @@ def test_decided_anomaly_prefers_the_root_cause() -> None:
 def test_lines_naming_the_failed_pid_or_rank_say_its_node_nearest_first() -> None:
     text = (TORCHRUN / "ddp-kill-recovered.log").read_text(encoding="utf-8").splitlines()
     index = next(i for i, line in enumerate(text) if "exitcode  : -9" in line)
-    pid = rc.process_id(text[index])
+    pid = ln.process_id(text[index])
     assert pid == "25024"
-    [startup] = rc.lines_naming_pid(text[:index], pid)
+    [startup] = ln.lines_naming_pid(text[:index], pid)
     assert startup.startswith("rank 0/2 on node2")
-    assert rc.lines_naming_rank(text[:index], 0)[0].strip() == "rank      : 0 (local_rank: 0)"  # the block's own
-    assert rc.lines_naming_rank(text[:index], 0)[-1].startswith("rank 0/2 on node2")
-    assert not any(line.startswith("[rank0]:") for line in rc.lines_naming_rank(text[:index], 0))
+    assert ln.lines_naming_rank(text[:index], 0)[0].strip() == "rank      : 0 (local_rank: 0)"  # the block's own
+    assert ln.lines_naming_rank(text[:index], 0)[-1].startswith("rank 0/2 on node2")
+    assert not any(line.startswith("[rank0]:") for line in ln.lines_naming_rank(text[:index], 0))
     block = Finding(category="HOST_OOM", rule="torch_elastic_sigkill", line=text[index], nodes=("localhost",), rank=0)
-    assert rc.with_line_nodes(block, ("node1", "node2"), context=[startup]).nodes == ("node2",)
-    assert rc.with_line_nodes(block, (), context=[startup]).nodes == ()  # without the allocation: no guess
+    assert ln.with_line_nodes(block, ("node1", "node2"), context=[startup]).nodes == ("node2",)
+    assert ln.with_line_nodes(block, (), context=[startup]).nodes == ()  # without the allocation: no guess
 
 
 def test_paths_under_the_job_s_directories_do_not_make_a_failure_different() -> None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from app.domain import rootcause
+from app.domain import line_nodes
 from app.domain.logline import decode_line
 from app.domain.signatures import CrashSignature
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
@@ -107,22 +107,22 @@ def _launcher_blocks(found: Sequence[LogEvent], context: dict[str, tuple[str, ..
         if not isinstance(signal, CrashSignature):
             continue
         rank = signal.rank
-        if rootcause.LAUNCHER_BLOCK_FIELD.match(event.text):
+        if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text):
             before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset)
-            block_rank, host = rootcause.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            block_rank, host = line_nodes.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
             nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
             rank = rank if rank is not None else block_rank
             if (rank, nodes) != (signal.rank, signal.nodes):
                 events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes))
-        pid = rootcause.process_id(event.text) if rootcause.LAUNCHER_BLOCK_FIELD.match(event.text) else None
+        pid = line_nodes.process_id(event.text) if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text) else None
         if pid is None and rank is None:
             continue
         if event.path not in heads:
             heads[event.path] = _read(event.path, 0, _PID_SCAN)
         head = [decode_line(raw) for raw in heads[event.path][: event.offset].split(b"\n")[:-1]]
-        lines = rootcause.lines_naming_pid(head, pid) if pid is not None else []
+        lines = line_nodes.lines_naming_pid(head, pid) if pid is not None else []
         if rank is not None:
-            lines += rootcause.lines_naming_rank(head, rank)
+            lines += line_nodes.lines_naming_rank(head, rank)
         if lines:
             context[event.event_id] = tuple(lines)
     return tuple(events)
