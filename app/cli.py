@@ -342,7 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     job = cl.add_mutually_exclusive_group()
     job.add_argument("--policy", metavar="JSON", help="the job's policy (its --comment JSON): use its hang thresholds")
     job.add_argument("--script", metavar="FILE", help="the job's sbatch script: use the hang thresholds of its policy")
-    cl.add_argument("--nodes", help="the attempt's nodes, comma-separated (blames a single node, maps ranks to nodes)")
+    cl.add_argument(
+        "--nodes",
+        help="the attempt's nodes as a Slurm hostlist, e.g. node[1-4] (lines naming one become node candidates; "
+        "maps ranks to nodes; blames a single node)",
+    )
     cl.add_argument("--tasks-per-node", help="SLURM_TASKS_PER_NODE of the attempt, e.g. 4(x2), to map ranks to nodes")
     st = command("status", _cmd_status, "the story of a job (or JOB/ATTEMPT) from a running service")
     st.add_argument("job", help="a Slurm job id (12345), an array task (12345_7), or JOB/ATTEMPT (12345/1)")

@@ -22,9 +22,11 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
   first signature that carries one. Likewise the root-cause ``rank``.
 
 The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
-``report["root_cause"]``. A key the detectors do not produce yet scores as a miss, so the figures
-light up as the detectors learn them. The "legacy" rows of the table score what today's report
-already has (first crash signature's category, union of per-signature nodes) for comparison.
+``report["root_cause"]``. A label's optional ``allocation`` (a Slurm hostlist, "node[1-4]") and
+``tasks_per_node`` ("4(x2)") are passed to check-log as the attempt's node list and task layout (as
+``recovery check-log --nodes ... --tasks-per-node ...`` does). A key the detectors do not produce yet
+scores as a miss, so the figures light up as the detectors learn them. The "legacy" rows of the table
+score what today's report already has (first crash signature's category, union of per-signature nodes) for comparison.
 
 Ends with one `figure <name> <value> <unit> goal <op> <target>` line per goal. Makes no assertions.
 """
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.authoring.log_check import build_report  # noqa: E402
 from app.domain.signature_defaults import default_ruleset  # noqa: E402
+from app.slurm.names import expand_hostlist  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "realworld"
 
@@ -118,7 +121,13 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     """Run check-log's analysis on one file and pull out what the labels can be compared with."""
     result = FileResult(name=path.name, label=label)
     try:
-        report = build_report(str(path), ruleset)
+        # A label's `allocation` (Slurm hostlist) is the attempt's node list, as production knows it.
+        report = build_report(
+            str(path),
+            ruleset,
+            attempt_nodes=expand_hostlist(str(label.get("allocation") or "")),
+            tasks_per_node=label.get("tasks_per_node"),
+        )
     except Exception as exc:  # a detector crash on real input is a result too
         result.error = f"{type(exc).__name__}: {exc}"
         return result

@@ -244,6 +244,10 @@ async def workflow(request: Request) -> Response:
     )
 
 
+def _told_anomaly(told: Any) -> Any:
+    return told.anomaly if told is not None else None
+
+
 async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
     """Each job with its attempts, their Advice and newest anomaly: four statements for any number of jobs."""
     job_ids = [job.id for job in jobs]
@@ -263,7 +267,8 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
                 {
                     "attempt": a,
                     "advice": advice.get(a.id),
-                    "anomaly": next(iter(anomalies.get(a.id) or []), None),
+                    # the anomaly the story cites (the one the Advice was decided on), else the newest
+                    "anomaly": _told_anomaly(by_attempt.get(a.id)) or next(iter(anomalies.get(a.id) or []), None),
                     "told": by_attempt.get(a.id),
                 }
                 for a in attempts.get(job.id, [])

@@ -60,6 +60,9 @@ class Advice(Base):
     checkpoint_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # singleton_dependency: the Slurm job id of the held twin this Advice releases (migration 0011).
     successor_job_id: Mapped[int | None] = mapped_column(BigId)
+    # The anomaly this generation was decided on: a crash's root cause, the NO_PROGRESS of a hang (migration 0012).
+    # What every story, reason and notification cites; null for decisions on a Slurm state alone.
+    anomaly_id: Mapped[int | None] = mapped_column(BigId)
 
 
 class SchedulerAction(Base):

@@ -19,6 +19,7 @@ from app.domain.advice import Decision, Operation, advice_changed, advice_record
 from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
 from app.domain.mode import ACT, ModeDecision
 from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.evidence.models import Anomaly
 from app.feed import service as feed
 from app.jobs.models import Attempt
 from app.notify import service as notify
@@ -87,8 +88,11 @@ async def record_decision(
     partition_nodes: Iterable[str] | None = None,
     now: dt.datetime | None = None,
     checkpoint_check: dict[str, Any] | None = None,
+    anomaly_id: int | None = None,
 ) -> AdviceOutcome:
-    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
+    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does.
+
+    `anomaly_id` is the anomaly this signal's decision rests on; it is kept with the generation it decided."""
     now = now or utcnow()
     existing = await queries.advice_for_attempt(session, attempt_id=attempt.id)
     if existing is not None and checkpoint_check is not None and existing.checkpoint_check != checkpoint_check:
@@ -112,6 +116,7 @@ async def record_decision(
             created_at=now,
             updated_at=now,
             checkpoint_check=checkpoint_check,
+            anomaly_id=anomaly_id,
             **values,
         )
         session.add(advice)
@@ -127,6 +132,8 @@ async def record_decision(
     merged = merge_signals(old, decision, partition_nodes=partition_nodes)
     closed_observed = not existing.active and existing.disposition_reason == GateReason.DECIDED_IN_OBSERVE.value
     if merged is old or not advice_changed(old, merged) or closed_observed:
+        if existing.anomaly_id is None and anomaly_id is not None:
+            existing.anomaly_id = anomaly_id  # decided on a Slurm state first: the evidence that came after explains it
         if evidence_refs:
             refs = _refs(existing.evidence, evidence_refs)
             if refs != existing.evidence:
@@ -145,6 +152,8 @@ async def record_decision(
     for name in ("operation", "exclusions", "reason", "rule", "expires_at", "mode", "mode_reason"):
         setattr(existing, name, values[name])
     existing.evidence = _refs(existing.evidence, evidence_refs)
+    if anomaly_id is not None:
+        existing.anomaly_id = anomaly_id
     existing.generation = existing.generation + 1
     existing.active = True
     existing.disposition = Disposition.PENDING.value
@@ -157,6 +166,15 @@ async def record_decision(
     await notify.advice_decided(session, advice=existing)
     await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
+
+
+async def cite_root_cause(session: AsyncSession, *, advice: Advice, anomaly_id: int | None) -> None:
+    """Move the cited anomaly to a crash's newer root cause, when the Advice cites a crash (or nothing) now."""
+    if anomaly_id is None or advice.anomaly_id == anomaly_id:
+        return
+    current = await session.get(Anomaly, advice.anomaly_id) if advice.anomaly_id is not None else None
+    if current is None or (current.kind == "CRASH" and current.attempt_id == advice.attempt_id):
+        advice.anomaly_id = anomaly_id
 
 
 async def _audit_change(

@@ -1,7 +1,8 @@
 """Reads that build the story of attempts (app.domain.story) from stored records, a fixed number of statements.
 
-`stories_of_jobs` loads a set of jobs' attempts with their newest decided anomaly, Advice, scheduler actions
-and the checkpoint each next attempt loaded, and tells every attempt's story; `headline` picks the attempt a
+`stories_of_jobs` loads a set of jobs' attempts with the anomaly their Advice was decided on (else their newest
+decided anomaly), Advice, scheduler actions and the checkpoint each next attempt loaded, and tells every attempt's
+story; `headline` picks the attempt a
 job is summed up by (its newest attempt with Advice, else its newest attempt), the same rule the Overview's
 outcome filter uses in SQL (app.advice.queries.workflow_outcome).
 """
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
 from app.domain.mode import ENROLLED
+from app.domain.rootcause import decided_anomaly
 from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
@@ -91,11 +93,14 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         [a.id for a in advice.values()],
     ):
         actions.setdefault(m.advice_id, []).append(m)
-    anomalies: dict[int, Anomaly] = {}
+    newest: dict[int, Anomaly] = {}
+    by_id: dict[int, Anomaly] = {}
     for x in await scalars_in(
         session, select(Anomaly).where(Anomaly.kind.in_(DECIDED_KINDS)).order_by(Anomaly.id), Anomaly.attempt_id, ids
     ):
-        anomalies[x.attempt_id] = x  # ordered by id: the newest wins
+        newest[x.attempt_id] = x  # ordered by id: the newest wins
+        by_id[x.id] = x
+    anomalies = {attempt_id: cited_anomaly(advice.get(attempt_id), by_id) or x for attempt_id, x in newest.items()}
     loaded: dict[int, Checkpoint] = {}
     for c in await scalars_in(
         session,
@@ -127,6 +132,14 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result
+
+
+def cited_anomaly(advice: Advice | None, anomalies: dict[int, Anomaly]) -> Anomaly | None:
+    """The anomaly an Advice was decided on (recorded with it, or named by its evidence refs), when loaded."""
+    if advice is None:
+        return None
+    chosen = advice.anomaly_id or decided_anomaly((advice.evidence or {}).get("refs") or ())
+    return anomalies.get(chosen) if chosen is not None else None
 
 
 def headline(told: Sequence[Told]) -> Told | None:

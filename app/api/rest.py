@@ -371,6 +371,25 @@ def story_json(told: Any) -> dict[str, Any] | None:
         "decided": story.decided,
         "result": story.result,
         "nextAttemptIndex": told.next_attempt.attempt_index if told.next_attempt is not None else None,
+        "cites": cited_json(told.anomaly),
+    }
+
+
+def cited_json(anomaly: Any) -> dict[str, Any] | None:
+    """The anomaly a story cites (the one its Advice was decided on), as the REST API shows it."""
+    if anomaly is None:
+        return None
+    details = anomaly.details or {}
+    return {
+        "kind": anomaly.kind,
+        "category": anomaly.category,
+        "node": anomaly.node,
+        "logPath": anomaly.log_path,
+        "lineNumber": anomaly.line_number,
+        "line": anomaly.line,
+        "role": details.get("role"),
+        "fingerprint": details.get("fingerprint"),
+        "fingerprintText": details.get("signature"),
     }
 
 

@@ -17,6 +17,9 @@ from app.sql import by_ids, first_per_group, rows_in, scalars_in
 
 # Anomaly kinds the advisor decides on.
 DECIDED_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
+# A crash line printed after Recovery sent requeue-hold or cancel for its attempt: the ending Recovery
+# caused, kept for the record and shown apart, never decided on and never a root cause.
+AFTER_RECOVERY_ACTED = "AFTER_RECOVERY_ACTED"
 
 # ---- checkpoints and anomalies ----------------------------------------------------------------
 

@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from app.domain import signatures
+from app.domain import rootcause, signatures
+from app.slurm.names import expand_hostlist
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "realworld"
@@ -42,6 +43,8 @@ KEYS = {
     "xid",
     "nodes",
     "rank",
+    "allocation",
+    "tasks_per_node",
     "checkpoint_kind",
     "checkpoint_iteration",
     "progress",
@@ -106,6 +109,10 @@ def test_label_row_is_well_formed(row: dict[str, Any]) -> None:
         assert row.get("checkpoint_kind") in signatures.CHECKPOINT_KINDS
     if "rank" in row:
         assert isinstance(row["rank"], int) and row["rank"] >= 0
+    if "allocation" in row:
+        assert expand_hostlist(row["allocation"]), "allocation is a Slurm hostlist: node[1-4]"
+    if "tasks_per_node" in row:
+        assert rootcause.parse_tasks_per_node(row["tasks_per_node"]) is not None, "SLURM_TASKS_PER_NODE: 4(x2)"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)

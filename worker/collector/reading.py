@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
+from app.domain import line_nodes
+from app.domain.logline import decode_line
+from app.domain.signatures import CrashSignature
+from app.logs import safe_open
 from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
 from app.logs.safe_open import AccessRule, Refused
 from worker.collector.discovery import Tracked
@@ -26,6 +30,8 @@ class FileRead:
 
     tracked: Tracked
     results: list[ReadResult]
+    # Per event id: other lines naming the PID a launcher summary names (see _launcher_blocks).
+    context: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def position(self) -> FilePosition:
@@ -78,6 +84,7 @@ def read_files(
             unfinished.append(tracked.path)
             continue
         results: list[ReadResult] = []
+        context: dict[str, tuple[str, ...]] = {}
         position = tracked.position
         while True:
             try:
@@ -85,6 +92,8 @@ def read_files(
             except OSError as exc:  # permissions changed, I/O error on a network filesystem
                 log.warning("reading %s failed: %s", tracked.path, exc)
                 break
+            if result.events:
+                result = replace(result, events=_launcher_blocks(result.events, context, access_of(tracked)))
             results.append(result)
             position = result.position
             budget -= result.bytes_read
@@ -94,7 +103,7 @@ def read_files(
                 unfinished.append(tracked.path)
                 break
         if results:
-            read = FileRead(tracked, results)
+            read = FileRead(tracked, results, context)
             tracked.refused = None
             if read.refused is not None:
                 identity = _identity(tracked.path)
@@ -102,6 +111,59 @@ def read_files(
                     tracked.refused = (identity, access_of(tracked), time.monotonic())
             reads.append(read)
     return reads, unfinished
+
+
+_BLOCK_CONTEXT = 2048  # bytes above a launcher block's exitcode line: its host and rank lines
+_PID_SCAN = 1024 * 1024  # bytes from the file's start searched for lines naming the failed PID
+
+
+def _launcher_blocks(
+    found: Sequence[LogEvent], context: dict[str, tuple[str, ...]], access: AccessRule
+) -> tuple[LogEvent, ...]:
+    """torchrun's failure block names the failed process's host and rank a few lines above the
+    `exitcode :` / `traceback :` line the signature matched: read them back, so the root cause has its node.
+    Lines naming the failed PID or rank (NCCL's `host:pid:tid ... rank N`, a start-up line) go to `context`,
+    for the attempt's allocation to match (record_crash)."""
+    events = list(found)
+    heads: dict[str, bytes] = {}
+    for index, event in enumerate(events):
+        signal = event.signal
+        if not isinstance(signal, CrashSignature):
+            continue
+        rank = signal.rank
+        if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text):
+            before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset, access)
+            block_rank, host = line_nodes.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
+            rank = rank if rank is not None else block_rank
+            if (rank, nodes) != (signal.rank, signal.nodes):
+                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes))
+        pid = line_nodes.process_id(event.text) if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text) else None
+        if pid is None and rank is None:
+            continue
+        if event.path not in heads:
+            heads[event.path] = _read(event.path, 0, _PID_SCAN, access)
+        head = [decode_line(raw) for raw in heads[event.path][: event.offset].split(b"\n")[:-1]]
+        lines = line_nodes.lines_naming_pid(head, pid) if pid is not None else []
+        if rank is not None:
+            lines += line_nodes.lines_naming_rank(head, rank)
+        if lines:
+            context[event.event_id] = tuple(lines)
+    return tuple(events)
+
+
+def _read(path: str, start: int, end: int, access: AccessRule) -> bytes:
+    """Bytes [start, end) of a file, opened with the job's rights; nothing when it cannot be or may not be read."""
+    try:
+        fd, _ = safe_open.open_file(path, access)
+    except (OSError, Refused):
+        return b""
+    try:
+        return os.pread(fd, max(0, end - start), start)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _identity(path: str, st: os.stat_result | None = None) -> tuple[int, ...] | None:

@@ -103,7 +103,8 @@ class Recorder:
         for event in read.events:
             if not isinstance(event.signal, (CrashSignature, CheckpointEvent)):
                 continue
-            anomalies += await self._attribute(session, row, job, owner, _line_event(event), now, foreign=foreign)
+            line_event = _line_event(event, read.context.get(event.event_id, ()))
+            anomalies += await self._attribute(session, row, job, owner, line_event, now, foreign=foreign)
         if read.bytes_read:
             latest = max((r.last_output_at for r in read.results if r.bytes_read and r.last_output_at), default=None)
             if latest is not None and (row.last_output_at is None or latest > row.last_output_at):
@@ -336,7 +337,7 @@ def _store_position(row: LogSource, position: FilePosition) -> bool:
     return changed
 
 
-def _line_event(event: LogEvent) -> evidence.LineEvent:
+def _line_event(event: LogEvent, context: tuple[str, ...] = ()) -> evidence.LineEvent:
     assert isinstance(event.signal, (CrashSignature, CheckpointEvent))  # callers pass only these
     return evidence.LineEvent(
         event_key=event.event_id,
@@ -347,4 +348,5 @@ def _line_event(event: LogEvent) -> evidence.LineEvent:
         read_at=event.read_at,
         signal=event.signal,
         attempt_label=event.attempt,
+        context=context,
     )
