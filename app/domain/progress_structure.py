@@ -60,6 +60,8 @@ def parse_step(line: str) -> StepReading | None:
             total = int(total_text)
             return StepReading(f"bar/{total}", float(n), total)
     lowered = line.lower()
+    if "checkpoint" in lowered or "ckpt" in lowered:
+        return None  # names the step it saved or loaded: a checkpoint event (signatures.py), not a step taken
     if "poch" in lowered:
         match = _EPOCH_ITER.search(line)
         if match is not None:
