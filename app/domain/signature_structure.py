@@ -44,7 +44,8 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         (*_CKPT_ANCHORS, "esum", "estor", "ESUM"),
         r"(?i:\b(?:load(?:ed|ing)?|resum(?:e|ed|ing)|restor(?:e|ed|ing))\b[^\n]{0,60}?(?:checkpoint|ckpt)"
         r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:loaded|restored|resumed)\b"
-        r"|\bresum(?:ed|ing)\b[^\n]{0,30}?\b(?:from|at)\b[^\n]{0,40}?(?:step|iter|epoch)[\s_=:-]*\d)",
+        r"|\bresum(?:ed|ing)\b[^\n]{0,30}?\b(?:from|at)\b[^\n]{0,40}?(?:step|iter|epoch)[\s_=:-]*\d"
+        r"|\bresum(?:e|ed|ing)\s+(?:training\s+)?from\s+\S*[/\\])",
         "loaded checkpoint from /ckpt/iter_15.pt at iteration 15",
         exclude=_CKPT_NOT,
     ),
@@ -72,6 +73,7 @@ _NAN_ANCHORS = tuple(
         (" ", ";"),
         (" ", "\t"),
         (" ", "  "),
+        (" ", "\n"),
         ("| ", ""),
         ("|", ""),
     )

@@ -434,7 +434,8 @@ def literal_alternatives(pattern: str) -> tuple[str, ...] | None:
 
 
 def _anchored(rule: Rule, line: str) -> bool:
-    return any(anchor in line for anchor in rule.anchors)
+    """A line holds one of the rule's anchors (an anchor ending in a newline: at the end of the line)."""
+    return any(anchor in line if anchor[-1:] != "\n" else line.endswith(anchor[:-1]) for anchor in rule.anchors)
 
 
 def strip_rank_prefix(line: str) -> tuple[str, str]:
