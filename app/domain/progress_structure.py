@@ -53,7 +53,7 @@ def parse_step(line: str) -> StepReading | None:
     """The step counter a line carries, or None (for the newest state of a `\\r`-updated bar, pass its last part)."""
     if len(line) > 4096:
         line = line[-4096:]
-    if "/" in line and "[" in line:
+    if "<" in line and "/" in line and "[" in line:  # a tqdm bar always prints "[elapsed<remaining"
         bars = _TQDM.findall(line)
         if bars:
             n, total_text = bars[-1]  # the last bar on the line is the newest state

@@ -19,6 +19,7 @@ from typing import cast
 
 from app.domain.chunkscan import ChunkScanner, Span
 from app.domain.logline import attempt_label, decode_line, event_identity, parse_timestamp
+from app.domain.progress_structure import StepReading, parse_bar_line
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import (
     PYTHON_TRACEBACK,
@@ -32,7 +33,7 @@ from app.domain.signatures import (
     exception_line_index,
     strip_rank_prefix,
 )
-from app.domain.step_watch import StepWatch
+from app.domain.step_watch import StepWatch, marker_of
 
 LINE_CAP = 64 * 1024
 HEAD_BYTES = 4096
@@ -625,44 +626,89 @@ class LogTailer:
         advance is seen across reads. Offline reads (all_progress) look at every complete line.
         """
         watch = self._watch(position.path)
-        every = self.all_progress
-        found: list[LogEvent] = []
-        if every:
+        if self.all_progress:
             spans = _line_spans(buf, start, complete_end)
             lines_before = line_number - count_newlines(buf, start, known_at)
-        else:
-            spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
-            lines_before = 0
-        for index, (line_start, line_end) in enumerate(spans):
+            found: list[LogEvent] = []
+            for index, (line_start, line_end) in enumerate(spans):
+                if line_end > line_start:
+                    raw = buf[max(line_start, line_end - self.line_cap) : line_end]
+                    text = decode_line(raw)
+                    seen = watch.observe(text)
+                    if seen is not None:
+                        found.append(
+                            self._step_event(
+                                raw,
+                                text,
+                                line_start,
+                                line_end,
+                                lines_before + index + 1,
+                                seen,
+                                base,
+                                position,
+                                st,
+                                read_at,
+                            )
+                        )
+            return found
+        spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
+        # Newest first: the newest counter line and the one before it of the same counter (in a log that
+        # prints progress densely, two lines parsed per chunk); the tracker remembers values across reads.
+        newest: tuple[int, int, bytes, str, StepReading] | None = None
+        older: StepReading | None = None
+        for line_start, line_end in reversed(spans):
             if line_end <= line_start:
                 continue
             raw = buf[max(line_start, line_end - self.line_cap) : line_end]
             text = decode_line(raw)
-            marker = watch.observe(text)
-            if marker is None or not (marker.arms or every):
+            reading = parse_bar_line(text)
+            if reading is None:
                 continue
-            if every:
-                number = lines_before + index + 1
-            elif line_start < known_at:
-                number = line_number - count_newlines(buf, line_start, known_at) + 1
-            else:
-                number = line_number + count_newlines(buf, known_at, line_start) + 1
-            found.append(
-                self._event(
-                    raw,
-                    text,
-                    line_end - line_start > self.line_cap,
-                    base + line_start,
-                    number,
-                    position,
-                    st,
-                    read_at,
-                    marker,
-                )
-            )
-        if not every and len(found) > 1:
-            del found[:-1]
-        return found
+            if newest is None:
+                newest = (line_start, line_end, raw, text, reading)
+            elif reading.key == newest[4].key:
+                older = reading
+                break
+        marker: ProgressMarker | None = None
+        if newest is not None:
+            if older is not None:
+                watch.tracker.advanced(older)
+            line_start, line_end, raw, text, reading = newest
+            marker = marker_of(reading, arms=watch.tracker.advanced(reading))
+        elif watch.miner is not None:
+            # No counter a parser knows: the template miner learns from the tail lines, oldest first.
+            for span_start, span_end in spans:
+                if span_end <= span_start:
+                    continue
+                span_raw = buf[max(span_start, span_end - self.line_cap) : span_end]
+                span_text = decode_line(span_raw)
+                mined = watch.miner.observe(span_text.rsplit("\r", 1)[-1])
+                if mined is not None:
+                    line_start, line_end, raw, text = span_start, span_end, span_raw, span_text
+                    marker = marker_of(mined, arms=True)
+        if marker is None or not marker.arms:
+            return []
+        if line_start < known_at:
+            number = line_number - count_newlines(buf, line_start, known_at) + 1
+        else:
+            number = line_number + count_newlines(buf, known_at, line_start) + 1
+        return [self._step_event(raw, text, line_start, line_end, number, marker, base, position, st, read_at)]
+
+    def _step_event(
+        self,
+        raw: bytes,
+        text: str,
+        line_start: int,
+        line_end: int,
+        number: int,
+        marker: ProgressMarker,
+        base: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+    ) -> LogEvent:
+        truncated = line_end - line_start > self.line_cap
+        return self._event(raw, text, truncated, base + line_start, number, position, st, read_at, marker)
 
     def _progress_of(self, segment: str) -> ProgressMarker | None:
         # tqdm-style bars rewrite one line with \r: the newest segment is the last one.

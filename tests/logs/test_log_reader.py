@@ -335,3 +335,17 @@ def test_live_reads_never_arm_on_a_single_counter_line(tmp_path, tailer):
     result = tailer.read(FilePosition(path=str(log)))
     text = log.read_text()
     assert text.count("iteration ") == 1 and result.latest_progress is None
+
+
+def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, tailer):
+    # a format of our own (no library prints it): a counter without a keyword, then metric values
+    log = tmp_path / "job.out"
+    log.write_bytes(b"")
+    position = FilePosition(path=str(log))
+    armed = []
+    for n in (10, 20, 30, 40):
+        append(log, f"train {n}: 2.{n:02d}31 0.0010 ok\n")
+        result = tailer.read(position)
+        position = result.position
+        armed.append(result.latest_progress.signal.iteration if result.latest_progress else None)
+    assert armed == [None, None, 30, 40]
