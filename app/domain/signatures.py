@@ -173,10 +173,16 @@ _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
 _ITERATION_IN_PATH = re.compile(
-    r"(?:iter_|global_step|checkpoint-|step[=_-]?|iteration[=_-]?)(\d+)(?!.*(?:iter_|global_step|checkpoint-|step[=_-]?)\d)"
+    r"(?:iter_|global_step|checkpoint[-_]?|step[=_-]?|iteration[=_-]?)(\d+)"
+    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|step[=_-]?)\d)"
 )
 # "at iteration 15", "for step 10", "global_step=10", "step: 7" in a checkpoint line without an iteration group.
-_ITERATION_IN_LINE = re.compile(r"(?<![\w/.-])(?i:iteration|iter|global[_ ]step|step)s?\s*[:=#]?\s*(\d+)\b(?!\.\d)")
+# fairseq counts optimizer updates: "(epoch 70 @ 2162 updates".
+_ITERATION_IN_LINE = re.compile(
+    r"(?<![\w/.-])(?i:iteration|iter|global[_ ]step|step)s?\s*[:=#]?\s*(\d+)\b(?!\.\d)|\b(\d+) updates\b"
+)
+# The last resort of a checkpoint line that names no step: its epoch ("=> loaded checkpoint 'x.pth' (epoch 1)").
+_EPOCH_IN_LINE = re.compile(r"(?<![\w/.-])(?i:epoch)\s*[:=#]?\s*(\d+)\b(?!\.\d)")
 # A path in a checkpoint line without a path group: a token with a slash, or a checkpoint file name.
 _PATH_IN_LINE = re.compile(
     r"(?<![\w])(?P<path>(?:[~.]{0,2}/|[A-Za-z]:\\)?[\w.~=+-]+(?:[/\\][\w.~=+-]+)+/?|[\w.=+-]+\.(?:pt|pth|ckpt|bin|safetensors|distcp|pkl|h5|npz))"
@@ -342,10 +348,10 @@ class Classifier:
                 if said is not None and (
                     not path or said.start() < line.find(path) or said.start() >= line.find(path) + len(path)
                 ):
-                    iteration = int(said.group(1))
+                    iteration = int(said.group(1) or said.group(2))
                 else:
                     hint = path or _group(match, "tag") or line
-                    found = _ITERATION_IN_PATH.search(hint)
+                    found = _ITERATION_IN_PATH.search(hint) or _EPOCH_IN_LINE.search(line)
                     iteration = int(found.group(1)) if found else None
             return CheckpointEvent(
                 kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None

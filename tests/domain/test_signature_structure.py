@@ -138,3 +138,17 @@ def test_a_gloo_timeout_is_a_collective_timeout():
     # torchlab's hung rank: gloo's recv timed out; the same category as an NCCL watchdog timeout
     found = CLASSIFIER.crash(line("torchlab", "ddp-hang.log", 27))
     assert found is not None and found.category == NCCL_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("text", "iteration"),
+    [
+        # the torchlab program's load line with other ways to name the step
+        ("loaded checkpoint from /ckpt/checkpoint70.pt (epoch 70 @ 2162 updates)", 2162),  # optimizer updates win
+        ("loaded checkpoint from /ckpt/checkpoint_20.t7", 20),
+        ("loaded checkpoint from /ckpt/model_best.pth (epoch 1)", 1),  # the epoch as the last resort
+    ],
+)
+def test_updates_numbered_paths_and_epochs_name_the_step(text, iteration):
+    event = CLASSIFIER.checkpoint(text)
+    assert event is not None and event.iteration == iteration
