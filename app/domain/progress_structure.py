@@ -17,18 +17,18 @@ _TQDM = re.compile(r"(?<![\d/])(?P<n>\d+)/(?P<total>\d+) \[(?:\d+:)?\d+:\d+<")
 # "Epoch: [0][415/1736]", mmengine "Epoch(train) [1][200/735]", "[epoch  3][iter    0/ 110]",
 # "Epoch  1,     1/15756;", "{| Epoch: 54/167 (1922/1926) |", "Epoch: [1/100][1900/2976]".
 _EPOCH_ITER = re.compile(
-    r"(?i:epoch)(?:\(\w+\))?[\s:\[]{0,4}(?P<e>\d+)(?:\s*/\s*\d+)?[\s\]\[,;:(|]{1,12}(?:iter\s+)?"
+    r"(?i:epoch)(?:\(\w+\))?[\s:\[]{0,4}(?P<e>\d+)(?:\s*/\s*\d+)?[\s\]\[,;:(|]{1,12}(?i:(?:iter|batch|step)\s+)?"
     r"(?P<n>\d+)\s*/\s*(?P<total>\d+)(?![\d/])"
 )
 # A named counter: "iteration 12 | loss 2.3", "step: 10", "'step': 10", "global_step=10", "completed step: 7".
 # Plural forms after "skipped"/"nan" (Megatron's "number of skipped iterations: 0") are counts, not counters;
 # "steps = 1000" with spaces around "=" is a setting in a header, not a step; "step 3495064.0" is a Slurm step id.
 _NAMED = re.compile(
-    r"(?<![\w/.=-])(?<!skipped )(?<!nan )(?<!of )(?P<kw>global[_ ]step|train_step|iteration|iter|step)s?['\"]?"
+    r"(?<![\w/.=-])(?<!skipped )(?<!nan )(?<!of )(?P<kw>global[_ ]step|train_step|iteration|iter|step)s?['\"‘’]?"
     r"(?:\s*:\s*|=|#|\s+)\[?\s*(?P<n>\d+)(?![\d.]*%|\d*\.\w)(?:\s*/\s*(?P<total>\d+))?",
     re.IGNORECASE,
 )
-_EPOCH = re.compile(r"(?<![\w/.=-])(?i:epoch)['\"]?(?:\s*:\s*|=|\s+)(?P<n>\d+(?:\.\d+)?)(?![\d%])")
+_EPOCH = re.compile(r"(?<![\w/.=-])(?i:epoch)['\"‘’]?(?:\s*:\s*|=|\s+)(?P<n>\d+(?:\.\d+)?)(?![\d%])")
 _FRACTION = re.compile(r"(?<![\w./:-])(?P<n>\d+)\s*/\s*(?P<total>\d+)(?![\w./:-])")
 _METRIC = re.compile(r"(?i:loss|lr|acc\w*|ppl|perplexity|reward|grad_norm)['\"]?\s*[:=]?\s*[-+]?\d")
 _DIGIT = re.compile(r"\d")
