@@ -76,15 +76,15 @@ def parse_step(line: str) -> StepReading | None:
             if named_total is None or int(match["n"]) <= named_total:
                 key = keyword if named_total is None else f"{keyword}/{named_total}"
                 return StepReading(key, float(match["n"]), named_total)
-    if "poch" in lowered:
-        match = _EPOCH.search(line)
-        if match is not None:
-            return StepReading("epoch", float(match["n"]))
     if "/" in line and _METRIC.search(line):
         for match in _FRACTION.finditer(line):
             done, whole = int(match["n"]), int(match["total"])
             if 0 <= done <= whole and whole > 1:
                 return StepReading(f"fraction/{whole}", float(done), whole)
+    if "poch" in lowered:
+        match = _EPOCH.search(line)
+        if match is not None:
+            return StepReading("epoch", float(match["n"]))
     return None
 
 
