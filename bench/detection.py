@@ -15,6 +15,7 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 * ``checkpoints``: list of {"kind", "iteration", ...}; the LAST one is compared with the label
   (``report["checkpoint_iteration"]``, when the report has it, overrides the iteration).
 * ``progress``: {phase: {...}}; non-empty means progress markers were seen.
+* ``hang_detector.armed``: the no-output detector would arm (scored on files labelled progress = true).
 * ``primary_category`` (str): the root-cause category of the failure.
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
 * ``blamed_nodes`` (list of {"node", "provenance"}): the nodes the failure implicates.
@@ -59,6 +60,7 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("node_extraction", "%", ">=", 90.0),
     ("xid_number", "%", ">=", 95.0),
     ("checkpoint_iteration", "%", ">=", 95.0),
+    ("hang_detector_armed", "%", ">=", 90.0),
 )
 
 
@@ -114,6 +116,7 @@ class FileResult:
     checkpoint_kind: str | None = None
     checkpoint_iteration: int | None = None
     progress: bool = False
+    armed: bool = False
     error: str | None = None
 
 
@@ -159,6 +162,7 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     if isinstance(iteration, int):
         result.checkpoint_iteration = iteration
     result.progress = bool(report.get("progress"))
+    result.armed = bool((report.get("hang_detector") or {}).get("armed"))
     return result
 
 
@@ -188,7 +192,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     """All figures of the table, by name."""
     recall, precision, primary, legacy_primary = Score(), Score(), Score(), Score()
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
-    outlook, rank, progress = Score(), Score(), Score()
+    outlook, rank, progress, armed = Score(), Score(), Score(), Score()
     false_crash: list[str] = []
     false_blame: list[str] = []
     per_cat: dict[str, Counter[str]] = {}
@@ -228,6 +232,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         if "rank" in lab and crashed:
             rank.add(r.rank == lab["rank"], r.name)
         progress.add(r.progress == bool(lab.get("progress")), r.name)
+        if lab.get("progress"):
+            armed.add(r.armed, r.name)
     return {
         "files": len(results),
         "crashed_files": recall.total,
@@ -246,6 +252,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "checkpoint_kind": ckpt_kind,
         "rank": rank,
         "progress_markers": progress,
+        "hang_detector_armed": armed,
         "false_crash_verdicts": false_crash,
         "per_category": per_cat,
     }
@@ -271,6 +278,7 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
         "checkpoint_kind",
         "rank",
         "progress_markers",
+        "hang_detector_armed",
     )
     for name in rows:
         s: Score = figures[name]

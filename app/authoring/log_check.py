@@ -36,6 +36,7 @@ class _Report:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     first_marker: dict[str, Any] | None = None
+    markers: dict[int, ProgressMarker] = field(default_factory=dict)  # line -> marker that arms
     throughput: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -89,7 +90,9 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
             for event in result.progress:
                 marker = event.signal
                 assert isinstance(marker, ProgressMarker)
-                if report.first_marker is None:
+                if marker.arms:
+                    report.markers.setdefault(event.line_number, marker)
+                if report.first_marker is None and marker.arms:
                     report.first_marker = {
                         "line": event.line_number,
                         "phase": marker.phase,
@@ -159,18 +162,18 @@ def _same_save(previous: dict[str, Any], entry: dict[str, Any]) -> bool:
     )
 
 
-def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> SilenceScan:
-    """Replay source timestamps line by line: where would the no-output detector have fired?"""
-    from app.domain.signatures import Classifier
+def _silence(path: str, markers: dict[int, ProgressMarker], thresholds: HangThresholds) -> SilenceScan:
+    """Replay source timestamps line by line: where would the no-output detector have fired?
 
-    classifier = Classifier(ruleset)
+    `markers` are the reader's arming markers by line (configured rules, and counters that advanced).
+    """
     scan = SilenceScan(thresholds)
     now = datetime.now(UTC)
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             text = decode_line(raw[:LINE_CAP].rstrip(b"\n"))
-            marker = classifier.progress(text.split("\r")[-1]) if text else None
+            marker = markers.get(number)
             scan.feed(
                 line_number=number,
                 at=parse_timestamp(text, now=now, default_tz=UTC),
@@ -213,7 +216,7 @@ def build_report(
     report = _collect(path, ruleset)
     _ranks_from_launcher_blocks(path, report.crashes)
     thresholds = thresholds or HangThresholds()
-    silence = _silence(path, ruleset, thresholds)
+    silence = _silence(path, report.markers, thresholds)
     now = now or datetime.now(UTC)
     throughput = {
         metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -277,8 +280,8 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
     w("\nHang detector (no output):\n")
     if not hang["armed"]:
         w(
-            "  would NOT arm: no configured progress marker in this log (a generic 'training "
-            "started' line does not count)\n"
+            "  would NOT arm: no configured progress marker and no step counter seen advancing in this log "
+            "(a generic 'training started' line or a single progress line does not count)\n"
         )
     else:
         first = hang["first_marker"]

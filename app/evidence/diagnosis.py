@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.domain import line_nodes, rootcause
+from app.domain.progress_structure import parse_bar_line
 from app.domain.signatures import Classifier
 from app.evidence.models import Anomaly
 
@@ -61,14 +62,16 @@ def job_dirs_of(*paths: str | None) -> tuple[str, ...]:
 
 
 def iteration_of(progress_line: str | None, classifier: Classifier | None) -> int | None:
-    """The iteration a progress-marker line names (None when it names none)."""
-    if not progress_line or classifier is None:
+    """The iteration a progress line names: a configured marker's, else its step counter's (None when neither)."""
+    if not progress_line:
         return None
-    for part in reversed(progress_line.split("\r")):
-        marker = classifier.progress(part)
-        if marker is not None:
-            return marker.iteration
-    return None
+    if classifier is not None:
+        for part in reversed(progress_line.split("\r")):
+            marker = classifier.progress(part)
+            if marker is not None and marker.iteration is not None:
+                return marker.iteration
+    reading = parse_bar_line(progress_line)
+    return reading.iteration if reading is not None else None
 
 
 def attempt_cause(
