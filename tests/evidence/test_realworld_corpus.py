@@ -182,4 +182,5 @@ def test_log_file_is_a_small_text_excerpt_that_contains_its_labelled_facts(row: 
     if "xid" in row:
         assert str(row["xid"]) in text
     if row.get("checkpoint_load"):
-        assert any(word in text.lower() for word in ("load", "resum", "restor", "initializing from")), "no load line"
+        words = ("load", "resum", "restor", "initializing from", "continuing training from")
+        assert any(word in text.lower() for word in words), "no load line"
