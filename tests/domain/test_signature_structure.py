@@ -6,7 +6,7 @@ import pytest
 
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import NAN_LOSS, NCCL_TIMEOUT, Classifier
-from app.logs.reader import FilePosition, LogTailer
+from app.logs.reader import FilePosition, LogEvent, LogTailer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLASSIFIER = Classifier(default_ruleset())
@@ -66,7 +66,7 @@ def test_checkpoint_prose_that_is_no_event(text):
 
 
 def read_all(path: Path) -> list:
-    events = []
+    events: list[LogEvent] = []
     with LogTailer(traceback_wait=0.0, all_progress=True) as tailer:
         position = FilePosition(path=str(path))
         while True:

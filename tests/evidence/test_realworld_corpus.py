@@ -81,8 +81,6 @@ KEYS = {
     "xid",
     "nodes",
     "rank",
-    "allocation",
-    "tasks_per_node",
     "checkpoint_kind",
     "checkpoint_iteration",
     "progress",
