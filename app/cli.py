@@ -262,13 +262,23 @@ def _cmd_check_log(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from app.client import status
 
-    return status(settings, args.job, server=args.server, token=args.token, as_json=args.json)
+    return status(settings, args.job, server=args.server, token=args.token, as_json=args.json, timeout=args.timeout)
 
 
 def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     from app.client import watch
 
-    return watch(settings, args.job, server=args.server, token=args.token)
+    return watch(settings, args.job, server=args.server, token=args.token, follow=args.follow, timeout=args.timeout)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("expected seconds between 0 and 3600")
+    return value
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -332,16 +342,32 @@ def build_parser() -> argparse.ArgumentParser:
     job = cl.add_mutually_exclusive_group()
     job.add_argument("--policy", metavar="JSON", help="the job's policy (its --comment JSON): use its hang thresholds")
     job.add_argument("--script", metavar="FILE", help="the job's sbatch script: use the hang thresholds of its policy")
-    cl.add_argument("--nodes", help="the attempt's nodes, comma-separated (blames a single node, maps ranks to nodes)")
+    cl.add_argument(
+        "--nodes",
+        help="the attempt's nodes as a Slurm hostlist, e.g. node[1-4] (lines naming one become node candidates; "
+        "maps ranks to nodes; blames a single node)",
+    )
     cl.add_argument("--tasks-per-node", help="SLURM_TASKS_PER_NODE of the attempt, e.g. 4(x2), to map ranks to nodes")
     st = command("status", _cmd_status, "the story of a job (or JOB/ATTEMPT) from a running service")
     st.add_argument("job", help="a Slurm job id (12345), an array task (12345_7), or JOB/ATTEMPT (12345/1)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     wt = command("watch", _cmd_watch, "follow a job live (GraphQL subscription), one line per new story")
     wt.add_argument("job", help="a Slurm job id")
+    wt.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep watching after the job has ended (default: exit after its last sentence)",
+    )
     for p in (st, wt):
         p.add_argument("--server", metavar="URL", help="the service (default RECOVERY_HTTP_URL, else RECOVERY_BIND)")
         p.add_argument("--token", help="bearer token (default RECOVERY_ACCESS_TOKEN; none against a dev-mode service)")
+        p.add_argument(
+            "--timeout",
+            type=_positive_seconds,
+            default=15.0,
+            metavar="SECONDS",
+            help="give up on a request that has not been answered in full after this long (default 15)",
+        )
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")

@@ -32,6 +32,7 @@ INSTALLATION_WIDE = frozenset(
         "dev_no_auth",
         "audit_views_enabled",
         "session_secret",
+        "session_secret_file",
         "clusters_file",
         "cluster",
     }

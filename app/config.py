@@ -170,6 +170,22 @@ SETTINGS: tuple[Setting, ...] = (
         "attempt's StdOut/StdErr.",
     ),
     Setting(
+        "log_access",
+        "owner",
+        _choice("owner", "readable"),
+        "Which job-controlled files (StdOut/StdErr, files in the log directories, checkpoint paths from logs) "
+        "Recovery reads and shows: `owner` only regular files owned by the job's uid; `readable` regular files "
+        "the job's user may read by their mode bits and groups. Symlinks, FIFOs, sockets and devices are never "
+        "read; what is refused is recorded as `log.refused`.",
+    ),
+    Setting(
+        "log_access_unknown_uid",
+        "refuse",
+        _choice("refuse", "world-readable"),
+        "Jobs whose numeric uid is unknown (recorded before Recovery stored it): `refuse` reads none of their "
+        "files; `world-readable` reads only files anyone may read.",
+    ),
+    Setting(
         "collector_poll_interval",
         "2.0",
         _float,
@@ -388,7 +404,7 @@ SETTINGS: tuple[Setting, ...] = (
         "off",
         _choice("off", "observe", "act"),
         "Drain suspect nodes: `observe` records the `scontrol update NodeName=... State=DRAIN` it would send, "
-        "`act` sends and verifies it.",
+        "`act` sends and verifies it while the ceiling (RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS) is on.",
     ),
     Setting(
         "node_drain_max_fraction",
@@ -416,6 +432,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("oidc_client_id", "", _str, "Client id for the dashboard's login (authorization code + PKCE)."),
     Setting("oidc_client_secret", "", _str, "Client secret for the dashboard's login (empty for a public client)."),
     Setting(
+        "oidc_client_secret_file",
+        "",
+        _str,
+        "File holding RECOVERY_OIDC_CLIENT_SECRET (recommended over the variable: the environment of a process is "
+        "readable in /proc); its trailing newline is dropped. Setting both is an error.",
+    ),
+    Setting(
         "oidc_roles_claim",
         "roles",
         _str,
@@ -429,6 +452,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "session_secret", "", _str, "Secret that signs dashboard session cookies (default: a random one per start)."
+    ),
+    Setting(
+        "session_secret_file",
+        "",
+        _str,
+        "File holding RECOVERY_SESSION_SECRET (recommended over the variable: the environment of a process is "
+        "readable in /proc); its trailing newline is dropped. Setting both is an error.",
     ),
     Setting(
         "metrics_bind",
@@ -481,6 +511,8 @@ class Settings:
     stop_repeated_application_failures: bool = True
     acknowledge_scheduler_actions: bool = False
     log_dirs: tuple[str, ...] = ()
+    log_access: str = "owner"
+    log_access_unknown_uid: str = "refuse"
     collector_poll_interval: float = 2.0
     collector_inotify: bool = True
     collector_ended_grace: float = 30.0
@@ -531,9 +563,11 @@ class Settings:
     oidc_audience: str = "recovery"
     oidc_client_id: str = ""
     oidc_client_secret: str = ""
+    oidc_client_secret_file: str = ""
     oidc_roles_claim: str = "roles"
     oidc_algorithms: tuple[str, ...] = ("RS256", "ES256", "PS256", "EdDSA")
     session_secret: str = ""
+    session_secret_file: str = ""
     metrics_bind: str = ""
     log_format: str = "text"
     notify_urls: tuple[str, ...] = ()
@@ -569,6 +603,7 @@ class Settings:
         unknown = set(values) - known
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        _read_secret_files(values)
         return cls(**values)
 
     @property
@@ -584,6 +619,27 @@ class Settings:
         if "*" in self.managed_partitions:
             return True
         return bool(partition) and any(p in self.managed_partitions for p in (partition or "").split(","))
+
+
+# (secret, the setting naming a file that holds it): the file is read once, at start.
+SECRET_FILES = (("session_secret", "session_secret_file"), ("oidc_client_secret", "oidc_client_secret_file"))
+
+
+def _read_secret_files(values: dict[str, Any]) -> None:
+    """Fill each secret from its _FILE setting; both given is an error (which one would win is not obvious)."""
+    from app.secret_files import SecretFileError, read_secret_file
+
+    for secret, file_attr in SECRET_FILES:
+        path = values.get(file_attr)
+        if not path:
+            continue
+        env, file_env = "RECOVERY_" + secret.upper(), "RECOVERY_" + file_attr.upper()
+        if values.get(secret):
+            raise SettingsError(f"{env} and {file_env} are both set: give the secret one way (the file is safer)")
+        try:
+            values[secret] = read_secret_file(str(path), file_env)
+        except SecretFileError as exc:
+            raise SettingsError(str(exc)) from None
 
 
 def settings_markdown() -> str:

@@ -24,6 +24,7 @@ from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
 from app.logfilter import mask_url
+from app.logformat import set_cluster as set_log_cluster
 from app.resources import resource_dir
 
 EXAMPLES = resource_dir("examples")
@@ -83,6 +84,7 @@ class Narrator:
             "attempt.registered": "new attempt",
             "attempt.state_changed": "state",
             "anomaly.detected": "DETECTED",
+            "evidence.after_recovery_acted": "AFTER ACTING",  # Recovery's own doing: shown apart, not an anomaly
             "checkpoint.saved": "checkpoint",
             "checkpoint.loaded": "checkpoint",
             "advice.created": "ADVICE",
@@ -181,10 +183,29 @@ async def follow(
                     job.done = True
                     job.recovered, job.outcome = verdict
                     narrator.line(f"job {job.job_id:<10} DONE         {job.scenario} example: {job.outcome}")
+                    for sentence in await _story_sentences(ctx, job.job_id):
+                        narrator.line(f"job {job.job_id:<10} STORY        {sentence}")
         if all(job.done for job in jobs):
             return True
         await asyncio.sleep(0.3)
     return False
+
+
+async def _story_sentences(ctx: AppContext, slurm_job_id: int) -> list[str]:
+    """Each attempt's story: it cites the anomaly its Advice was decided on (the root cause, or the hang)."""
+    from app.advice import stories
+    from app.jobs.models import Job
+
+    async with ctx.sessions() as session:
+        job_ids = list(
+            (
+                await session.scalars(
+                    select(Job.id).where(Job.slurm_job_id == slurm_job_id, Job.cluster == ctx.settings.cluster)
+                )
+            ).all()
+        )
+        told = await stories.stories_of_jobs(session, job_ids=job_ids)
+    return [t.story.sentence for rows in told.values() for t in rows]
 
 
 async def recovered_and_completed(ctx: AppContext, job: Submitted) -> tuple[bool, str] | None:
@@ -275,6 +296,7 @@ async def run_demo(
     exports = _lab_up(out)
     lab_dir = exports.get("SLURM_LAB_DIR") or os.environ.get("RECOVERY_LAB_DIR") or "/tmp/recovery-lab"
     settings = demo_settings(base, data_dir=str(Path(base.data_dir) / "demo"), bind=base.bind)
+    set_log_cluster(settings.cluster)  # the demo works on the lab cluster, not RECOVERY_CLUSTER
     check_auth_configuration(settings)
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
     ctx = AppContext.open(settings)

@@ -14,7 +14,7 @@ import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -137,6 +137,25 @@ def outage_response(problem: DatabaseProblem, path: str) -> Response:
     return JSONResponse({"error": {"code": problem.code, "message": problem.message}}, status_code=503, headers=headers)
 
 
+_UNFINISHED: set[asyncio.Future[Any]] = set()  # reads whose reader left: kept referenced until they end
+
+
+async def _to_the_end(operation: Callable[[], Awaitable[T]]) -> T:
+    """`await operation()`, except that when the caller is cancelled meanwhile (a browser closed its live stream, a
+    WebSocket went away) the operation still runs to its end: its database session then closes and returns its
+    connection normally, instead of being torn down mid-rollback (which SQLAlchemy logs as an ERROR traceback)."""
+    task = asyncio.ensure_future(operation())
+    _UNFINISHED.add(task)
+    task.add_done_callback(_forget)
+    return await asyncio.shield(task)
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    _UNFINISHED.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a read that failed after its reader left concerns no one
+
+
 async def retrying(
     operation: Callable[[], Awaitable[T]], *, what: str, logger: logging.Logger, max_delay: float = 5.0
 ) -> T:
@@ -149,7 +168,7 @@ async def retrying(
     failures = 0
     while True:
         try:
-            return await operation()
+            return await _to_the_end(operation)
         except Exception as exc:
             if database_problem(exc) is None:
                 raise

@@ -34,6 +34,11 @@ def bind(**fields: Any) -> None:
     _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if v is not None}})
 
 
+def set_cluster(cluster: str) -> None:
+    """The cluster named on lines logged outside any `log_context` that says otherwise (the process's own)."""
+    _defaults["cluster"] = cluster
+
+
 def component_of(record: logging.LogRecord) -> str:
     """`recovery.controller` -> controller; other libraries keep their top-level name (uvicorn, alembic)."""
     name = record.name

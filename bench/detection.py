@@ -3,10 +3,16 @@
 Runs the detectors exactly as `recovery check-log` does (app.authoring.log_check.build_report with the
 default rule set) on every excerpt and compares with the labels:
 
-    .venv/bin/python bench/detection.py            # whole corpus: table + figure lines
-    .venv/bin/python bench/detection.py --smoke    # the same (the corpus is small and fast), for CI
+    .venv/bin/python bench/detection.py            # every corpus, each scored on its own: tables + figure lines
+    .venv/bin/python bench/detection.py --smoke    # the same (the corpora are small and fast), for CI
     .venv/bin/python bench/detection.py --json     # per-file results, for debugging
     .venv/bin/python bench/detection.py --only xid # files whose name contains "xid"
+    .venv/bin/python bench/detection.py --corpus tests/fixtures/realworld-holdout2   # one corpus only
+
+The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout`` and ``realworld-holdout2`` (held out: their
+README records the figures measured before anyone tuned on them). With several corpora the figure lines of the first
+keep their plain names and the others' carry the corpus tag (``crash_recall_holdout2``); a corpus summary line
+counts frameworks, blamed-node files, distinct progress formats and checkpoint loads over all of them.
 
 What it reads from the report dict (`recovery check-log --json` prints the same dict):
 
@@ -15,6 +21,9 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 * ``checkpoints``: list of {"kind", "iteration", ...}; the LAST one is compared with the label
   (``report["checkpoint_iteration"]``, when the report has it, overrides the iteration).
 * ``progress``: {phase: {...}}; non-empty means progress markers were seen.
+* ``hang_detector.armed`` (bool): the hang detector armed on a progress marker; the arming rate is the share of files
+  labelled ``progress = true`` where it did.
+* a ``checkpoints`` entry of kind "loaded": the load a file labelled ``checkpoint_load = true`` carries was seen.
 * ``primary_category`` (str): the root-cause category of the failure.
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
 * ``blamed_nodes`` (list of {"node", "provenance"}): the nodes the failure implicates.
@@ -22,9 +31,11 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
   first signature that carries one. Likewise the root-cause ``rank``.
 
 The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
-``report["root_cause"]``. A key the detectors do not produce yet scores as a miss, so the figures
-light up as the detectors learn them. The "legacy" rows of the table score what today's report
-already has (first crash signature's category, union of per-signature nodes) for comparison.
+``report["root_cause"]``. A label's optional ``allocation`` (a Slurm hostlist, "node[1-4]") and
+``tasks_per_node`` ("4(x2)") are passed to check-log as the attempt's node list and task layout (as
+``recovery check-log --nodes ... --tasks-per-node ...`` does). A key the detectors do not produce yet
+scores as a miss, so the figures light up as the detectors learn them. The "legacy" rows of the table
+score what today's report already has (first crash signature's category, union of per-signature nodes) for comparison.
 
 Ends with one `figure <name> <value> <unit> goal <op> <target>` line per goal. Makes no assertions.
 """
@@ -45,8 +56,16 @@ sys.path.insert(0, str(ROOT))
 
 from app.authoring.log_check import build_report  # noqa: E402
 from app.domain.signature_defaults import default_ruleset  # noqa: E402
+from app.slurm.names import expand_hostlist  # noqa: E402
 
-CORPUS = ROOT / "tests" / "fixtures" / "realworld"
+FIXTURES = ROOT / "tests" / "fixtures"
+CORPUS = FIXTURES / "realworld"
+# tag -> folder; the first is the tuning corpus, whose figure lines keep their plain names.
+CORPORA: dict[str, Path] = {
+    "realworld": CORPUS,
+    "holdout": FIXTURES / "realworld-holdout",
+    "holdout2": FIXTURES / "realworld-holdout2",
+}
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (
     # name, unit, op, target
@@ -56,6 +75,8 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("node_extraction", "%", ">=", 90.0),
     ("xid_number", "%", ">=", 95.0),
     ("checkpoint_iteration", "%", ">=", 95.0),
+    ("hang_armed", "%", ">=", 90.0),
+    ("checkpoint_load", "%", ">=", 95.0),
 )
 
 
@@ -111,6 +132,8 @@ class FileResult:
     checkpoint_kind: str | None = None
     checkpoint_iteration: int | None = None
     progress: bool = False
+    armed: bool = False
+    loaded: bool = False
     error: str | None = None
 
 
@@ -118,7 +141,13 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     """Run check-log's analysis on one file and pull out what the labels can be compared with."""
     result = FileResult(name=path.name, label=label)
     try:
-        report = build_report(str(path), ruleset)
+        # A label's `allocation` (Slurm hostlist) is the attempt's node list, as production knows it.
+        report = build_report(
+            str(path),
+            ruleset,
+            attempt_nodes=expand_hostlist(str(label.get("allocation") or "")),
+            tasks_per_node=label.get("tasks_per_node"),
+        )
     except Exception as exc:  # a detector crash on real input is a result too
         result.error = f"{type(exc).__name__}: {exc}"
         return result
@@ -150,6 +179,9 @@ def analyse(path: Path, label: dict[str, Any], ruleset: Any) -> FileResult:
     if isinstance(iteration, int):
         result.checkpoint_iteration = iteration
     result.progress = bool(report.get("progress"))
+    hang = report.get("hang_detector")
+    result.armed = bool(hang.get("armed")) if isinstance(hang, dict) else False
+    result.loaded = any(c.get("kind") == "loaded" for c in checkpoints)
     return result
 
 
@@ -179,7 +211,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     """All figures of the table, by name."""
     recall, precision, primary, legacy_primary = Score(), Score(), Score(), Score()
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
-    outlook, rank, progress = Score(), Score(), Score()
+    outlook, rank, progress, armed, loads = Score(), Score(), Score(), Score(), Score()
     false_crash: list[str] = []
     false_blame: list[str] = []
     per_cat: dict[str, Counter[str]] = {}
@@ -219,6 +251,10 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         if "rank" in lab and crashed:
             rank.add(r.rank == lab["rank"], r.name)
         progress.add(r.progress == bool(lab.get("progress")), r.name)
+        if lab.get("progress"):
+            armed.add(r.armed, r.name)
+        if lab.get("checkpoint_load"):
+            loads.add(r.loaded, r.name)
     return {
         "files": len(results),
         "crashed_files": recall.total,
@@ -237,6 +273,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "checkpoint_kind": ckpt_kind,
         "rank": rank,
         "progress_markers": progress,
+        "hang_armed": armed,
+        "checkpoint_load": loads,
         "false_crash_verdicts": false_crash,
         "per_category": per_cat,
     }
@@ -262,6 +300,8 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
         "checkpoint_kind",
         "rank",
         "progress_markers",
+        "hang_armed",
+        "checkpoint_load",
     )
     for name in rows:
         s: Score = figures[name]
@@ -282,12 +322,32 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
     w("\n")
 
 
-def print_figures(figures: dict[str, Any], out: Any = sys.stdout) -> None:
+def print_figures(figures: dict[str, Any], out: Any = sys.stdout, tag: str = "") -> None:
+    """One figure line per goal; `tag` (a corpus tag) is appended to each name when given."""
     for name, unit, op, target in GOALS:
         value = figures[name]
         shown = f"{len(value)}" if isinstance(value, list) else f"{value.pct:.1f}"
         target_shown = f"{target:g}"
-        out.write(f"figure {name} {shown} {unit} goal {op} {target_shown}\n")
+        out.write(f"figure {name}{'_' + tag if tag else ''} {shown} {unit} goal {op} {target_shown}\n")
+
+
+def corpus_stats(labels: list[dict[str, Any]]) -> dict[str, int]:
+    """What the corpus holds (issue 24's size goals): excerpts, frameworks, blamed-node files, formats, loads."""
+    return {
+        "excerpts": len(labels),
+        "frameworks": len({row["framework"] for row in labels}),
+        "blamed_node_files": sum(1 for row in labels if row.get("nodes")),
+        "progress_formats": len({row["progress_format"] for row in labels if row.get("progress_format")}),
+        "checkpoint_load_files": sum(1 for row in labels if row.get("checkpoint_load")),
+    }
+
+
+def corpus_tag(corpus: Path) -> str:
+    """The tag of a known corpus folder, else a tag made from its folder name."""
+    for tag, path in CORPORA.items():
+        if path.resolve() == corpus.resolve():
+            return tag
+    return "".join(ch if ch.isalnum() else "_" for ch in corpus.name.lower()).strip("_") or "corpus"
 
 
 def run(corpus: Path, only: str | None = None) -> list[FileResult]:
@@ -306,16 +366,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="dump per-file results as JSON (then the figures)")
     parser.add_argument("--verbose", "-v", action="store_true", help="list the files each measure misses")
     parser.add_argument("--only", help="only files whose name contains this")
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument(
+        "--corpus", type=Path, action="append", help="score only this corpus folder (repeatable); default: every corpus"
+    )
     args = parser.parse_args(argv)
-    results = run(args.corpus, args.only)
-    figures = score(results)
-    if args.json:
-        json.dump([r.__dict__ for r in results], sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        print_table(figures, verbose=args.verbose)
-    print_figures(figures)
+    corpora = args.corpus or [path for path in CORPORA.values() if (path / "labels.toml").exists()]
+    scored = []
+    for corpus in corpora:
+        results = run(corpus, args.only)
+        figures = score(results)
+        scored.append((corpus, figures))
+        if args.json:
+            json.dump([r.__dict__ for r in results], sys.stdout, indent=1, default=str)
+            sys.stdout.write("\n")
+        else:
+            shown = corpus.resolve().relative_to(ROOT) if corpus.resolve().is_relative_to(ROOT) else corpus
+            sys.stdout.write(f"== {corpus_tag(corpus)} ({shown})\n")
+            print_table(figures, verbose=args.verbose)
+    stats = corpus_stats([row for corpus in corpora for row in load_labels(corpus)])
+    sys.stdout.write("corpora: " + ", ".join(f"{key} {value}" for key, value in stats.items()) + "\n")
+    for index, (corpus, figures) in enumerate(scored):
+        print_figures(figures, tag="" if index == 0 else corpus_tag(corpus))
     return 0
 
 

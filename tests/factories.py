@@ -4,6 +4,7 @@ inserts where no service writes them), and the reads tests check them with. Fold
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,8 @@ def registration(slurm_job_id: int, **overrides: Any) -> jobs.JobRegistration:
         "workflow_key": "wf",
         "policy_valid": True,
         "policy_effective": effective_policy(),
+        "user_id": os.getuid(),  # the tests write the job's log files as this process's user
+        "group_id": os.getgid(),
         **overrides,
     }
     return jobs.JobRegistration(**values)
@@ -77,7 +80,7 @@ def dashboard_registration(slurm_job_id: int, **overrides: Any) -> jobs.JobRegis
         "user": "alice",
         "partition": "gpu",
         "requested_mode": "act",
-        "effective_mode": "observe",
+        "registered_mode": "observe",
         "mode_reason": "act requested but RECOVERY_ACKNOWLEDGE_SCHEDULER_ACTIONS is false",
         "requeue_eligible": True,
         "policy_effective": POLICY,
@@ -367,7 +370,7 @@ async def seed_job(
             name=name,
             partition="gpu",
             requested_mode="act",
-            effective_mode="observe",
+            registered_mode="observe",
             mode_reason="acknowledgment ceiling is off",
             requeue_eligible=True,
             state="RUNNING",
@@ -472,6 +475,26 @@ async def seed_many(
 # --- reads ---------------------------------------------------------------------------------------------------------
 
 
+async def read_log_source(sessions: Any, *, attempt_id: int, path: str) -> LogSource:
+    """A log source of the attempt that the collector opened and read (its device and inode, as the reader stores)."""
+    st = os.lstat(path)
+    async with sessions() as session, session.begin():
+        attempt_row = await session.get(Attempt, attempt_id)
+        assert attempt_row is not None
+        row = LogSource(
+            path=path,
+            job_id=attempt_row.job_id,
+            attempt_id=attempt_id,
+            shared=False,
+            offset=st.st_size,
+            line_number=0,
+            device=st.st_dev,
+            inode=st.st_ino,
+        )
+        session.add(row)
+    return row
+
+
 async def rows(ctx: AppContext, model: Any, *where: Any) -> list[Any]:
     """Every row of `model` matching `where`, by id."""
     async with ctx.sessions() as session:
@@ -505,9 +528,9 @@ async def actions(ctx: AppContext, advice_id: int | None = None) -> list[Schedul
 
 
 async def advice_of(ctx: AppContext, job_id: int) -> list[Advice]:
-    """Every Advice of Slurm job `job_id`, by attempt."""
+    """Every Advice of Slurm job `job_id`, by attempt (and decision round)."""
     async with ctx.sessions() as session:
-        query = select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index)
+        query = select(Advice).where(Advice.slurm_job_id == job_id).order_by(Advice.attempt_index, Advice.id)
         return list((await session.scalars(query)).all())
 
 

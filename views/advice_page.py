@@ -1,4 +1,5 @@
-"""Advice list (active / all) and the operator's review actions (approve, veto, re-run reconciliation)."""
+"""Advice list (active / all) and the operator's review actions (approve, veto, re-run reconciliation, decide again
+now)."""
 
 from __future__ import annotations
 
@@ -21,15 +22,18 @@ from views.auth import guarded
 from views.pages import page_request
 from views.render import dashboard_of, explain, is_partial_request, render
 from views.templating import url_path
+from views.urls import current_url
 
-ACTIONS = ("approve", "veto", "rerun")
+ACTIONS = ("approve", "veto", "rerun", "decide_again")
 
 
-def actions_for(advice: Any) -> tuple[str, ...]:
-    """The review actions that apply to this Advice now (the page offers only these)."""
+def actions_for(advice: Any, mode_now: str | None = None) -> tuple[str, ...]:
+    """The review actions that apply to this Advice now (the page offers only these); `mode_now` is its job's mode."""
     if advice is None or advice.review == review.VETOED:
         return ()
     found: list[str] = []
+    if mode_now == "act" and advice.mode != "act" and advice.superseded_by_id is None:
+        found.append("decide_again")  # decided in observe mode, act now; whether it is recent is checked on submit
     if advice.active:
         if advice.review != review.APPROVED:
             found.append("approve")
@@ -57,6 +61,11 @@ def result_message(action: str, advice: Any, mode: str | None) -> tuple[str, str
             f"Vetoed {name}: Recovery will not act on it again.",
             "A veto cannot be undone. To continue the run, resubmit the job.",
         )
+    if action == "decide_again":
+        return (
+            f"Decided again now as {name}, under the mode now: the controller acts on it at its next pass.",
+            "The old Advice was decided in observe mode and stays not carried out.",
+        )
     if action == "rerun":
         return (
             f"Reconciliation of {name} requested: the controller compares it with Slurm at its next pass.",
@@ -66,8 +75,11 @@ def result_message(action: str, advice: Any, mode: str | None) -> tuple[str, str
 
 
 def _int_param(request: Request, name: str) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 10 else None
+    """A job or Advice id typed into the filter box (spaces dropped), None when it is not one (the page says so)."""
+    try:
+        return bounds.parse_optional_int((request.query_params.get(name) or "").strip(), name, maximum=bounds.INT64_MAX)
+    except bounds.BoundsError:
+        return None
 
 
 @guarded()
@@ -117,7 +129,7 @@ async def advice_list(request: Request) -> Response:
             "filters": filters,
             "problem": problem,
             "banner": banner,
-            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "self_url": current_url(request),
         },
         partial="_advice_table.html",
     )
@@ -164,6 +176,12 @@ async def advice_action(request: Request) -> Response:
                         reason=reason[: bounds.MAX_REASON_LENGTH] if isinstance(reason, str) else "",
                     )
                     message = "Vetoed."
+                elif action == "decide_again":
+                    fresh = await review.decide_again(
+                        session, advice_id=advice_id, user=principal.name, settings=dashboard.settings
+                    )
+                    advice_id = fresh.id  # the page goes on with the NEW Advice
+                    message = "Decided again."
                 else:
                     await review.rerun_reconciliation(session, advice_id=advice_id, user=principal.name)
                     message = "Reconciliation requested."

@@ -19,6 +19,7 @@ from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.pages import audit_views_off
 from views.render import dashboard_of, render
+from views.urls import current_url
 
 PAGE_SIZE = 50
 FILTER_FIELDS = ("job", "component", "event_type", "level", "from", "to", "order")
@@ -162,7 +163,7 @@ async def audit_events(request: Request) -> Response:
             "total": total,
             "event_types": types,
             "live": first_page and values["order"] != "oldest" and page is not None,
-            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "self_url": current_url(request),
             "live_job": flt.slurm_job_id if flt is not None else None,
         },
         partial="_audit.html",

@@ -30,6 +30,7 @@ from app.domain import bounds
 from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
 from app.logfilter import SECRET_PARAMETERS
 from app.sessions import queries as session_queries
+from views.urls import current_url
 
 log = logging.getLogger("recovery.dashboard")
 
@@ -184,7 +185,8 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
                 )
             if principal is None:
                 if wants_html_redirect(request):
-                    target = request.url.path + (f"?{_public_query(request)}" if request.url.query else "")
+                    path = current_url(request, with_query=False)  # an id in the path stays the same id
+                    target = path + (f"?{_public_query(request)}" if request.url.query else "")
                     login = request.url_for("dashboard:login").path
                     return RedirectResponse(f"{login}?next={_quote(target)}", status_code=303)
                 return PlainTextResponse(
@@ -210,7 +212,10 @@ def guarded(role: str = VIEWER) -> Callable[[Endpoint], Endpoint]:
                 # A bearer token cannot be attached by another site; a cookie (or dev mode) can, so those need the
                 # token.
                 return PlainTextResponse("missing or wrong CSRF token: reload the page and try again", status_code=403)
-            return await endpoint(request)
+            try:
+                return await endpoint(request)
+            except bounds.BoundsError as exc:  # a number or text from the request out of bounds (views/inputs.py)
+                return PlainTextResponse(f"{exc}", status_code=400)
 
         return wrapper
 

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from app.domain import bounds
 from app.domain.identity import parse_attempt_ref, parse_scheduler_job_id
 from app.jobs import queries as job_queries
+from views import urls
 from views.auth import guarded
 from views.render import dashboard_of, explain
 from views.templating import url_path
@@ -40,7 +41,7 @@ async def _suggestions(session: Any, request: Request, text: str) -> list[tuple[
 
 def workflow_path(request: Request, key: str, cluster: str | None = None) -> str:
     """The stable URL of a workflow: /dashboard/workflow/<workflow id> (plus ?cluster= when asked)."""
-    return url_path(request, "dashboard:workflow", {"cluster": cluster} if cluster else None, key=key)
+    return urls.workflow_path(request, key, {"cluster": cluster} if cluster else None)
 
 
 @guarded()

@@ -3,8 +3,6 @@ budget, confirm a restart storm, clear, pin or unpin a node. Every action is an 
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -14,6 +12,7 @@ from app.domain import bounds
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet
 from views.auth import guarded
+from views.inputs import form_int, form_text, query_text
 from views.render import dashboard_of, explain, render
 
 ACTIONS = ("release", "extend", "confirm", "clear", "pin", "unpin")
@@ -23,7 +22,7 @@ ACTIONS = ("release", "extend", "confirm", "clear", "pin", "unpin")
 async def nodes(request: Request) -> Response:
     """Every node hardware/infrastructure evidence blamed, with its jobs, evidence, state and drain; holds; pauses."""
     dashboard = dashboard_of(request)
-    cluster = (request.query_params.get("cluster") or "").strip()[: bounds.MAX_FILTER_LENGTH] or None
+    cluster = query_text(request, "cluster")
     async with dashboard.ctx.sessions() as session:
         overview = await fleet_queries.node_overview(session, cluster=cluster)
         holds = await fleet_queries.holds(session, cluster=cluster, only_open=True)
@@ -57,11 +56,6 @@ async def nodes(request: Request) -> Response:
     )
 
 
-def _field(form: Any, name: str, maximum: int = bounds.MAX_FILTER_LENGTH) -> str:
-    value = form.get(name)
-    return value.strip()[:maximum] if isinstance(value, str) else ""
-
-
 @guarded(OPERATOR)
 async def fleet_action(request: Request) -> Response:
     """One operator action on budgets, storms or nodes (form post); back to the Nodes view."""
@@ -76,24 +70,22 @@ async def fleet_action(request: Request) -> Response:
         )
     user = request.state.principal.name
     form = await request.form()
-    note = _field(form, "note", bounds.MAX_REASON_LENGTH) or None
-    cluster = _field(form, "cluster") or dashboard.settings.cluster
+    # Every field is checked before anything is done: too long or not a number is a 400, never cut to fit.
+    note = form_text(form, "note", maximum=bounds.MAX_REASON_LENGTH) or None
+    cluster = form_text(form, "cluster") or dashboard.settings.cluster
+    back = form_text(form, "next", maximum=500)
     try:
         async with dashboard.ctx.sessions() as session, session.begin():
             if action == "release":
-                advice_id = _field(form, "advice_id")
-                if not advice_id.isdigit():
-                    raise fleet.FleetError("advice_id must be an Advice number")
-                await fleet.release_hold(session, advice_id=int(advice_id), user=user, note=note)
+                advice_id = form_int(form, "advice_id")
+                await fleet.release_hold(session, advice_id=advice_id, user=user, note=note)
             elif action == "extend":
-                extra = _field(form, "extra")
-                if not extra.isdigit():
-                    raise fleet.FleetError("extra must be a whole number of restarts")
+                extra = form_int(form, "extra", maximum=bounds.INT32_MAX)
                 await fleet.extend_budget(
                     session,
                     cluster=cluster,
-                    workflow_key=_field(form, "workflow") or None,
-                    extra=int(extra),
+                    workflow_key=form_text(form, "workflow", maximum=bounds.MAX_KEY_LENGTH) or None,
+                    extra=extra,
                     user=user,
                     settings=dashboard.settings,
                     note=note,
@@ -102,7 +94,12 @@ async def fleet_action(request: Request) -> Response:
                 await fleet.confirm_storm(session, cluster=cluster, user=user, note=note)
             else:
                 await fleet.set_node(
-                    session, cluster=cluster, node=_field(form, "node"), action=action, user=user, note=note
+                    session,
+                    cluster=cluster,
+                    node=form_text(form, "node", maximum=bounds.MAX_NODE_LENGTH),
+                    action=action,
+                    user=user,
+                    note=note,
                 )
     except fleet.FleetError as exc:
         return explain(
@@ -112,7 +109,6 @@ async def fleet_action(request: Request) -> Response:
             message=str(exc),
             links=[("Nodes", request.url_for("dashboard:nodes").path)],
         )
-    back = _field(form, "next", 500)
     if not back.startswith(request.url_for("dashboard:home").path.rstrip("/") + "/"):
         back = request.url_for("dashboard:nodes").path
     return RedirectResponse(back, status_code=303)

@@ -10,10 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.db import utcnow
+from app.domain import bounds
 from app.domain.goodput import BUCKETS, Breakdown
 from app.goodput import queries as goodput_queries
 from app.goodput.queries import GoodputReport
 from views.auth import guarded
+from views.inputs import query_int, query_text
 from views.render import dashboard_of, render
 
 COLOURS = {
@@ -109,11 +111,8 @@ async def workflow_goodput(session: object, *, workflow_id: int) -> dict[str, ob
 async def cluster_goodput(request: Request) -> Response:
     """Goodput summary of one cluster (or all) over the last N hours."""
     dashboard = dashboard_of(request)
-    cluster = (request.query_params.get("cluster") or "")[:128] or None
-    try:
-        hours = int(request.query_params.get("hours") or 168)
-    except ValueError:
-        hours = 168
+    cluster = query_text(request, "cluster")
+    hours = query_int(request, "hours", maximum=bounds.INT32_MAX) or 168
     hours = hours if hours in HOURS else 168
     async with dashboard.ctx.sessions() as session:
         report = await goodput_queries.cluster_goodput(

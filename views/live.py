@@ -104,11 +104,8 @@ async def match_for(request: Request) -> FeedMatch | None:
 
 
 def _optional_id(text: str | None) -> int | None:
-    """An id from the query string (ASCII digits within int64), None when absent or unusable."""
-    try:
-        return bounds.parse_optional_int(text, "id")
-    except bounds.BoundsError:
-        return None
+    """An id from the query string (ASCII digits within int64), None when absent; anything else is a 400."""
+    return bounds.parse_optional_int(text, "id")
 
 
 def stream_key(request: Request) -> str:

@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.domain.bounds import BoundsError, parse_int
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 from app.logs.excerpt import CONTEXT_LINES, read_excerpt
+from app.logs.safe_open import AccessRule
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
 
 
 @guarded()
 async def log_view(request: Request) -> Response:
-    """`?path=<a log path Recovery tracks for this attempt>&line=N`: lines N-50..N+50 of that file."""
+    """`?path=<a log path Recovery tracks for this attempt>&line=N`: lines N-50..N+50 of that file.
+
+    Only a file the collector opened and read for this attempt is shown, opened again with the job's
+    rights (app/logs/safe_open.py), and only while it is still that same file.
+    """
     dashboard = dashboard_of(request)
     slurm_job_id, index = request.path_params["job_id"], request.path_params["attempt_index"]
     path = (request.query_params.get("path") or "")[:4096]
     raw_line = (request.query_params.get("line") or "1").strip()
     back = request.url_for("dashboard:attempt", job_id=slurm_job_id, attempt_index=index).path
-    if not raw_line.isdigit() or not 0 < int(raw_line) < 10**12:
+    try:
+        line = parse_int(raw_line, "line", minimum=1, maximum=10**12 - 1)
+    except BoundsError:
         return explain(
             request,
             title="Not a line number",
@@ -30,14 +40,15 @@ async def log_view(request: Request) -> Response:
             hint="Open the log from an evidence line on Job Details.",
             links=[(f"Job Details {slurm_job_id}/{index}", back)],
         )
-    line = int(raw_line)
     async with dashboard.ctx.sessions() as session:
         attempt = await job_queries.find_attempt(session, slurm_job_id=slurm_job_id, attempt_index=index)
-        tracked = (
-            await evidence_queries.tracked_log_paths(session, attempt_id=attempt.id, job_id=attempt.job_id)
-            if attempt is not None
-            else set()
-        )
+        tracked: set[str] = set()
+        accepted: dict[str, tuple[int, int]] = {}
+        job = None
+        if attempt is not None:
+            tracked = await evidence_queries.tracked_log_paths(session, attempt_id=attempt.id, job_id=attempt.job_id)
+            accepted = await evidence_queries.accepted_log_files(session, attempt_id=attempt.id, job_id=attempt.job_id)
+            job = await job_queries.get_job(session, job_id=attempt.job_id)
     if attempt is None:
         return explain(
             request,
@@ -56,7 +67,27 @@ async def log_view(request: Request) -> Response:
             + (f" Known here: {', '.join(sorted(tracked)[:5])}." if tracked else " None is recorded yet."),
             links=[(f"Job Details {slurm_job_id}/{index}", back)],
         )
-    excerpt = await anyio.to_thread.run_sync(read_excerpt, path, line)
+    if path not in accepted:
+        return explain(
+            request,
+            title="Not read by Recovery",
+            status=404,
+            message="Recovery shows only log files it has read for this attempt, and it has not read this one "
+            "(not there yet, or refused: see the attempt's log.refused events).",
+            links=[(f"Job Details {slurm_job_id}/{index}", back)],
+        )
+    settings = dashboard.ctx.settings
+    access = AccessRule.for_job(
+        uid=job.user_id if job else None,
+        gid=job.group_id if job else None,
+        user_name=job.user if job else None,
+        mode=settings.log_access,
+        unknown_uid=settings.log_access_unknown_uid,
+        roots=settings.log_dirs,
+    )
+    excerpt = await anyio.to_thread.run_sync(
+        functools.partial(read_excerpt, path, line, access=access, accepted=accepted[path])
+    )
     return render(
         request,
         "log.html",

@@ -30,9 +30,11 @@ from app.pagination import PageArgumentError, PageRequest
 from views import goodput as goodput_views
 from views.auth import guarded
 from views.find import workflow_path
+from views.inputs import query_text
 from views.render import dashboard_of, explain, render
 from views.serialize import attempt_json
 from views.timeline import Mark, Row, legend_items, render_timeline, state_spans, time_window
+from views.urls import current_url
 
 PAGE_SIZE = 50
 ATTEMPTS_PER_JOB = 100
@@ -171,7 +173,7 @@ async def workflows(request: Request) -> Response:
             "query": query,
             "error": error,
             "states": STATES,
-            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "self_url": current_url(request),
             "storm_pauses": await _storm_pauses(dashboard),
             **extra,
         },
@@ -189,14 +191,18 @@ async def _storm_pauses(dashboard: Any) -> list[Any]:
 async def workflow(request: Request) -> Response:
     """One workflow: its jobs (newest first) and each job's attempts in order."""
     dashboard = dashboard_of(request)
-    key = request.path_params["key"][: bounds.MAX_SEARCH_LENGTH]
-    cluster = (request.query_params.get("cluster") or "")[: bounds.MAX_FILTER_LENGTH] or None
+    # /dashboard/workflow/?id=KEY names the ids no path segment can hold ("." and "..", see views/urls.py).
+    key = bounds.check_text(
+        request.path_params["key"] or request.query_params.get("id") or "", "workflow id", maximum=bounds.MAX_KEY_LENGTH
+    )
+    assert key is not None
+    cluster = query_text(request, "cluster")
     async with dashboard.ctx.sessions() as session:
         same_key = await job_queries.find_workflows_by_key(session, key=key)
         if cluster:
             same_key = [w for w in same_key if w.cluster == cluster] + [w for w in same_key if w.cluster != cluster]
         found = same_key[0] if same_key else None
-        if found is None and key.isascii() and key.isdigit() and len(key) <= 18:
+        if found is None and bounds.is_ascii_digits(key) and len(key) <= 18:
             # The old URLs named the internal record number: send them to the workflow id's URL.
             old = (await job_queries.workflows_by_ids(session, ids=[int(key)])).get(int(key))
             if old is not None:
@@ -232,10 +238,14 @@ async def workflow(request: Request) -> Response:
             "goodput": goodput,
             "jobs": jobs,
             "blocks": blocks,
-            "self_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "self_url": current_url(request),
         },
         partial="_workflow_jobs.html",
     )
+
+
+def _told_anomaly(told: Any) -> Any:
+    return told.anomaly if told is not None else None
 
 
 async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
@@ -257,7 +267,8 @@ async def _job_blocks(session: Any, jobs: list[Any]) -> list[dict[str, Any]]:
                 {
                     "attempt": a,
                     "advice": advice.get(a.id),
-                    "anomaly": next(iter(anomalies.get(a.id) or []), None),
+                    # the anomaly the story cites (the one the Advice was decided on), else the newest
+                    "anomaly": _told_anomaly(by_attempt.get(a.id)) or next(iter(anomalies.get(a.id) or []), None),
                     "told": by_attempt.get(a.id),
                 }
                 for a in attempts.get(job.id, [])
@@ -375,6 +386,7 @@ async def attempt_details(request: Request) -> Response:
             else []
         )
         told = (await stories.stories_of_jobs(session, job_ids=[job.id])).get(job.id, [])
+        refused_logs = await evidence_queries.refused_log_files(session, attempt_id=attempt.id, job_id=job.id)
     mine = next((t for t in told if t.attempt.id == attempt.id), None)
     caused_by = next((t for t in told if t.next_attempt is not None and t.next_attempt.id == attempt.id), None)
     raw = attempt_json(
@@ -406,7 +418,8 @@ async def attempt_details(request: Request) -> Response:
             "caused_by": caused_by if caused_by and (caused_by.advice or caused_by.anomaly) else None,
             "raw": raw,
             "now": utcnow(),
-            "self_url": request.url.path,
+            "self_url": current_url(request, with_query=False),
+            "refused_logs": refused_logs,
         },
         partial="_attempt_details.html",
     )
@@ -486,7 +499,7 @@ async def timeline(request: Request) -> Response:
             "legend": legend_items(),
             "now": now,
             "running": any(row.open_ended for row in rows),
-            "self_url": request.url.path,
+            "self_url": current_url(request, with_query=False),
         },
         partial="_timeline.html",
     )

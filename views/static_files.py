@@ -77,17 +77,30 @@ def not_modified(request: Headers, item: Prepared) -> bool:
     return False
 
 
+def _quality(params: str) -> float:
+    """The q of one Accept-Encoding entry's parameters (1 when absent, 0 when unreadable: refusing is safe)."""
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                q = float(value.strip())
+            except ValueError:
+                return 0.0
+            return q if 0.0 <= q <= 1.0 else 0.0
+    return 1.0
+
+
 def accepts_gzip(request: Headers) -> bool:
-    """Accept-Encoding names gzip with a non-zero q."""
+    """Accept-Encoding allows gzip: its own entry's q (else the `*` entry's) is above zero (RFC 9110 12.5.3), so
+    `gzip;q=0` and `*, gzip;q=0` mean no gzip."""
+    qualities: dict[str, float] = {}
     for part in request.get("accept-encoding", "").split(","):
         name, _, params = part.strip().partition(";")
-        if name.strip().lower() in ("gzip", "*"):
-            q = params.strip().removeprefix("q=")
-            try:
-                return float(q) > 0 if params.strip().startswith("q=") else True
-            except ValueError:
-                return True
-    return False
+        coding = name.strip().lower()
+        if coding:
+            qualities[coding] = min(qualities.get(coding, 1.0), _quality(params))
+    q = qualities.get("gzip", qualities.get("x-gzip", qualities.get("*", 0.0)))
+    return q > 0
 
 
 class CompressedStaticFiles(StaticFiles):

@@ -7,17 +7,16 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from jinja2 import pass_context
 from markupsafe import Markup, escape
-from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from app.domain import glossary
 from app.domain.story import shown_reason
 from app.domain.timefmt import iso_utc
 from app.resources import resource_dir
+from views.urls import url_path, url_segment, workflow_path
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 STATIC_DIR = resource_dir("static")
@@ -26,24 +25,20 @@ HTMX_FILE = "htmx-2.0.11.min.js"
 HTMX_SSE_FILE = "htmx-ext-sse-2.2.4.min.js"
 
 
-def url_path(request: Request, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
-    """The path of route `name` as the browser must request it (root path and URL prefix included)."""
-    path = request.url_for(name, **{k: str(v) for k, v in params.items()}).path
-    if query:
-        clean = {k: v for k, v in query.items() if v not in (None, "", False)}
-        if clean:
-            path += "?" + urlencode(clean, doseq=True)
-    return path
-
-
 @pass_context
 def _url(context: Any, name: str, query: dict[str, Any] | None = None, **params: Any) -> str:
     return url_path(context["request"], name, query, **params)
 
 
 @pass_context
+def _workflow_url(context: Any, key: str, query: dict[str, Any] | None = None) -> str:
+    return workflow_path(context["request"], key, query)
+
+
+@pass_context
 def _static(context: Any, filename: str) -> str:
-    return url_path(context["request"], "static", path=filename)
+    # Our own file names (with their folder): not an id, so the `/` between folder and name stays.
+    return context["request"].url_for("static", path=filename).path
 
 
 def utc_text(value: dt.datetime | None, *, seconds: bool = True) -> str:
@@ -164,6 +159,7 @@ def build_templates() -> Jinja2Templates:
     env = templates.env
     env.globals.update(
         url=_url,
+        workflow_url=_workflow_url,
         static=_static,
         now_utc=_now,
         htmx_file=HTMX_FILE,
@@ -183,6 +179,7 @@ def build_templates() -> Jinja2Templates:
         state_icon=state_icon,
         glossed=glossed,
         shown_reason=shown_reason,
+        urlsegment=url_segment,
     )
     env.trim_blocks = True
     env.lstrip_blocks = True

@@ -37,7 +37,7 @@ from app.db import Session, utcnow
 from app.domain import rootcause, states
 from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
 from app.domain.checkpoint_check import CheckResult
-from app.domain.mode import effective_mode
+from app.domain.mode import ENROLLED, effective_mode
 from app.domain.policy import EffectivePolicy
 from app.domain.retry import AttemptRecord, FailureKind
 from app.domain.signatures import Classifier
@@ -255,7 +255,7 @@ class Advisor(Service):
             job = await job_queries.get_job(session, job_id=attempt.job_id)
             if (
                 job is None
-                or job.enrolment != "ENROLLED"
+                or job.enrolment != ENROLLED
                 or job.retired_at is not None
                 or job.cluster != self.settings.cluster
             ):
@@ -274,8 +274,9 @@ class Advisor(Service):
             if check is not None and not check.loadable:  # a save that cannot be loaded is no new checkpoint
                 failure = replace(failure, checkpoints_saved=0, latest_checkpoint_iteration=None)
             policy = await job_queries.policy_of_job(session, job_id=job.id)
+            effective = EffectivePolicy.from_dict(policy.effective if policy else None)
             history = await self._history(session, job, attempt)
-            if policy is not None and (policy.effective or {}).get("auto_resume_mode") == SINGLETON:
+            if policy is not None and effective.auto_resume_mode == SINGLETON:
                 chain = await self._chain(session, job)  # the twin is the next attempt of one run
                 if chain:
                     history = chain + [replace(r, attempt_index=r.attempt_index + len(chain)) for r in history]
@@ -295,7 +296,7 @@ class Advisor(Service):
             decision = decide(
                 failure=failure,
                 policy=job_policy(
-                    EffectivePolicy.from_dict(policy.effective if policy else None),
+                    effective,
                     requeue_eligible=job.requeue_eligible
                     if job.requeue_eligible is not None
                     else attempt.requeue_eligible,
@@ -318,7 +319,14 @@ class Advisor(Service):
                 partition_nodes=partition_nodes,
                 now=now,
                 checkpoint_check=check.as_dict() if check is not None else None,
+                anomaly_id=rootcause.decided_anomaly(failure.evidence_refs),
             )
+            if outcome.advice is not None and failure.kind is FailureKind.CRASH:
+                # A crash's root cause can sharpen as more lines arrive (the launcher's summary after a peer's
+                # error): the Advice cites the newest root cause, never replacing a hang it was decided on.
+                await advice_service.cite_root_cause(
+                    session, advice=outcome.advice, anomaly_id=rootcause.decided_anomaly(failure.evidence_refs)
+                )
             self.decisions += 1
             if outcome.changed:
                 signalled = anomaly.detected_at if anomaly is not None else attempt.end_time
@@ -392,7 +400,10 @@ class Advisor(Service):
     async def _failure(self, session: Session, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
         """The domain's Failure for this signal: the attempt's root cause, checkpoints and the nodes evidence blames."""
         anomalies = await evidence_queries.anomalies_of_attempts(session, attempt_ids=[attempt.id])
-        seen = [row for row in anomalies if anomaly is None or row.id <= anomaly.id]
+        # Every crash line recorded so far, not only those up to this signal's: the lines of one read arrive
+        # together, and the survivor's peer error read first must not be decided on without the launcher's
+        # summary that names the failed process.
+        seen = list(anomalies)
         progress = await evidence_queries.progress_lines(session, attempt_ids=[attempt.id])
         cause = diagnosis.attempt_cause(
             seen,
@@ -400,12 +411,18 @@ class Advisor(Service):
             tasks_per_node=attempt.tasks_per_node,
             progress_line=progress.get(attempt.id),
             classifier=self.classifier,
+            job_dirs=diagnosis.job_dirs_of(attempt.stdout_path, attempt.stderr_path),
         )
         named: set[str] = set(cause.blamed)
         if cause.derived:
             await evidence_service.store_blame(session, blamed=cause.derived)
+        if cause.primary_anomaly_id is not None:
+            crash_ids = [row.id for row in seen if row.kind == "CRASH"]
+            await evidence_service.store_roles(session, root_cause_id=cause.primary_anomaly_id, crash_ids=crash_ids)
+            if cause.node is not None:
+                await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
         for row in seen:
-            if row.kind != "CRASH":
+            if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)
         summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
         saved, iteration = summary.get(attempt.id, (0, None))
@@ -417,6 +434,8 @@ class Advisor(Service):
             if state == "NODE_FAIL" and len(attempt.nodes or ()) == 1:
                 named |= set(attempt.nodes)  # the one node it ran on is the node that failed
             refs = [f"attempt_state:{attempt.id}:{state}"] + ([f"anomaly:{anomaly.id}"] if anomaly is not None else [])
+            if cause.primary_anomaly_id is not None and (anomaly is None or anomaly.kind == "CRASH"):
+                refs.append(f"root_cause:anomaly:{cause.primary_anomaly_id}")
             return Failure(
                 attempt_index=attempt.attempt_index,
                 kind=FailureKind.SCHEDULER_FAILURE,
@@ -486,7 +505,7 @@ class Advisor(Service):
         checkpoints = await evidence_queries.checkpoint_summary(session, attempt_ids=ids)
         nodes: dict[int, set[str]] = {}
         for row in await evidence_queries.anomalies_of_attempts(session, attempt_ids=ids):
-            if row.kind != "CRASH":
+            if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 nodes.setdefault(row.attempt_id, set()).update(anomaly_nodes(row))
         crashes = await evidence_queries.crash_anomalies(session, attempt_ids=ids)
         progress = await evidence_queries.progress_lines(session, attempt_ids=ids)
@@ -504,6 +523,7 @@ class Advisor(Service):
                 tasks_per_node=a.tasks_per_node,
                 progress_line=progress.get(a.id),
                 classifier=self.classifier,
+                job_dirs=diagnosis.job_dirs_of(a.stdout_path, a.stderr_path),
             )
             nodes.setdefault(a.id, set()).update(cause.blamed)
             records.append(

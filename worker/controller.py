@@ -11,12 +11,14 @@ observation shows is marked SUCCEEDED (`scheduler.confirmed`). Killing the proce
 therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py proves it on
 real Slurm).
 
-Observe mode (the job's mode NOW is observe - it asked for observe, the operator's ceiling is
-off or its partition is not managed, app.domain.mode.effective_mode - or an operator vetoed it)
-sends nothing: the commands it would have sent are
-recorded once per generation as SHADOW actions, and the Advice stays PENDING with reason
-NOT_AUTHORIZED (still active, looked at again every OBSERVE_RECHECK seconds, so Slurm reaching
-the state by itself, the job ending or the Advice expiring still close it).
+Every command first passes the one gate (app.domain.gate.may_send), whose answer is stored with
+the action. When it says no because the job's mode NOW is observe (it asked for observe, the
+operator's ceiling is off or its partition is not managed) or an operator vetoed it, nothing is
+sent: the commands it would have sent are recorded once per generation as SHADOW actions, and the
+Advice stays PENDING with reason NOT_AUTHORIZED (still active, looked at again every OBSERVE_RECHECK
+seconds, so Slurm reaching the state by itself, the job ending or the Advice expiring still close
+it). An Advice decided in observe mode is never carried out: once the mode is act, it is closed
+ABANDONED / DECIDED_IN_OBSERVE ("decided in observe mode; not carried out").
 
 TEST-ONLY fault injection: the environment variable RECOVERY_FAULT_INJECT, e.g.
 `after:requeue_hold` or `before:release` (comma-separated for several), makes the process
@@ -46,7 +48,7 @@ from app.domain import states
 from app.domain.advice import Rule
 from app.domain.backoff import exponential
 from app.domain.checkpoint_check import release_block_reason
-from app.domain.mode import ACT, ModeDecision, effective_mode
+from app.domain.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
 from app.domain.reconcile import (
     AdviceState,
     Disposition,
@@ -71,6 +73,7 @@ from worker.service import Service
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice, SchedulerAction
+    from app.jobs.models import Job
 
 log = logging.getLogger("recovery.controller")
 
@@ -245,7 +248,6 @@ class Controller(Service):
             if advice is None or not advice_service.is_active(advice):
                 return 0
             job = await job_queries.get_job(session, job_id=advice.job_id)
-            now_mode = effective_mode(job, self.settings) if job else None
             array = (job.array_job_id, job.array_task_id) if job else (None, None)
             state = advice_state(advice)
             held_back = release_block_reason(
@@ -254,7 +256,6 @@ class Controller(Service):
                 block_partitions=self.settings.checkpoint_check_block_partitions,
             )
             bind(job_id=advice.slurm_job_id, attempt_index=advice.attempt_index, generation=advice.generation)
-            review = advice.review
             twin_path = advice.operation == "RESTART" and advice.rule == Rule.RELEASE_SINGLETON_TWIN.value
         if twin_path:  # auto_resume_mode singleton_dependency: the retry is the held twin job
             return await singleton.reconcile_twin(self, advice_id, state, snapshot)
@@ -308,16 +309,53 @@ class Controller(Service):
                     now=now,
                 )
                 return 0
-            allowed, why_not = self.authorized(review=review, now=now_mode)
-            if not allowed:
+            kind = ActionKind.CANCEL if step.kind is StepKind.CANCEL else ActionKind.REQUEUE
+            question = self.gate_question(kind, job, advice)
+            answer = may_send(question)
+            if not answer.allowed:
+                if await self.close_decided_in_observe(session, advice=advice, answer=answer, now=now):
+                    return 0
                 plan = shadow_plan(state, obs, now=now, milestones=milestones)
-                await advice_service.record_shadow(session, advice=advice, steps=plan, now=now, target=target)
+                await advice_service.record_shadow(
+                    session, advice=advice, steps=plan, now=now, target=target, gate=answer.record
+                )
                 would = [(s, target) for s in plan if s.is_action]
-                await self.keep_unauthorized(session, advice=advice, why_not=why_not, would=would, now=now)
+                await self.keep_unauthorized(session, advice=advice, why_not=answer.message, would=would, now=now)
                 return 0
             if await self.fleet_held(session, advice=advice, in_flight=bool(milestones), now=now):
                 return 0
-        return await self.execute(advice_id, state, step, target)
+        return await self.execute(advice_id, state, step, target, gate=answer.record)
+
+    def gate_question(self, kind: ActionKind, job: Job | None, advice: Advice) -> GateQuestion:
+        """What the one gate reads for a command of this Advice: the ceiling, the job now, the mode it was decided
+        under and the review (the fleet rules are asked after it, since asking them takes a budget grant)."""
+        return GateQuestion(
+            kind=kind,
+            ceiling=self.settings.acknowledge_scheduler_actions,
+            partition_managed=self.settings.partition_managed(job.partition) if job is not None else False,
+            job_known=job is not None,
+            requested_mode=job.requested_mode if job is not None else None,
+            decided_mode=advice.mode,
+            vetoed=advice.review == advice_service.VETOED,
+        )
+
+    async def close_decided_in_observe(
+        self, session: Session, *, advice: Advice, answer: GateAnswer, now: dt.datetime
+    ) -> bool:
+        """The mode is act now but the Advice was decided in observe mode: it is never carried out, so it ends
+        ABANDONED / DECIDED_IN_OBSERVE (an operator may decide a recent failure again: app.advice.redecide)."""
+        if answer.reason is not GateReason.DECIDED_IN_OBSERVE:
+            return False
+        await advice_service.set_status(
+            session,
+            advice=advice,
+            disposition=Disposition.ABANDONED,
+            reason=GateReason.DECIDED_IN_OBSERVE.value,
+            message=answer.message,
+            next_reconcile_at=None,
+            now=now,
+        )
+        return True
 
     async def keep_unauthorized(
         self,
@@ -347,23 +385,12 @@ class Controller(Service):
         await advice_service.keep_pending(session, advice=advice, reason=held.reason, message=held.message, now=now)
         return True
 
-    def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]:
-        """Act only while the job's mode is act NOW (requested, ceiling on, partition managed) and no veto was given.
-
-        The mode an Advice was decided under is a record of that time: a ceiling flipped since then counts.
-        """
-        if review == advice_service.VETOED:
-            return False, "vetoed by an operator"
-        if now is None:
-            return False, "the job's record is gone"
-        if now.mode != ACT:
-            return False, f"mode {now.mode} now: {now.reason}"
-        return True, ""
-
     # ------------------------------------------------------------ commands
 
-    async def execute(self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None) -> int:
-        """STARTED milestone, the command, SUCCEEDED/FAILED milestone: each committed on its own."""
+    async def execute(
+        self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None, *, gate: str
+    ) -> int:
+        """STARTED milestone (with the gate's answer), the command, SUCCEEDED/FAILED: each committed on its own."""
         if self.fence is not None and not await self.fence():
             log.warning("controller: lease no longer ours; not sending %s for Advice %s", step.kind.value, advice_id)
             return 0
@@ -428,6 +455,7 @@ class Controller(Service):
             step=step.kind,
             key=step.idempotency_key,
             actor="controller",
+            gate=gate,
             # an array task by <array id>_<task id> (see command_target), never the bare id
             command_of=lambda job_id: advice_service.command_text(step, target if target is not None else job_id),
             send=lambda job_id: self._send(step, target if target is not None else job_id),

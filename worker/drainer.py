@@ -1,7 +1,9 @@
 """Drainer: drains suspect nodes behind RECOVERY_NODE_DRAIN (off by default), observe-first like the controller.
 
-`observe` records once per node what it would send (`node.would_drain`, drain status SHADOW);
-`act` sends `scontrol update NodeName=<node> State=DRAIN Reason="recovery: ..."`, recorded as SENT
+Every drain passes the one gate (app.domain.gate, kind drain): the operator's ceiling, RECOVERY_NODE_DRAIN
+and the node's partition being managed. When it says no, the drainer records once per node what it would
+send (`node.would_drain`, drain status SHADOW, the gate's answer in the message); allowed, it sends
+`scontrol update NodeName=<node> State=DRAIN Reason="recovery: ..."`, recorded as SENT
 before the command, then DRAINED only once a fresh look at Slurm shows the node drained or
 draining. Never more than RECOVERY_NODE_DRAIN_MAX_FRACTION of a partition is drained by Recovery
 (REFUSED says why). Recovery never resumes a node: an operator does (`scontrol update NodeName=<node>
@@ -14,11 +16,13 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.context import AppContext
 from app.db import utcnow
 from app.domain import fleet as rules
+from app.domain.gate import ActionKind, GateQuestion, may_send
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet_service
 from app.slurm.adapter import Scheduler
@@ -69,28 +73,41 @@ class Drainer(Service):
             row = await fleet_queries.standing(session, cluster=cluster, node=node)
             if row is None or row.id != row_id:
                 return
-            if row.drain_status == rules.DRAIN_SENT and mode == "act":
+            partition = await fleet_queries.node_partition(session, cluster=cluster, node=node)
+            question = GateQuestion(
+                kind=ActionKind.DRAIN,
+                ceiling=self.settings.acknowledge_scheduler_actions,
+                switch=mode,
+                partition_managed=partition is None or self.settings.partition_managed(partition),
+            )
+            answer = may_send(question)
+            if row.drain_status == rules.DRAIN_SENT and answer.allowed:
                 await self._verify(session, row)
                 return
-            if row.drain_status == rules.DRAIN_SHADOW and mode == "observe":
+            if row.drain_status == rules.DRAIN_SHADOW and not answer.allowed:
                 return
             if row.drain_status == rules.DRAIN_FAILED and row.updated_at > now - RETRY_FAILED:
                 return
-            partition = await fleet_queries.node_partition(session, cluster=cluster, node=node)
             reason = rules.drain_reason(node=node, jobs=list(row.jobs or ()))
             command = drain_command(node, reason)
             refusal = await self._refusal(session, node=node, partition=partition)
-            if refusal is not None:
+            if refusal is not None:  # the drain-fraction rule refuses it whatever else the gate says
+                answer = may_send(replace(question, fleet_hold=refusal))
                 await fleet_service.record_drain(
-                    session, row=row, status=rules.DRAIN_REFUSED, message=refusal, partition=partition, command=command
+                    session,
+                    row=row,
+                    status=rules.DRAIN_REFUSED,
+                    message=f"{refusal} (gate: {answer.record})",
+                    partition=partition,
+                    command=command,
                 )
                 return
-            if mode == "observe":
+            if not answer.allowed:
                 await fleet_service.record_drain(
                     session,
                     row=row,
                     status=rules.DRAIN_SHADOW,
-                    message="observe mode (RECOVERY_NODE_DRAIN=observe): would drain it",
+                    message=f"would drain it; gate: {answer.record}",
                     partition=partition,
                     command=command,
                 )
@@ -109,7 +126,12 @@ class Drainer(Service):
                 return
             # The intent is committed before the command: a crash after it is verified, not repeated blindly.
             await fleet_service.record_drain(
-                session, row=row, status=rules.DRAIN_SENT, message="sending", partition=partition, command=command
+                session,
+                row=row,
+                status=rules.DRAIN_SENT,
+                message=f"sending; gate: {answer.record}",
+                partition=partition,
+                command=command,
             )
         started = time.monotonic()
         try:

@@ -41,6 +41,7 @@ async def run_command(
     step: StepKind,
     key: str,
     actor: str,
+    gate: str,
     command_of: Callable[[int], str],
     send: Callable[[int], Awaitable[Any]],
     settle: Callable[[Session, Advice, SchedulerAction, Sent], Awaitable[int]],
@@ -49,7 +50,8 @@ async def run_command(
     before: Callable[[], None] | None = None,
     after: Callable[[], None] | None = None,
 ) -> int:
-    """Write STARTED, send the command, let `settle` record the outcome; 0 without a command when `accept` refuses."""
+    """Write STARTED (with the one gate's answer, app.domain.gate), send the command, let `settle` record the outcome;
+    0 without a command when `accept` refuses."""
     async with ctx.sessions() as session, session.begin():
         if lock:
             advice = await advice_queries.lock_advice(session, advice_id=advice_id)
@@ -60,7 +62,7 @@ async def run_command(
         job_id = advice.slurm_job_id
         command = command_of(job_id)
         action = await advice_service.begin_action(
-            session, advice=advice, step=step, key=key, command=command, actor=actor
+            session, advice=advice, step=step, key=key, command=command, actor=actor, gate=gate
         )
         action_id = action.id
     if before is not None:

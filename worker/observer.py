@@ -17,7 +17,7 @@ from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
 from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
-from app.domain.mode import Admission, Requested, admission, effective_mode
+from app.domain.mode import ENROLLED, Admission, Requested, admission, effective_mode
 from app.domain.policy import parse_comment
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
@@ -206,7 +206,7 @@ class Observer(Service):
             if registration is None:
                 continue
             first = None
-            if registration.enrolment == "ENROLLED":
+            if registration.enrolment == ENROLLED:
                 values = attempt_values(job)
                 state = values.pop("state")
                 values.update(self._paths_for(job, registration, latest_index=job.restart_count, previous=None))
@@ -227,7 +227,7 @@ class Observer(Service):
                 return
             record = await jobs.register_job(session, registration=registration)
             latest = None
-        if record.enrolment != "ENROLLED":
+        if record.enrolment != ENROLLED:
             record.last_seen_at = utcnow()  # a refused job seen again (it changed in squeue): its "last seen" moves on
             return
         await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
@@ -236,6 +236,8 @@ class Observer(Service):
             record.updated_at = utcnow()
         if record.requeue_eligible != job.requeue:
             record.requeue_eligible = job.requeue
+        if record.user_id is None and job.user_id is not None:  # a row from before 0012: learn whose files these are
+            record.user_id, record.group_id = job.user_id, job.group_id
         await self._track_attempts(session, job, record, latest)
 
     def _registration(self, job: SlurmJob, *, incarnation: int) -> jobs.JobRegistration | None:
@@ -247,7 +249,7 @@ class Observer(Service):
             self.state.ignored.add(job.job_id)
             return None
         policy = result.policy if result.valid else None
-        if job.het_job_id is not None and decision.status == "ENROLLED":
+        if job.het_job_id is not None and decision.status == ENROLLED:
             decision = Admission(
                 jobs.HETEROGENEOUS_JOB,
                 f"heterogeneous job {job.het_job_id}+{job.het_job_offset or 0}: its components share one "
@@ -265,11 +267,13 @@ class Observer(Service):
             workflow_key=policy.workflow_id if policy else None,
             name=job.name,
             user=job.user,
+            user_id=job.user_id,
+            group_id=job.group_id,
             partition=job.partition,
             submit_time=job.submit_time,
             comment=job.comment,
             requested_mode=requested,
-            effective_mode=mode.mode,
+            registered_mode=mode.mode,
             mode_reason=mode.reason,
             requeue_eligible=job.requeue,
             state=job.state,

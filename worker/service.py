@@ -70,7 +70,10 @@ class Service:
         return jittered(exponential(self.failures, base=self.interval, cap=self.max_backoff))
 
     async def _loop(self) -> None:
-        with log_context(component=self.name):  # every line of this loop's task names the service
+        # every line of this loop's task names the service and the cluster it works for (with several clusters in one
+        # process, or the demo's lab cluster, that is not the installation's RECOVERY_CLUSTER)
+        settings = getattr(getattr(self, "ctx", None), "settings", None)
+        with log_context(component=self.name, cluster=getattr(settings, "cluster", None)):
             await self._run_loop()
 
     async def _run_loop(self) -> None:

@@ -4,8 +4,9 @@ A RESTART of such a job is carried out on its held twin, not by requeueing it: f
 name, user and comment, `--dependency=singleton`, held) in the pass's observation and remember it on
 the Advice, cancel the first job if it still runs (a hang), set the exclusions on the twin, release
 it, and report CONVERGED once a fresh observation shows the twin unheld with the exclusions. Every
-command goes through the controller's own `execute` (milestones, idempotency keys, lease fencing),
-observe mode records SHADOW actions, exactly as for requeue.
+command goes through the controller's own `execute` (milestones, idempotency keys, lease fencing)
+after the one gate (app.domain.gate, kind twin_release) allowed it; when it does not, SHADOW actions
+are recorded, exactly as for requeue.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
 from app.db import Session, utcnow
-from app.domain.mode import ModeDecision, effective_mode
+from app.domain.gate import ActionKind, GateAnswer, GateQuestion, may_send
 from app.domain.reconcile import AdviceState, Step, StepKind
 from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
 from app.jobs import queries as job_queries
 from app.slurm.adapter import JobTarget
 from app.slurm.records import SlurmJob, Snapshot
 
-if TYPE_CHECKING:  # the row type for annotations only
+if TYPE_CHECKING:  # the row types for annotations only
     from app.advice.models import Advice
+    from app.jobs.models import Job
 
 
 class Controller(Protocol):
@@ -39,7 +41,11 @@ class Controller(Protocol):
     settings: Settings
     interval: float
 
-    def authorized(self, *, review: str | None, now: ModeDecision | None) -> tuple[bool, str]: ...
+    def gate_question(self, kind: ActionKind, job: Job | None, advice: Advice) -> GateQuestion: ...
+
+    async def close_decided_in_observe(
+        self, session: Session, *, advice: Advice, answer: GateAnswer, now: dt.datetime
+    ) -> bool: ...
 
     async def keep_unauthorized(
         self,
@@ -53,7 +59,9 @@ class Controller(Protocol):
 
     async def fleet_held(self, session: Session, *, advice: Advice, in_flight: bool, now: dt.datetime) -> bool: ...
 
-    async def execute(self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None) -> int: ...
+    async def execute(
+        self, advice_id: int, state: AdviceState, step: Step, target: JobTarget | None = None, *, gate: str
+    ) -> int: ...
 
 
 log = logging.getLogger("recovery.controller")
@@ -143,14 +151,18 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
                 now=now,
             )
             return 0
-        allowed, why_not = controller.authorized(review=advice.review, now=effective_mode(job, controller.settings))
-        if not allowed:
+        answer = may_send(controller.gate_question(ActionKind.TWIN_RELEASE, job, advice))
+        if not answer.allowed:
+            if await controller.close_decided_in_observe(session, advice=advice, answer=answer, now=now):
+                return 0
             plan = twin_shadow_plan(state, first, twin_obs)
             for shadow, target in plan:
-                await advice_service.record_shadow(session, advice=advice, steps=[shadow], now=now, target=target)
-            await controller.keep_unauthorized(session, advice=advice, why_not=why_not, would=plan, now=now)
+                await advice_service.record_shadow(
+                    session, advice=advice, steps=[shadow], now=now, target=target, gate=answer.record
+                )
+            await controller.keep_unauthorized(session, advice=advice, why_not=answer.message, would=plan, now=now)
             return 0
         # the same fleet-wide trust as a requeue (app/fleet): a restart storm or a spent budget holds it
         if await controller.fleet_held(session, advice=advice, in_flight=bool(milestones), now=now):
             return 0
-    return await controller.execute(advice_id, state, step, planned.target)
+    return await controller.execute(advice_id, state, step, planned.target, gate=answer.record)

@@ -2,13 +2,15 @@
 stale (SPEC §6).
 
 It exists so that a dead or stuck controller fails open rather than leaving jobs held
-forever. It has its own switch, settings.watchdog_mode: `act` releases, `observe` only writes
-`watchdog.would_release` (once per hold). The rules are `app.domain.watchdog.judge_hold`: a
-hold is ours only while our REQUEUE_HOLD milestone exists with no release of ours after it,
-Slurm still shows a requeue-hold and the restart count is the attempt our requeue created, so
-`scontrol hold`, `uhold`, `sbatch --hold`, RequeueExitHold and MaxBatchRequeue holds are never
-touched. Candidates come from the database (Advice with a requeue-hold milestone whose job is
-not ended), so an idle watchdog costs one query and no Slurm call.
+forever. A release passes the one gate (app.domain.gate, kind watchdog_release), which reads only the
+watchdog's own switch, settings.watchdog_mode (the operator's ceiling does not cover undoing our own
+hold, so a rollback with the ceiling off still fails open). Allowed, it releases; otherwise it
+only writes `watchdog.would_release` (once per hold), with the gate's answer on the SHADOW row.
+The rules are `app.domain.watchdog.judge_hold`: a hold is ours only while our REQUEUE_HOLD milestone
+exists with no release of ours after it, Slurm still shows a requeue-hold and the restart count is
+the attempt our requeue created, so `scontrol hold`, `uhold`, `sbatch --hold`, RequeueExitHold and
+MaxBatchRequeue holds are never touched. Candidates come from the database (Advice with a requeue-
+hold milestone whose job is not ended), so an idle watchdog costs one query and no Slurm call.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from app.advice import service as advice_service
 from app.context import AppContext
 from app.db import Session, utcnow
 from app.domain import states
+from app.domain.gate import ActionKind, GateAnswer, GateQuestion, may_send
 from app.domain.reconcile import StepKind
 from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
 from app.logformat import log_context
@@ -110,15 +113,28 @@ class Watchdog(Service):
                 job_id=advice.slurm_job_id,
                 attempt_index=advice.attempt_index,
             ):
-                if self.settings.watchdog_mode == "act":
-                    await self._release(advice.id, hold_action.id, verdict.reason, verdict.message, target)
+                answer = self.gate()
+                if answer.allowed:
+                    await self._release(advice.id, hold_action.id, verdict.reason, verdict.message, target, answer)
                 else:
-                    await self._would_release(advice.id, hold_action.id, verdict.reason, verdict.message, target)
+                    await self._would_release(
+                        advice.id, hold_action.id, verdict.reason, verdict.message, target, answer
+                    )
+
+    def gate(self) -> GateAnswer:
+        """The one gate's answer for a release of our own hold (its own switch decides; see app.domain.gate)."""
+        return may_send(
+            GateQuestion(
+                kind=ActionKind.WATCHDOG_RELEASE,
+                ceiling=self.settings.acknowledge_scheduler_actions,
+                switch=self.settings.watchdog_mode,
+            )
+        )
 
     async def _would_release(
-        self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget
+        self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget, answer: GateAnswer
     ) -> None:
-        """Observe mode: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
+        """Not allowed by the gate: say once per hold what act mode would do (a SHADOW row keeps it to once)."""
         async with self.ctx.sessions() as session, session.begin():
             advice = await advice_queries.get_advice(session, advice_id=advice_id)
             assert advice is not None
@@ -129,10 +145,13 @@ class Watchdog(Service):
                 reason=reason,
                 message=message,
                 target=target,
+                gate=answer.record,
             )
 
-    async def _release(self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget) -> None:
-        """Act mode: release with the same write-ahead milestones as the controller."""
+    async def _release(
+        self, advice_id: int, hold_action_id: int, reason: str, message: str, target: JobTarget, answer: GateAnswer
+    ) -> None:
+        """Allowed by the gate: release with the same write-ahead milestones as the controller."""
         if self.fence is not None and not await self.fence():
             log.warning("watchdog: lease no longer ours; not releasing for Advice %s", advice_id)
             return
@@ -161,6 +180,7 @@ class Watchdog(Service):
             step=StepKind.RELEASE,
             key=f"watchdog:{advice_id}:{hold_action_id}:release",
             actor="watchdog",
+            gate=answer.record,
             command_of=lambda job_id: f"scontrol release {target}",
             send=lambda job_id: self.scheduler.release(target),
             settle=settle,

@@ -8,7 +8,9 @@ The timer is stored on the log source (`hang_episode`, `hang_delay_started_at`, 
 and the silence is measured from the stored last output, so a restarted worker neither restarts the
 query delay nor re-checks an episode it already checked.
 Crash lines and throughput samples are turned into anomalies as the collector reads them
-(app/evidence/service.py, component `watcher`). Detectors never call Slurm.
+(app/evidence/service.py, component `watcher`); a crash line printed after Recovery sent requeue-hold or
+cancel is kept apart (AFTER_RECOVERY_ACTED), and an attempt Recovery acted on gets no NO_PROGRESS: both
+are the ending Recovery caused. Detectors never call Slurm.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class Watcher(Service):
         mtime = await asyncio.to_thread(_mtime, row.path)
         if (last_output is not None and last_output > window_start) or (mtime is not None and mtime > window_start):
             return False  # any output in the file within the threshold window suppresses the anomaly
+        if await evidence.recovery_acted_at(session, attempt_id=attempt.id) is not None:
+            return False  # Recovery requeue-held or cancelled it: the silence is Recovery's doing, not a hang
         silent_since = last_output or row.progress_at
         silent = (now - silent_since).total_seconds() if silent_since else None
         phase = row.progress_phase or ""
@@ -209,6 +213,6 @@ def _in_log_dirs(path: str, log_dirs: tuple[str, ...]) -> bool:
 
 def _mtime(path: str) -> dt.datetime | None:
     try:
-        return dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
+        return dt.datetime.fromtimestamp(os.lstat(path).st_mtime, dt.UTC)  # the job controls the path: no symlinks
     except OSError:
         return None

@@ -5,23 +5,32 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, BigId, UTCDateTime, utcnow
 
 
 class Advice(Base):
-    """The durable decision about one attempt; a changed decision bumps the generation."""
+    """The durable decision about one attempt; a changed decision bumps the generation.
+
+    An attempt has one Advice per decision round: round 1 from the advisor, round 2 when an operator decided an
+    observe-mode failure again ("decide again now", app.advice.redecide), which supersedes round 1.
+    """
 
     __tablename__ = "advice"
     __table_args__ = (
         Index(None, "active", "id"),
         Index(None, "job_id", "id"),
+        UniqueConstraint("attempt_id", "decision_round"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), unique=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    decision_round: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The Advice this one decided again (round 2), and the one that decided this one again.
+    supersedes_id: Mapped[int | None] = mapped_column(BigId)
+    superseded_by_id: Mapped[int | None] = mapped_column(BigId)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     cluster: Mapped[str] = mapped_column(String(128))
     slurm_job_id: Mapped[int] = mapped_column(BigId)
@@ -51,6 +60,9 @@ class Advice(Base):
     checkpoint_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # singleton_dependency: the Slurm job id of the held twin this Advice releases (migration 0011).
     successor_job_id: Mapped[int | None] = mapped_column(BigId)
+    # The anomaly this generation was decided on: a crash's root cause, the NO_PROGRESS of a hang (migration 0012).
+    # What every story, reason and notification cites; null for decisions on a Slurm state alone.
+    anomaly_id: Mapped[int | None] = mapped_column(BigId)
 
 
 class SchedulerAction(Base):
@@ -71,3 +83,5 @@ class SchedulerAction(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[float | None] = mapped_column()
+    # The one gate's answer when it was taken (app.domain.gate.GateAnswer.record): allowed, or why not sent.
+    gate: Mapped[str | None] = mapped_column(Text)

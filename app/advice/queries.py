@@ -15,6 +15,7 @@ from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
 from app.db import dialect_of
 from app.domain import states
+from app.domain.mode import ENROLLED
 from app.domain.story import OUTCOMES, Outcome
 from app.evidence.models import Anomaly
 from app.evidence.queries import DECIDED_KINDS
@@ -67,10 +68,12 @@ async def advice_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[in
 
 
 async def advice_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int]) -> dict[int, Advice]:
-    """The Advice of each attempt that has one (at most one per attempt; newer decisions bump its generation)."""
+    """The current Advice of each attempt that has one (newer decisions bump its generation; one decided again
+    supersedes the first)."""
     if not attempt_ids:
         return {}
-    rows = (await session.scalars(select(Advice).where(Advice.attempt_id.in_(list(set(attempt_ids)))))).all()
+    query = select(Advice).where(Advice.attempt_id.in_(list(set(attempt_ids))), Advice.superseded_by_id.is_(None))
+    rows = (await session.scalars(query)).all()
     return {row.attempt_id: row for row in rows}
 
 
@@ -90,8 +93,10 @@ async def milestones_of_advice(session: AsyncSession, *, advice_ids: Sequence[in
 
 
 async def advice_for_attempt(session: AsyncSession, *, attempt_id: int) -> Advice | None:
-    """The one Advice of an attempt, if any."""
-    return await session.scalar(select(Advice).where(Advice.attempt_id == attempt_id))
+    """The current Advice of an attempt, if any (not one an operator's "decide again now" superseded)."""
+    return await session.scalar(
+        select(Advice).where(Advice.attempt_id == attempt_id, Advice.superseded_by_id.is_(None))
+    )
 
 
 async def not_needed_recorded(session: AsyncSession, *, attempt: Attempt) -> bool:
@@ -181,7 +186,7 @@ async def advice_ids_of_attempts(
         return []
     rows = await session.execute(
         select(Attempt.id, Attempt.state, Advice.id)
-        .outerjoin(Advice, Advice.attempt_id == Attempt.id)
+        .outerjoin(Advice, (Advice.attempt_id == Attempt.id) & Advice.superseded_by_id.is_(None))
         .where(Attempt.id.in_(list(attempt_ids)))
     )
     return [(attempt_id, state, advice_id) for attempt_id, state, advice_id in rows.all()]
@@ -208,7 +213,7 @@ async def undecided(session: AsyncSession, *, cluster: str) -> Undecided:
     active_advice = exists().where(Advice.attempt_id == Attempt.id, Advice.active.is_(True))
     enrolled = and_(
         Job.id == Attempt.job_id,
-        Job.enrolment == "ENROLLED",
+        Job.enrolment == ENROLLED,
         Job.retired_at.is_(None),
         Job.cluster == cluster,
         Attempt.adopted_at.is_(None),  # adopted attempts are history, never decided

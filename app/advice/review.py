@@ -1,16 +1,22 @@
-"""Operator review of Advice (approve, veto, re-run reconciliation): each is an audit event naming the user."""
+"""Operator review of Advice (approve, veto, re-run reconciliation, decide again now): each is an audit event
+naming the user."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice import service as advice_service
 from app.advice.models import Advice
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
+from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason, decide_again_refusal
+from app.domain.mode import ACT, ModeSettings, effective_mode
 from app.domain.reconcile import Disposition, DispositionReason
+from app.jobs.models import Attempt, Job
+from app.notify import service as notify
 
 VETOED = "VETOED"
 APPROVED = "APPROVED"
@@ -134,3 +140,86 @@ async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: s
         payload={"reactivated": reactivated},
     )
     return advice
+
+
+async def decide_again(session: AsyncSession, *, advice_id: int, user: str, settings: ModeSettings) -> Advice:
+    """ "Decide again now": a NEW Advice for a recent observe-mode failure, decided now under the mode now (act).
+
+    The old Advice is never carried out and says so for good (ABANDONED / DECIDED_IN_OBSERVE, superseded by the
+    new one); the new one repeats its decision (operation, exclusions, reason) as round 2 of the attempt, and the
+    controller acts on it only after a fresh look at Slurm, like any Advice. The rule for "recent" is
+    app.domain.gate.decide_again_refusal.
+    """
+    old = await _load(session, advice_id)
+    job = await session.get(Job, old.job_id)
+    if job is None:
+        raise ReviewError(f"the job of Advice {advice_id} is gone; nothing to decide again")
+    now = utcnow()
+    later = await session.scalar(
+        select(exists().where(Attempt.job_id == old.job_id, Attempt.attempt_index > old.attempt_index))
+    )
+    mode = effective_mode(job, settings)
+    refusal = decide_again_refusal(
+        decided_mode=old.mode,
+        vetoed=old.review == VETOED,
+        superseded=old.superseded_by_id is not None,
+        mode_now=mode,
+        newest_attempt=not later,
+        decided_at=old.created_at,
+        expires_at=old.expires_at,
+        now=now,
+    )
+    if refusal is not None:
+        raise ReviewError(f"Advice {advice_id} cannot be decided again: {refusal}")
+    ttl = old.expires_at - old.created_at if old.expires_at is not None else None
+    new = Advice(
+        attempt_id=old.attempt_id,
+        job_id=old.job_id,
+        cluster=old.cluster,
+        slurm_job_id=old.slurm_job_id,
+        attempt_index=old.attempt_index,
+        decision_round=old.decision_round + 1,
+        supersedes_id=old.id,
+        operation=old.operation,
+        exclusions=list(old.exclusions or ()),
+        reason=old.reason,
+        rule=old.rule,
+        evidence=dict(old.evidence or {}),
+        generation=1,
+        mode=ACT,
+        mode_reason=f"decided again now by {user} (Advice {old.id} was decided in observe mode): {mode.reason}",
+        expires_at=now + ttl if ttl is not None else None,
+        active=True,
+        disposition=Disposition.PENDING.value,
+        next_reconcile_at=now,
+        reconcile_failures=0,
+        created_at=now,
+        updated_at=now,
+        checkpoint_check=old.checkpoint_check,
+        successor_job_id=old.successor_job_id,
+    )
+    session.add(new)
+    await session.flush()
+    old.superseded_by_id = new.id
+    await advice_service.set_status(
+        session,
+        advice=old,
+        disposition=Disposition.ABANDONED,
+        reason=GateReason.DECIDED_IN_OBSERVE.value,
+        message=f"{DECIDED_IN_OBSERVE_TEXT}; decided again now by {user} as Advice {new.id}",
+        next_reconcile_at=None,
+        now=now,
+    )
+    await _announce(
+        session,
+        old,
+        event_type="advice.decided_again",
+        message=f"{user} decided Advice {old.id} again now: new Advice {new.id} ({new.operation} "
+        f"{new.slurm_job_id}/{new.attempt_index}, act); Advice {old.id} was decided in observe mode and is not "
+        "carried out",
+        user=user,
+        payload={"newAdviceId": new.id, "modeNow": mode.mode, "modeReason": mode.reason},
+    )
+    await notify.advice_decided(session, advice=new)
+    await advice_service.announce(session, advice=new, payload={"change": advice_service.CREATED, "by": user})
+    return new

@@ -16,8 +16,10 @@ from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
 from app.db import utcnow
 from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
-from app.domain.mode import ModeDecision
+from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
+from app.domain.mode import ACT, ModeDecision
 from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.evidence.models import Anomaly
 from app.feed import service as feed
 from app.jobs.models import Attempt
 from app.notify import service as notify
@@ -86,8 +88,11 @@ async def record_decision(
     partition_nodes: Iterable[str] | None = None,
     now: dt.datetime | None = None,
     checkpoint_check: dict[str, Any] | None = None,
+    anomaly_id: int | None = None,
 ) -> AdviceOutcome:
-    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does."""
+    """Create the attempt's Advice or fold a later signal into it; the generation moves only when the decision does.
+
+    `anomaly_id` is the anomaly this signal's decision rests on; it is kept with the generation it decided."""
     now = now or utcnow()
     existing = await queries.advice_for_attempt(session, attempt_id=attempt.id)
     if existing is not None and checkpoint_check is not None and existing.checkpoint_check != checkpoint_check:
@@ -111,6 +116,7 @@ async def record_decision(
             created_at=now,
             updated_at=now,
             checkpoint_check=checkpoint_check,
+            anomaly_id=anomaly_id,
             **values,
         )
         session.add(advice)
@@ -124,12 +130,19 @@ async def record_decision(
         return AdviceOutcome(KEPT_VETOED, existing)
     old = decision_of(existing)
     merged = merge_signals(old, decision, partition_nodes=partition_nodes)
-    if merged is old or not advice_changed(old, merged):
+    closed_observed = not existing.active and existing.disposition_reason == GateReason.DECIDED_IN_OBSERVE.value
+    if merged is old or not advice_changed(old, merged) or closed_observed:
+        if existing.anomaly_id is None and anomaly_id is not None:
+            existing.anomaly_id = anomaly_id  # decided on a Slurm state first: the evidence that came after explains it
         if evidence_refs:
             refs = _refs(existing.evidence, evidence_refs)
             if refs != existing.evidence:
                 existing.evidence = refs
         return AdviceOutcome(UNCHANGED, existing)
+    if existing.mode != ACT:
+        # A failure decided in observe mode stays so: a later signal about the same attempt is not a new decision
+        # under a ceiling flipped since (only an operator's "decide again now" is, app.advice.redecide).
+        mode = ModeDecision(existing.mode, existing.mode_reason or "decided in observe mode", mode.requested)
     values = advice_record(merged, mode=mode.mode, mode_reason=mode.reason, evidence_refs=())
     previous = {
         "operation": existing.operation,
@@ -139,6 +152,8 @@ async def record_decision(
     for name in ("operation", "exclusions", "reason", "rule", "expires_at", "mode", "mode_reason"):
         setattr(existing, name, values[name])
     existing.evidence = _refs(existing.evidence, evidence_refs)
+    if anomaly_id is not None:
+        existing.anomaly_id = anomaly_id
     existing.generation = existing.generation + 1
     existing.active = True
     existing.disposition = Disposition.PENDING.value
@@ -151,6 +166,15 @@ async def record_decision(
     await notify.advice_decided(session, advice=existing)
     await announce(session, advice=existing, payload={"change": UPDATED})
     return AdviceOutcome(UPDATED, existing)
+
+
+async def cite_root_cause(session: AsyncSession, *, advice: Advice, anomaly_id: int | None) -> None:
+    """Move the cited anomaly to a crash's newer root cause, when the Advice cites a crash (or nothing) now."""
+    if anomaly_id is None or advice.anomaly_id == anomaly_id:
+        return
+    current = await session.get(Anomaly, advice.anomaly_id) if advice.anomaly_id is not None else None
+    if current is None or (current.kind == "CRASH" and current.attempt_id == advice.attempt_id):
+        advice.anomaly_id = anomaly_id
 
 
 async def _audit_change(
@@ -232,6 +256,7 @@ async def begin_action(
     key: str,
     command: str,
     actor: str = "controller",
+    gate: str | None = None,
     now: dt.datetime | None = None,
 ) -> SchedulerAction:
     """Write the STARTED intent before a command is sent (a retry of the same key reuses its row)."""
@@ -251,6 +276,7 @@ async def begin_action(
         None,
         None,
     )
+    action.gate = gate
     await session.flush()
     return action
 
@@ -355,6 +381,7 @@ async def record_shadow(
     steps: Sequence[Step],
     now: dt.datetime | None = None,
     target: int | str | None = None,
+    gate: str | None = None,
 ) -> int:
     """Record the commands observe mode would have sent (SHADOW rows, once per generation); returns rows added."""
     now = now or utcnow()
@@ -382,6 +409,7 @@ async def record_shadow(
                 actor="controller",
                 command=command_text(step, target or advice.slurm_job_id),
                 detail=step.message,
+                gate=gate,
                 started_at=now,
                 finished_at=now,
                 duration_ms=0.0,
@@ -451,8 +479,13 @@ async def set_status(
     observed: bool = True,
     now: dt.datetime | None = None,
 ) -> bool:
-    """Store the controller's reconciliation status (CONVERGED/ABANDONED end the Advice); True when it changed."""
+    """Store the controller's reconciliation status (CONVERGED/ABANDONED end the Advice); True when it changed.
+
+    An Advice decided in observe mode says so in every status, forever: "decided in observe mode; not carried out".
+    """
     now = now or utcnow()
+    if advice.mode != ACT and not message.startswith(DECIDED_IN_OBSERVE_TEXT):
+        message = f"{DECIDED_IN_OBSERVE_TEXT}; {message}"
     terminal = disposition is not Disposition.PENDING
     changed = (advice.disposition, advice.disposition_reason, advice.disposition_message) != (
         disposition.value,
@@ -524,6 +557,7 @@ async def record_would_release(
     message: str,
     now: dt.datetime | None = None,
     target: int | str | None = None,
+    gate: str | None = None,
 ) -> bool:
     """The watchdog in observe mode: say once per hold (a SHADOW row keyed `key`) what act mode would release."""
     if await queries.action_recorded(session, key=key):
@@ -539,6 +573,7 @@ async def record_would_release(
             actor="watchdog",
             command=f"scontrol release {target or advice.slurm_job_id}",
             detail=message,
+            gate=gate,
             started_at=now,
             finished_at=now,
             duration_ms=0.0,

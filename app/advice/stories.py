@@ -1,7 +1,8 @@
 """Reads that build the story of attempts (app.domain.story) from stored records, a fixed number of statements.
 
-`stories_of_jobs` loads a set of jobs' attempts with their newest decided anomaly, Advice, scheduler actions
-and the checkpoint each next attempt loaded, and tells every attempt's story; `headline` picks the attempt a
+`stories_of_jobs` loads a set of jobs' attempts with the anomaly their Advice was decided on (else their newest
+decided anomaly), Advice, scheduler actions and the checkpoint each next attempt loaded, and tells every attempt's
+story; `headline` picks the attempt a
 job is summed up by (its newest attempt with Advice, else its newest attempt), the same rule the Overview's
 outcome filter uses in SQL (app.advice.queries.workflow_outcome).
 """
@@ -16,6 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
+from app.domain.mode import ENROLLED
+from app.domain.rootcause import decided_anomaly
 from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
@@ -80,7 +83,8 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         await scalars_in(session, select(Attempt).order_by(Attempt.attempt_index), Attempt.job_id, list(jobs))
     )
     ids = [a.id for a in attempts]
-    advice = {a.attempt_id: a for a in await scalars_in(session, select(Advice), Advice.attempt_id, ids)}
+    current = select(Advice).where(Advice.superseded_by_id.is_(None))  # not one decided again since
+    advice = {a.attempt_id: a for a in await scalars_in(session, current, Advice.attempt_id, ids)}
     actions: dict[int, list[SchedulerAction]] = {}
     for m in await scalars_in(
         session,
@@ -89,11 +93,14 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         [a.id for a in advice.values()],
     ):
         actions.setdefault(m.advice_id, []).append(m)
-    anomalies: dict[int, Anomaly] = {}
+    newest: dict[int, Anomaly] = {}
+    by_id: dict[int, Anomaly] = {}
     for x in await scalars_in(
         session, select(Anomaly).where(Anomaly.kind.in_(DECIDED_KINDS)).order_by(Anomaly.id), Anomaly.attempt_id, ids
     ):
-        anomalies[x.attempt_id] = x  # ordered by id: the newest wins
+        newest[x.attempt_id] = x  # ordered by id: the newest wins
+        by_id[x.id] = x
+    anomalies = {attempt_id: cited_anomaly(advice.get(attempt_id), by_id) or x for attempt_id, x in newest.items()}
     loaded: dict[int, Checkpoint] = {}
     for c in await scalars_in(
         session,
@@ -118,12 +125,21 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
             anomaly=_anomaly_fact(anomalies.get(a.id)),
             advice=_advice_fact(adv, actions.get(adv.id, []) if adv else []),
             next_attempt=_next_fact(nxt, loaded.get(nxt.id) if nxt else None),
-            enrolled=job is None or job.enrolment == "ENROLLED",
+            enrolled=job is None or job.enrolment == ENROLLED,
             resumed_checkpoint=a.id in loaded,
             resumed_iteration=loaded[a.id].iteration if a.id in loaded else None,
+            adopted=a.adopted_at is not None,
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result
+
+
+def cited_anomaly(advice: Advice | None, anomalies: dict[int, Anomaly]) -> Anomaly | None:
+    """The anomaly an Advice was decided on (recorded with it, or named by its evidence refs), when loaded."""
+    if advice is None:
+        return None
+    chosen = advice.anomaly_id or decided_anomaly((advice.evidence or {}).get("refs") or ())
+    return anomalies.get(chosen) if chosen is not None else None
 
 
 def headline(told: Sequence[Told]) -> Told | None:

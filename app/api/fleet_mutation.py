@@ -43,8 +43,8 @@ def _note(note: str | None) -> str | None:
     return validation.text(note, "note", maximum=bounds.MAX_REASON_LENGTH) or None
 
 
-def _name(value: str, name: str) -> str:
-    checked = validation.text(value, name) or ""
+def _name(value: str, name: str, maximum: int = bounds.MAX_FILTER_LENGTH) -> str:
+    checked = validation.text(value, name, maximum=maximum) or ""
     if not checked.strip():
         raise bad_input(f"{name} must not be empty")
     return checked.strip()
@@ -76,7 +76,7 @@ class FleetMutation:
     ) -> BudgetExtension:
         info.context.operator()
         name = _name(cluster, "cluster")
-        key = validation.text(workflow_id, "workflowId") or None
+        key = validation.text(workflow_id, "workflowId", maximum=bounds.MAX_KEY_LENGTH) or None
         text = _note(note)
         settings = info.context.app.settings
         row = await _fleet(
@@ -105,7 +105,7 @@ class FleetMutation:
         self, info: Info, cluster: str, node: str, action: str, note: str | None = None
     ) -> ComputeNode:
         info.context.operator()
-        name, host, text = _name(cluster, "cluster"), _name(node, "node"), _note(note)
+        name, host, text = _name(cluster, "cluster"), _name(node, "node", bounds.MAX_NODE_LENGTH), _note(note)
         verb = (validation.text(action, "action") or "").strip().lower()
 
         async def run(session: Session, user: str) -> ComputeNode:

@@ -9,15 +9,17 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from graphql.validation.validate import ValidationAbortedError
 from strawberry.extensions import MaskErrors, SchemaExtension
 from strawberry.types.graphql import OperationType
 
-from app.api.errors import bad_input, is_expected
-from graphql import GraphQLError, specified_rules, validate
+from app.api.errors import LIMIT_EXCEEDED, PARSE_FAILED, VALIDATION_FAILED, bad_input, is_expected
+from graphql import GraphQLError, OperationDefinitionNode, specified_rules, validate
 
 log = logging.getLogger("recovery.api")
 
 INTERNAL = "INTERNAL_SERVER_ERROR"
+MULTIPLE_OPERATIONS = "Must provide operation name if query contains multiple operations."
 _ID_ATTRIBUTE = "_recovery_error_id"
 
 
@@ -112,6 +114,12 @@ class SpecValidationFirst(SchemaExtension):
         if context.graphql_document is None:
             context.graphql_document = _cached_document(context.query)
         yield
+        for error in context.pre_execution_errors or ():
+            # "Document contains more than 5000 tokens. Parsing aborted." is our token limit, the rest syntax
+            if "Parsing aborted" in error.message:
+                _set_code(error, LIMIT_EXCEEDED, limit="tokens")
+            else:
+                _set_code(error, PARSE_FAILED)
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
@@ -121,6 +129,8 @@ class SpecValidationFirst(SchemaExtension):
             errors = [] if cached else validate(context.schema._schema, document, specified_rules)
             if errors:
                 context.pre_execution_errors = errors
+            elif _several_operations_unnamed(context):
+                context.pre_execution_errors = [bad_input(MULTIPLE_OPERATIONS)]
             elif _subscription_over_http(context):
                 context.pre_execution_errors = [
                     bad_input("subscriptions are served over WebSocket (graphql-transport-ws) at /graphql")
@@ -128,8 +138,41 @@ class SpecValidationFirst(SchemaExtension):
             elif cached:
                 context.pre_execution_errors = []  # strawberry then skips its own (full) validation
         yield
+        for error in context.pre_execution_errors or ():
+            limit = _limit_of(error)
+            if limit is not None:
+                _set_code(error, LIMIT_EXCEEDED, limit=limit)
+            else:
+                _set_code(error, VALIDATION_FAILED)
         if not cached and document is not None and context.pre_execution_errors == []:
             _remember_document(context.query, document)
+
+
+def _limit_of(error: GraphQLError) -> str | None:
+    """Which limit a validation error reports, or None for a plain validation error."""
+    # graphql-core stops validating a document that costs too much to check: 1,000 repeated fields
+    if isinstance(error, ValidationAbortedError) or error.message.endswith("Validation aborted."):
+        return "validation"
+    if "exceeds maximum operation depth" in error.message:  # strawberry's depth limiter
+        return "depth"
+    if "aliases found" in error.message:  # strawberry's alias limiter
+        return "aliases"
+    return None
+
+
+def _set_code(error: GraphQLError, code: str, **extensions: Any) -> None:
+    """Give an error of the document (no path) that has no `extensions.code` this code."""
+    if error.path is None and not (error.extensions or {}).get("code"):
+        error.extensions = {**(error.extensions or {}), "code": code, **extensions}
+
+
+def _several_operations_unnamed(context: Any) -> bool:
+    """A document with more than one operation and no operationName: the GraphQL spec's request error (strawberry
+    would otherwise run the first one)."""
+    if getattr(context, "_provided_operation_name", None) is not None:
+        return False
+    document = context.graphql_document
+    return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
 
 
 def _subscription_over_http(context: Any) -> bool:

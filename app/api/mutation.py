@@ -1,4 +1,5 @@
-"""The Mutation root: operator review of Advice (approve, veto, re-run reconciliation); fleet actions mixed in."""
+"""The Mutation root: operator review of Advice (approve, veto, re-run reconciliation, decide again now); fleet
+actions mixed in."""
 
 from __future__ import annotations
 
@@ -63,3 +64,15 @@ class Mutation(FleetMutation):
     )
     async def rerun_reconciliation(self, info: Info, id: strawberry.ID) -> Advice:
         return await _review(info, id, lambda s, pk, user: review.rerun_reconciliation(s, advice_id=pk, user=user))
+
+    @strawberry.mutation(
+        description="Decide a recent observe-mode failure again now (operator role): a NEW Advice decided under the "
+        "mode now, returned; the old one stays ABANDONED/DECIDED_IN_OBSERVE, never carried out. Refused unless the "
+        "job's mode is act now, the attempt is still the job's newest, the Advice has not expired and it was decided "
+        "within the last hour. Audit event advice.decided_again."
+    )
+    async def decide_advice_again(self, info: Info, id: strawberry.ID) -> Advice:
+        settings = info.context.app.settings
+        return await _review(
+            info, id, lambda s, pk, user: review.decide_again(s, advice_id=pk, user=user, settings=settings)
+        )

@@ -88,6 +88,27 @@ STORY = {
                 "decided": {"type": "string"},
                 "result": {"type": "string"},
                 "nextAttemptIndex": _NULLABLE_INT,
+                "cites": {
+                    "oneOf": [
+                        {"type": "null"},
+                        _object(
+                            {
+                                "kind": {"type": "string"},
+                                "category": {"type": "string"},
+                                "node": _NULLABLE_STRING,
+                                "logPath": _NULLABLE_STRING,
+                                "lineNumber": _NULLABLE_INT,
+                                "line": _NULLABLE_STRING,
+                                "role": _NULLABLE_STRING,
+                                "fingerprint": _NULLABLE_STRING,
+                                "fingerprintText": _NULLABLE_STRING,
+                            }
+                        ),
+                    ],
+                    "description": "The anomaly the story cites: the one its Advice was decided on (a crash's "
+                    "root cause, a hang's NO_PROGRESS), else the attempt's newest decided anomaly; its fingerprint "
+                    "is the same on a rerun that fails the same way.",
+                },
             }
         ),
     ],
@@ -138,6 +159,7 @@ MILESTONE = _object(
         "startedAt": _TIME,
         "finishedAt": _TIME,
         "durationMs": {"type": ["number", "null"]},
+        "gate": _NULLABLE_STRING,
     }
 )
 ADVICE = _object(
@@ -155,6 +177,8 @@ ADVICE = _object(
         "mode": {"type": "string"},
         "modeReason": _NULLABLE_STRING,
         "modeAtDecision": {"type": "string"},
+        "decidedAgainFrom": _NULLABLE_INT,
+        "decidedAgainAs": _NULLABLE_INT,
         "expiresAt": _TIME,
         "active": {"type": "boolean"},
         "review": _NULLABLE_STRING,

@@ -218,7 +218,8 @@ class Query:
                 if job_id is not None or attempt_index is not None:
                     raise bad_input("pass either ref or jobId and attemptIndex, not both")
                 try:
-                    row = await job_queries.find_attempt_by_ref(session, ref=ref, cluster=cluster)
+                    checked = validation.text(ref, "ref") or ""
+                    row = await job_queries.find_attempt_by_ref(session, ref=checked, cluster=cluster)
                 except ValueError as exc:
                     raise bad_input(str(exc)) from None
             elif job_id is not None and attempt_index is not None:
@@ -297,7 +298,7 @@ class Query:
     async def clusters(self, info: Info, name: str | None = None) -> list[Cluster]:
         info.context.viewer()
         async with info.context.loaders.sessions() as session:
-            rows = await lease_queries.cluster_overview(session, cluster=name)
+            rows = await lease_queries.cluster_overview(session, cluster=validation.text(name, "name"))
         return [cluster_of(row) for row in rows]
 
     @strawberry.field(

@@ -174,7 +174,7 @@ def attempt_json(
         "held": attempt.held,
         "effectiveMode": effective_mode(job, settings).mode if job else None,
         "modeReason": effective_mode(job, settings).reason if job else None,
-        "modeAtRegistration": job.effective_mode if job else None,
+        "modeAtRegistration": job.registered_mode if job else None,
         "startTime": iso_utc_or_none(attempt.start_time),
         "endTime": iso_utc_or_none(attempt.end_time),
         "endedReason": attempt.ended_reason,
@@ -195,6 +195,7 @@ def milestone_json(action: SchedulerAction) -> dict[str, Any]:
         "startedAt": iso_utc_or_none(action.started_at),
         "finishedAt": iso_utc_or_none(action.finished_at),
         "durationMs": action.duration_ms,
+        "gate": action.gate,
     }
 
 
@@ -217,6 +218,9 @@ def advice_json(
         "mode": effective_mode(job, settings).mode if job else advice.mode,
         "modeReason": effective_mode(job, settings).reason if job else advice.mode_reason,
         "modeAtDecision": advice.mode,
+        # "decide again now": the observe-mode Advice this one re-decided, and the one that re-decided this one
+        "decidedAgainFrom": advice.supersedes_id,
+        "decidedAgainAs": advice.superseded_by_id,
         "expiresAt": iso_utc_or_none(advice.expires_at),
         "active": advice.active,
         "review": advice.review,
@@ -367,6 +371,25 @@ def story_json(told: Any) -> dict[str, Any] | None:
         "decided": story.decided,
         "result": story.result,
         "nextAttemptIndex": told.next_attempt.attempt_index if told.next_attempt is not None else None,
+        "cites": cited_json(told.anomaly),
+    }
+
+
+def cited_json(anomaly: Any) -> dict[str, Any] | None:
+    """The anomaly a story cites (the one its Advice was decided on), as the REST API shows it."""
+    if anomaly is None:
+        return None
+    details = anomaly.details or {}
+    return {
+        "kind": anomaly.kind,
+        "category": anomaly.category,
+        "node": anomaly.node,
+        "logPath": anomaly.log_path,
+        "lineNumber": anomaly.line_number,
+        "line": anomaly.line,
+        "role": details.get("role"),
+        "fingerprint": details.get("fingerprint"),
+        "fingerprintText": details.get("signature"),
     }
 
 

@@ -63,8 +63,8 @@ def parse_job_reference(text: str) -> tuple[int, int | None]:
     raw = text.strip()
     job, sep, attempt = raw.partition("/")
     try:
-        job_id = parse_int(job, "job id", minimum=1, maximum=MAX_SLURM_JOB_ID)
-        index = parse_int(attempt, "attempt index", maximum=MAX_ATTEMPT_INDEX) if sep else None
+        job_id = parse_int(job.strip(), "job id", minimum=1, maximum=MAX_SLURM_JOB_ID)
+        index = parse_int(attempt.strip(), "attempt index", maximum=MAX_ATTEMPT_INDEX) if sep else None
     except BoundsError as exc:
         raise AuditFilterError(f"expected a job id or job_id/attempt_index ({exc})") from None
     return job_id, index

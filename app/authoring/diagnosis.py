@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from app.config import Settings
-from app.domain import rootcause
+from app.domain import line_nodes, rootcause
 from app.domain.advice import Failure, JobPolicy, Operation, SitePolicy, decide
 from app.domain.retry import FailureKind
 
@@ -37,15 +37,24 @@ def diagnose(
     crashes: list[dict[str, Any]], *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None
 ) -> dict[str, Any]:
     """Root cause of the crash lines (annotating each with its outlook, role and blamed nodes)."""
-    findings = [_finding(entry) for entry in crashes]
+    findings = [
+        line_nodes.with_line_nodes(_finding(entry), attempt_nodes, tasks_per_node, entry.get("process_lines") or ())
+        for entry in crashes
+    ]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     for entry, finding in zip(crashes, findings, strict=True):
         attribution = rootcause.attribute(finding, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
+        entry["nodes"] = list(finding.nodes)
         entry["outlook"] = rootcause.outlook_of_finding(finding)
         entry["role"] = "primary" if finding is cause.primary else "consequence"
+        if finding is not cause.primary and rootcause.known_consequence(finding):
+            entry["role"] = "known consequence"
         entry["blamed_nodes"] = [node.to_json() for node in attribution.blamed]
+        entry["fingerprint"] = rootcause.fingerprint(finding.category, finding.detail or finding.line)
+        entry["fingerprint_id"] = rootcause.fingerprint_id(entry["fingerprint"])
     first = cause.primary
     index = findings.index(first) if first is not None else None
+    signature = rootcause.fingerprint(first.category, first.detail or first.line) if first is not None else None
     return {
         "crashed": first is not None,
         "primary_category": cause.category,
@@ -61,7 +70,12 @@ def diagnose(
             "line": first.order,
             "text": crashes[index]["text"],
             "detail": first.detail,
-            "signature": rootcause.failure_signature(first.category, first.detail or first.line),
+            "signature": signature,
+            "fingerprint": signature,
+            "fingerprint_id": rootcause.fingerprint_id(signature),
+            "node": cause.node,
+            "nodes": list(first.nodes),
+            "rank": first.rank,
             "consequences": len(cause.consequences),
             "notes": list(cause.notes),
         },
@@ -126,7 +140,13 @@ def print_verdict(data: dict[str, Any], out: TextIO) -> None:
         w("Verdict: no crash signature in this log\n\n")
         return
     root = data["root_cause"]
-    w(f"Root cause: {data['primary_category']} at line {root['line']} ({root['rule']})\n    {root['text']}\n")
+    where = f" on {root['node']}" if root.get("node") else ""
+    rank = f", rank {root['rank']}" if root.get("rank") is not None else ""
+    w(
+        f"Root cause: {data['primary_category']} at line {root['line']} ({root['rule']}){where}{rank}\n"
+        f"    {root['text']}\n"
+    )
+    w(f"Fingerprint: {root['fingerprint_id']} {root['fingerprint']}\n")
     if root["consequences"]:
         w(f"  {root['consequences']} more crash line(s) rank as consequences of it\n")
     w(f"Outlook: {_OUTLOOK_TEXT.get(data['outlook'], data['outlook'])}\n")

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from app.authoring import diagnosis
 from app.authoring.policy_check import comment_from_input
 from app.config import Settings
+from app.domain import line_nodes
 from app.domain.logline import decode_line, parse_timestamp
 from app.domain.policy import parse_comment
 from app.domain.progress import HangThresholds, SilenceScan
@@ -22,6 +23,7 @@ from app.domain.signature_config import SignatureConfigError, parse_signature_co
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
 from app.logs.reader import LINE_CAP, FilePosition, LogTailer
+from app.slurm.names import expand_hostlist
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -34,6 +36,7 @@ class _Report:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     first_marker: dict[str, Any] | None = None
+    markers: dict[int, ProgressMarker] = field(default_factory=dict)  # line -> marker that arms
     throughput: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -87,7 +90,9 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
             for event in result.progress:
                 marker = event.signal
                 assert isinstance(marker, ProgressMarker)
-                if report.first_marker is None:
+                if marker.arms:
+                    report.markers.setdefault(event.line_number, marker)
+                if report.first_marker is None and marker.arms:
                     report.first_marker = {
                         "line": event.line_number,
                         "phase": marker.phase,
@@ -115,22 +120,37 @@ def _collect(path: str, ruleset: RuleSet) -> _Report:
 
 
 _BLOCK_FIELD = re.compile(r"^\s*(?:exitcode|traceback)\s*:")
-_BLOCK_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 
 
 def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> None:
-    """torchrun's failure block puts `rank : N` a few lines above its `exitcode :` / `traceback :` line."""
-    wanted = [c for c in crashes if c["rank"] is None and _BLOCK_FIELD.match(c["text"])]
+    """torchrun's failure block puts `host : name` and `rank : N` a few lines above its `exitcode :` /
+    `traceback :` line: they name the failed process. Lines naming its PID or rank (`process_lines`) say its
+    node once the allocation is known (the collector does the same, worker/collector/reading.py)."""
+    wanted = [c for c in crashes if _BLOCK_FIELD.match(c["text"]) or c["rank"] is not None]
     if not wanted:
         return
     with open(path, "rb") as handle:
         lines = [decode_line(raw[:LINE_CAP].rstrip(b"\n")) for raw in handle]
     for crash in wanted:
-        for text in reversed(lines[max(0, crash["line"] - 6) : crash["line"] - 1]):
-            found = _BLOCK_RANK.match(text)
-            if found:
-                crash["rank"] = int(found.group(1))
-                break
+        _block_facts(crash, lines)
+        pid = line_nodes.process_id(crash["text"]) if _BLOCK_FIELD.match(crash["text"]) else None
+        before = lines[: crash["line"] - 1]
+        context = line_nodes.lines_naming_pid(before, pid) if pid is not None else []
+        if crash["rank"] is not None:
+            context += line_nodes.lines_naming_rank(before, crash["rank"])
+        if context:
+            crash["process_lines"] = context
+
+
+def _block_facts(crash: dict[str, Any], lines: list[str]) -> None:
+    """The rank and host of torchrun's failure block above a block line."""
+    if not _BLOCK_FIELD.match(crash["text"]):
+        return
+    rank, host = line_nodes.launcher_block_facts(lines[max(0, crash["line"] - 7) : crash["line"] - 1])
+    if crash["rank"] is None:
+        crash["rank"] = rank
+    if host is not None and host not in crash["nodes"]:
+        crash["nodes"] = [host, *crash["nodes"]]
 
 
 def _same_save(previous: dict[str, Any], entry: dict[str, Any]) -> bool:
@@ -142,18 +162,18 @@ def _same_save(previous: dict[str, Any], entry: dict[str, Any]) -> bool:
     )
 
 
-def _silence(path: str, ruleset: RuleSet, thresholds: HangThresholds) -> SilenceScan:
-    """Replay source timestamps line by line: where would the no-output detector have fired?"""
-    from app.domain.signatures import Classifier
+def _silence(path: str, markers: dict[int, ProgressMarker], thresholds: HangThresholds) -> SilenceScan:
+    """Replay source timestamps line by line: where would the no-output detector have fired?
 
-    classifier = Classifier(ruleset)
+    `markers` are the reader's arming markers by line (configured rules, and counters that advanced).
+    """
     scan = SilenceScan(thresholds)
     now = datetime.now(UTC)
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             text = decode_line(raw[:LINE_CAP].rstrip(b"\n"))
-            marker = classifier.progress(text.split("\r")[-1]) if text else None
+            marker = markers.get(number)
             scan.feed(
                 line_number=number,
                 at=parse_timestamp(text, now=now, default_tz=UTC),
@@ -196,7 +216,7 @@ def build_report(
     report = _collect(path, ruleset)
     _ranks_from_launcher_blocks(path, report.crashes)
     thresholds = thresholds or HangThresholds()
-    silence = _silence(path, ruleset, thresholds)
+    silence = _silence(path, report.markers, thresholds)
     now = now or datetime.now(UTC)
     throughput = {
         metric: {"count": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -260,8 +280,8 @@ def _print_human(data: dict[str, Any], out: TextIO) -> None:
     w("\nHang detector (no output):\n")
     if not hang["armed"]:
         w(
-            "  would NOT arm: no configured progress marker in this log (a generic 'training "
-            "started' line does not count)\n"
+            "  would NOT arm: no configured progress marker and no step counter seen advancing in this log "
+            "(a generic 'training started' line or a single progress line does not count)\n"
         )
     else:
         first = hang["first_marker"]
@@ -354,7 +374,7 @@ def run(
     except (OSError, SignatureConfigError) as exc:
         print(f"check-log: signatures file {settings.signatures_file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    attempt_nodes = tuple(n.strip() for n in (nodes or "").split(",") if n.strip())
+    attempt_nodes = expand_hostlist((nodes or "").strip())
     data = build_report(
         str(file), ruleset, thresholds, settings=settings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node
     )

@@ -14,6 +14,17 @@ import datetime as dt
 # Slurm reports whole seconds (truncated); our clock has microseconds.
 CLOCK_SLACK = dt.timedelta(seconds=2)
 
+# What an adopted attempt says where users look: its ended reason (API, dashboard) and its story.
+NOT_ACTED_ON = "ended before Recovery was watching; not acted on"
+
+
+def adopted_ended_reason(ended_reason: str | None, adopted_reason: str) -> str:
+    """An adopted attempt's ended reason: NOT_ACTED_ON with the adoption's reason, then what Slurm said (once)."""
+    if ended_reason and ended_reason.startswith(NOT_ACTED_ON):
+        return ended_reason
+    text = f"{NOT_ACTED_ON} ({adopted_reason})"
+    return f"{text}; {ended_reason}" if ended_reason else text
+
 
 def adoption_reason(
     *,

@@ -18,7 +18,7 @@ from app.domain.retry import (
     failures_without_progress,
     retry_limit_reached,
 )
-from app.domain.rootcause import APPLICATION, same_place
+from app.domain.rootcause import APPLICATION, fingerprint_id, same_place
 
 
 class Operation(StrEnum):
@@ -281,7 +281,8 @@ def describe_failure(failure: Failure) -> str:
         return f"{prefix} ended {state}{exit_text}{cause if failure.category else ''}"
     if failure.kind is FailureKind.CRASH:
         outlook = f", outlook {failure.outlook}" if failure.outlook else ""
-        return f"{prefix} crashed ({failure.category or 'crash signature'}{outlook})"
+        fingerprint = f", fingerprint {fingerprint_id(failure.signature)}" if failure.signature else ""
+        return f"{prefix} crashed ({failure.category or 'crash signature'}{outlook}){fingerprint}"
     if failure.kind is FailureKind.NO_PROGRESS:
         return f"{prefix} stopped making progress (no output within the hang threshold)"
     return f"{prefix} slowed down for good (throughput below its baseline)"

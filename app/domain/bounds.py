@@ -17,6 +17,7 @@ MAX_TIME = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
 MAX_SEARCH_LENGTH = 200  # the dashboard's cap of its search box; SQLite's LIKE pattern limit is 50,000 bytes
 MAX_FILTER_LENGTH = 200  # cluster, environment, state, component, event type, ...
 MAX_KEY_LENGTH = 256  # a workflow key (its column's size)
+MAX_NODE_LENGTH = 256  # a node name (its column's size)
 MAX_REASON_LENGTH = 2000  # an operator's veto reason
 _ASCII_DIGITS = frozenset("0123456789")
 
@@ -38,8 +39,12 @@ def check_int(value: int, name: str, *, minimum: int = 0, maximum: int = INT64_M
 
 
 def parse_int(text: str | None, name: str, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
-    """An integer written in ASCII digits (no sign, no spaces, at most 19 digits) within the range."""
-    raw = (text or "").strip()
+    """An integer written in ASCII digits only (no sign, no spaces around it, at most 19 digits) within the range.
+
+    Surrounding spaces are refused, not stripped: `limit= 5` is not what a client that means 5 sends, and a value
+    that reaches the database must be exactly the one that was checked. Callers reading text a person typed into a
+    box strip it themselves."""
+    raw = text or ""
     if not is_ascii_digits(raw) or len(raw) > 19:
         raise BoundsError(f"{name} must be an integer in {minimum}..{maximum} written in digits 0-9, got {raw[:20]!r}")
     return check_int(int(raw), name, minimum=minimum, maximum=maximum)
@@ -47,7 +52,7 @@ def parse_int(text: str | None, name: str, *, minimum: int = 0, maximum: int = I
 
 def parse_optional_int(text: str | None, name: str, *, minimum: int = 0, maximum: int = INT64_MAX) -> int | None:
     """parse_int, or None for an absent or empty value."""
-    if text is None or not text.strip():
+    if not text:
         return None
     return parse_int(text, name, minimum=minimum, maximum=maximum)
 
@@ -71,6 +76,14 @@ def check_text(value: str | None, name: str, *, maximum: int = MAX_FILTER_LENGTH
     if "\x00" in value:
         raise BoundsError(f"{name} must not contain NUL characters")
     return value
+
+
+def check_required_text(value: str | None, name: str, *, maximum: int = MAX_FILTER_LENGTH) -> str:
+    """check_text for a value that must be given: present and not blank."""
+    checked = check_text(value, name, maximum=maximum)
+    if checked is None or not checked.strip():
+        raise BoundsError(f"{name} must not be empty")
+    return checked
 
 
 def check_search(value: str | None, name: str = "search") -> str | None:

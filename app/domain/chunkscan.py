@@ -37,7 +37,9 @@ class ChunkScanner:
     """Multi-literal prefilter over byte chunks; returns the spans of lines containing an anchor."""
 
     def __init__(self, anchors: Sequence[str], *, engine: str = "auto"):
-        encoded = [a.encode("utf-8") for a in dict.fromkeys(anchors) if a and "\n" not in a]
+        # An anchor may END with a newline (" nan\n": a value at the end of its line); a line is found
+        # from where its anchor ends, so the newline is the line's own end.
+        encoded = [a.encode("utf-8") for a in dict.fromkeys(anchors) if a.rstrip("\n") and "\n" not in a.rstrip("\n")]
         self.anchors: tuple[bytes, ...] = tuple(encoded)
         if engine == "auto":
             engine = "hyperscan" if HYPERSCAN_AVAILABLE else "python"

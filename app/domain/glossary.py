@@ -107,6 +107,12 @@ TERMS: tuple[Term, ...] = (
         "(observe mode, or the operator has not acknowledged scheduler actions); approval cannot change that.",
     ),
     Term(
+        "DECIDED_IN_OBSERVE",
+        "decided in observe mode; not carried out",
+        "The Advice was decided while the job was in observe mode. It is never carried out, even after the mode "
+        "became act; an operator may decide a recent failure again now, which makes a new Advice.",
+    ),
+    Term(
         "SHADOW",
         "observe mode: not run",
         "The scheduler command that act mode would have run. In observe mode it is only recorded, never sent to Slurm.",

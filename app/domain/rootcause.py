@@ -2,13 +2,21 @@
 
 A failure is a cascade: a CUDA error on one rank, NCCL errors and tracebacks on the others, the
 launcher's summary, srun's kill lines. `primary` picks the earliest *specific* cause (in source time
-when both lines carry one, else in reading order); the rest are consequences. Only an
-`infrastructure` outlook implicates a node: a Python ValueError on node7 does not make node7 suspect.
+when both lines carry one, else in reading order); the rest are consequences. Known consequences
+(a peer that went away, the launcher's SIGTERM to the survivors, srun's `Terminated`) never win over
+anything else, so a SIGKILLed rank is named by the launcher's summary, not by a survivor's
+`Connection reset by peer`. Only an `infrastructure` outlook implicates a node: a Python ValueError
+on node7 does not make node7 suspect.
+
+The nodes a line names (with the attempt's allocation) are app/domain/line_nodes.py's. `fingerprint`
+is "the same failure": the category and the origin line with the parts that change from run to run
+normalised away.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +89,7 @@ TIER_CHECKPOINT = 1  # "checkpoint write failed" loses to the errno that says wh
 TIER_CONSEQUENCE = 2  # NCCL errors/timeouts, plain tracebacks, the scheduler ending the job
 TIER_SUMMARY = 3  # a launcher or srun line that names a signal (-9, -11, Killed, Bus error)
 TIER_GENERIC_SUMMARY = 4  # "exitcode: 1", "Exited with exit code 1", DUE TO TASK FAILURE, ChildFailedError
+TIER_KNOWN_CONSEQUENCE = 5  # a peer went away, SIGTERM to survivors, srun's Terminated: never the cause
 SUMMARY_RULES = frozenset(
     {
         "torch_elastic_failed_signal",
@@ -101,6 +110,21 @@ GENERIC_SUMMARY_RULES = frozenset(
 CONSEQUENCE_CATEGORIES = frozenset({NCCL_ERROR, NCCL_TIMEOUT, PYTHON_TRACEBACK, TIME_LIMIT})
 _LAUNCHER_BLOCK = re.compile(r"^\s*(?:\[\d+\]:\s*)?(?:exitcode|traceback)\s*:")
 _LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|CalledProcessError|ProcessRaisedException|ProcessExitedException")
+
+# What a rank prints when another process died first: its peer's socket closed under it.
+_PEER_LOST = re.compile(
+    r"(?:Connection|connection) (?:reset|closed) by (?:remote )?peer|[Rr]emote process exited"
+    r"|caused by a remote worker|ConnectionResetError|[Bb]roken pipe|peer (?:closed|reset) (?:the )?connection"
+    r"|Connection was likely closed|connection to the C10d store has failed|failed to shutdown the rendezvous"
+)
+# The launcher, or srun, ending the survivors (or itself) after the first failure, or Slurm cancelling the step.
+_SHUTDOWN = re.compile(
+    r"SignalException: Process \d+ got signal: 15\b|got signal: 15\b|Received 15 death signal"
+    r"|closing signal SIGTERM|srun: error: \S+: tasks? [\d,\-]+: (?:Terminated\b|Exited with exit code)"
+    r"|srun: forcing job termination"
+    r"|\*\*\* (?:JOB|STEP) [\w.+]+ ON \S+ CANCELLED AT \S+ \*\*\*"
+)
+_SHUTDOWN_RULES = frozenset({"srun_task_exited"})
 
 ITERATION_TOLERANCE = 5  # "the same place": the same iteration, give or take this many
 
@@ -152,6 +176,7 @@ class RootCause:
     blamed: tuple[BlamedNode, ...] = ()
     consequences: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    node: str | None = None  # where the failed process ran, when the evidence says (see failed_node)
 
     @property
     def category(self) -> str | None:
@@ -186,10 +211,20 @@ def outlook_of_finding(finding: Finding) -> str:
     )
 
 
+def known_consequence(finding: Finding) -> bool:
+    """A line that only reports the failure of another process (a lost peer, a SIGTERM, srun's Terminated)."""
+    texts = (finding.line, finding.detail)
+    if base_rule(finding.rule) in _SHUTDOWN_RULES:
+        return True
+    return any(_PEER_LOST.search(t) or _SHUTDOWN.search(t) for t in texts if t)
+
+
 def tier_of(finding: Finding) -> int:
     """How specific a finding is as a root cause (lower is more specific)."""
     name = base_rule(finding.rule)
     text = finding.detail or finding.line
+    if known_consequence(finding):
+        return TIER_KNOWN_CONSEQUENCE
     launcher = finding.category == PYTHON_TRACEBACK and _LAUNCHER_EXCEPTION.search(text)
     if name in GENERIC_SUMMARY_RULES or launcher:
         return TIER_GENERIC_SUMMARY
@@ -211,16 +246,37 @@ def _earlier(a: Finding, b: Finding) -> bool:
     return a.order < b.order
 
 
+_PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
+
+
+def _pid(finding: Finding) -> str | None:
+    found = _PID.search(finding.line) or _PID.search(finding.detail)
+    return found.group(1) if found else None
+
+
 def primary(findings: Iterable[Finding]) -> Finding | None:
-    """The earliest finding of the most specific tier."""
+    """The earliest finding of the most specific tier; of the lines about the same process (same PID, same
+    tier) the one that names its node or rank (torchrun's block says what its `failed (exitcode: -9)` does not)."""
+    candidates = list(findings)
     best: Finding | None = None
-    for finding in findings:
+    for finding in candidates:
         if best is None:
             best = finding
             continue
         tier, best_tier = tier_of(finding), tier_of(best)
         if tier < best_tier or (tier == best_tier and _earlier(finding, best)):
             best = finding
+    if best is not None and (not best.nodes or best.rank is None) and _pid(best) is not None:
+        same = [
+            f
+            for f in candidates
+            if f is not best
+            and tier_of(f) == tier_of(best)
+            and _pid(f) == _pid(best)
+            and (f.nodes or f.rank is not None)
+        ]
+        if same:
+            return min(same, key=lambda f: f.order)
     return best
 
 
@@ -267,9 +323,16 @@ def attribute(finding: Finding, *, attempt_nodes: Sequence[str] = (), tasks_per_
 
 
 def analyse(
-    findings: Sequence[Finding], *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None
+    findings: Sequence[Finding],
+    *,
+    attempt_nodes: Sequence[str] = (),
+    tasks_per_node: str | None = None,
+    node_hints: Sequence[Finding] = (),
 ) -> RootCause:
-    """Primary cause, its outlook and every node infrastructure evidence blames."""
+    """Primary cause, its outlook and every node infrastructure evidence blames.
+
+    `node_hints` are lines kept apart (printed after Recovery acted): never a cause, but srun's exit line
+    among them still says where the failed process ran."""
     first = primary(findings)
     if first is None:
         return RootCause(primary=None, outlook=None)
@@ -287,18 +350,88 @@ def analyse(
         blamed=tuple(blamed.values()),
         consequences=tuple(f for f in findings if f is not first),
         notes=tuple(notes),
+        node=failed_node(first, [*findings, *node_hints]),
     )
 
 
-_PREFIX = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
-_NOISE = re.compile(r"0x[0-9a-fA-F]+|\bpid[=: ]\s*\d+|\(pid: \d+\)|\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?")
+_SRUN_EXITED = re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? [\d,\-]+: Exited with exit code [1-9]")
+
+
+def failed_node(first: Finding, findings: Sequence[Finding]) -> str | None:
+    """The node the failed process ran on: the root cause's own node, else the node of srun's first
+    `Exited with exit code N` (the task whose launcher saw its process die; the others are `Terminated`)."""
+    if first.nodes:
+        return first.nodes[0]
+    exited = [f for f in findings if _SRUN_EXITED.search(f.line) or _SRUN_EXITED.search(f.detail)]
+    if not exited:
+        return None
+    earliest = min(exited, key=lambda f: f.order)
+    found = _SRUN_EXITED.search(earliest.line) or _SRUN_EXITED.search(earliest.detail)
+    return found.group("node") if found else None
+
+
+# ---------------------------------------------------------------- fingerprints
+
+# Log prefixes before the message: glog ("E1205 07:45:46.196000 18042 torch/x.py:869] "), rank labels
+# ("[rank3]:", "Rank0:", "3: ", "[default0]:"), NCCL's "host:pid:tid [gpu]", bracketed timestamps.
+_LOG_PREFIXES = (
+    re.compile(r"^\s*[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+:\d+\]\s*"),
+    re.compile(r"^\s*\[?(?:[Rr]ank|default)\s?\d+\]?:\s?"),
+    re.compile(r"^\s*\d+:\s"),
+    re.compile(r"^\s*[\w.\-]+:\d+:\d+ \[\d+\]\s*"),
+    re.compile(r"^\s*\[[^\]]*\d\d:\d\d:\d\d[^\]]*\]\s*"),
+)
+_VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
+    (re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?"), "<ip>"),
+    (re.compile(r"\[(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}\](?::\d+)?"), "<ip>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{12,}\b"), "<hex>"),
+    (re.compile(r"\b(pid|PID|tid|TID|Process|process|port|Port)[=: ]+\d+"), r"\1 <n>"),
+    (re.compile(r"\b([Rr]ank|local_rank|RANK|[Dd]evice|GPU|gpu|cuda:)([\s:=#]*)\d+"), r"\1\2<n>"),
+    (re.compile(r"(\.(?:cc|cpp|c|h|hpp|cu|py)):\d+\b"), r"\1:<n>"),
+    (re.compile(r":\d{2,5}\b"), ":<port>"),
+)
+# Peer-loss messages are one cause whatever the transport says (gloo alternates "Read error ... reset by
+# peer" and "Connection closed by peer"): one origin text for all of them.
+_BACKEND = re.compile(r"\b(gloo|nccl|NCCL|ucc|mpi|c10d)\b")
+
+
+def normalise_origin(text: str, *, job_dirs: Sequence[str] = ()) -> str:
+    """The origin line without what changes between runs: log prefixes, times, PIDs, ports, addresses, ranks, paths."""
+    line = text.strip()
+    for _ in range(3):  # prefixes nest: "[rank1]: E1205 07:45:46.196000 18042 x.py:1] ..."
+        before = line
+        for prefix in _LOG_PREFIXES:
+            line = prefix.sub("", line, count=1)
+        if line == before:
+            break
+    for root in sorted((d.rstrip("/") for d in job_dirs if d and d.strip("/")), key=len, reverse=True):
+        line = line.replace(root, "<job>")
+    if _PEER_LOST.search(line):
+        backend = _BACKEND.search(line)
+        return f"{backend.group(1).lower() + ': ' if backend else ''}connection to a peer lost"
+    for pattern, replacement in _VOLATILE:
+        line = pattern.sub(replacement, line)
+    return " ".join(line.split())
+
+
+def fingerprint(category: str, detail: str, *, job_dirs: Sequence[str] = ()) -> str:
+    """What "the same failure" means across reruns: category plus the normalised origin line."""
+    return f"{category}: {normalise_origin(detail, job_dirs=job_dirs)}"[:500]
+
+
+def fingerprint_id(text: str | None) -> str | None:
+    """A short stable id of a fingerprint, for tables and reasons ("fp-3f2a9c0b1d4e")."""
+    if not text:
+        return None
+    return "fp-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def failure_signature(category: str, detail: str) -> str:
-    """What "the same failure" means: category plus the exception line, without rank prefix, pids and addresses."""
-    text = _PREFIX.sub("", detail.strip())
-    text = _NOISE.sub("#", text)
-    return f"{category}: {' '.join(text.split())}"[:500]
+    """The fingerprint (kept under its former name for callers that compare signatures)."""
+    return fingerprint(category, detail)
 
 
 def same_place(
@@ -317,3 +450,12 @@ def same_place(
     if iteration is None or earlier_iteration is None:
         return False
     return abs(iteration - earlier_iteration) <= tolerance
+
+
+def decided_anomaly(refs: Sequence[str]) -> int | None:
+    """The anomaly an Advice's evidence refs say it rests on: the crash's root cause, else the signal's anomaly."""
+    for prefix in ("root_cause:anomaly:", "anomaly:"):
+        for ref in refs:
+            if ref.startswith(prefix) and ref[len(prefix) :].isdigit():
+                return int(ref[len(prefix) :])
+    return None

@@ -17,6 +17,11 @@ from app.domain.signature_realworld import (
     REALWORLD_CHECKPOINT_RULES,
     SLURM_RULES,
 )
+from app.domain.signature_structure import (
+    STRUCTURE_CHECKPOINT_RULES,
+    STRUCTURE_CRASH_RULES,
+    STRUCTURE_NAN_RULES,
+)
 from app.domain.signatures import (
     CUDA_ERROR,
     CUDA_OOM,
@@ -191,7 +196,9 @@ CRASH_RULES: tuple[Rule, ...] = (
         r"[Ss]egmentation fault|SIGSEGV|[Ss]ignal 11\b|exitcode\s*:\s*-11\b",
         "/var/spool/slurmd/job00123/slurm_script: line 42: 12345 Segmentation fault      (core dumped) python train.py",
     ),
+    *STRUCTURE_NAN_RULES,
     *NAN_RULES,
+    *STRUCTURE_CRASH_RULES,
     _crash(
         "nan_loss",
         NAN_LOSS,
@@ -531,7 +538,13 @@ THROUGHPUT_RULES: tuple[Rule, ...] = (
 )
 
 DEFAULT_RULES: tuple[Rule, ...] = (
-    CRASH_RULES + BENIGN_RULES + CHECKPOINT_RULES + REALWORLD_CHECKPOINT_RULES + PROGRESS_RULES + THROUGHPUT_RULES
+    CRASH_RULES
+    + BENIGN_RULES
+    + CHECKPOINT_RULES
+    + REALWORLD_CHECKPOINT_RULES
+    + STRUCTURE_CHECKPOINT_RULES
+    + PROGRESS_RULES
+    + THROUGHPUT_RULES
 )
 
 

@@ -20,6 +20,7 @@ SECTIONS = (
 
 
 def _entry(rule: Rule) -> str:
+    """One rule's entry; an anchor's trailing newline (a line end) is shown as ⏎."""
     head = f"* **`{rule.name}`**"
     if rule.kind == "crash":
         outlook = outlook_of(category=rule.label, rule=rule.name)
@@ -28,7 +29,7 @@ def _entry(rule: Rule) -> str:
         head += f" → `{rule.label}`" + (f" ({rule.framework})" if rule.framework else "")
     lines = [
         head,
-        "  * anchors: " + ", ".join(f"`` {anchor} ``" for anchor in rule.anchors),
+        "  * anchors: " + ", ".join(f"`` {anchor.replace(chr(10), '⏎')} ``" for anchor in rule.anchors),
         f"  * pattern: `` {rule.pattern} ``",
     ]
     if rule.exclude:

@@ -144,12 +144,17 @@ class CheckpointEvent:
 
 @dataclass(frozen=True)
 class ProgressMarker:
-    """A configured progress marker: arms the hang detector in its phase."""
+    """A progress marker: a configured rule's match, or a step counter read by structure.
+
+    `arms` is False for a counter seen without an advance yet (offline tools list it; the collector
+    never gets one): the hang detector arms on a configured marker or on a counter that advanced.
+    """
 
     phase: str
     rule: str
     framework: str = ""
     iteration: int | None = None
+    arms: bool = True
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,19 @@ _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
 _ITERATION_IN_PATH = re.compile(
-    r"(?:iter_|global_step|checkpoint-|step[=_-]?|iteration[=_-]?)(\d+)(?!.*(?:iter_|global_step|checkpoint-|step[=_-]?)\d)"
+    r"(?:iter_|global_step|checkpoint[-_]?|step[=_-]?|iteration[=_-]?)(\d+)"
+    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|step[=_-]?)\d)"
+)
+# "at iteration 15", "for step 10", "global_step=10", "step: 7" in a checkpoint line without an iteration group.
+# fairseq counts optimizer updates: "(epoch 70 @ 2162 updates".
+_ITERATION_IN_LINE = re.compile(
+    r"(?<![\w/.-])(?i:iteration|iter|global[_ ]step|step)s?\s*[:=#]?\s*(\d+)\b(?!\.\d)|\b(\d+) updates\b"
+)
+# The last resort of a checkpoint line that names no step: its epoch ("=> loaded checkpoint 'x.pth' (epoch 1)").
+_EPOCH_IN_LINE = re.compile(r"(?<![\w/.-])(?i:epoch)\s*[:=#]?\s*(\d+)\b(?!\.\d)")
+# A path in a checkpoint line without a path group: a token with a slash, or a checkpoint file name.
+_PATH_IN_LINE = re.compile(
+    r"(?<![\w])(?P<path>(?:[~.]{0,2}/|[A-Za-z]:\\)?[\w.~=+-]+(?:[/\\][\w.~=+-]+)+/?|[\w.=+-]+\.(?:pt|pth|ckpt|bin|safetensors|distcp|pkl|h5|npz))"
 )
 _RANK_PREFIX = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
 
@@ -319,13 +336,23 @@ class Classifier:
             if match is None or (exclude is not None and exclude.search(line)):
                 continue
             path = _group(match, "path")
+            if not path and not _group(match, "tag"):
+                found_path = _PATH_IN_LINE.search(line)
+                path = found_path.group("path") if found_path else None
             if path:
                 path = path.strip().strip("'\"").rstrip(".,;:)")
             iteration = _int_or_none(_group(match, "iteration"))
             if iteration is None:
-                hint = path or _group(match, "tag") or ""
-                found = _ITERATION_IN_PATH.search(hint)
-                iteration = int(found.group(1)) if found else None
+                # The step from the line itself, else from the path (iter_0000010, global_step10, checkpoint-10).
+                said = _ITERATION_IN_LINE.search(line)
+                if said is not None and (
+                    not path or said.start() < line.find(path) or said.start() >= line.find(path) + len(path)
+                ):
+                    iteration = int(said.group(1) or said.group(2))
+                else:
+                    hint = path or _group(match, "tag") or line
+                    found = _ITERATION_IN_PATH.search(hint) or _EPOCH_IN_LINE.search(line)
+                    iteration = int(found.group(1)) if found else None
             return CheckpointEvent(
                 kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None
             )
@@ -413,7 +440,8 @@ def literal_alternatives(pattern: str) -> tuple[str, ...] | None:
 
 
 def _anchored(rule: Rule, line: str) -> bool:
-    return any(anchor in line for anchor in rule.anchors)
+    """A line holds one of the rule's anchors (an anchor ending in a newline: at the end of the line)."""
+    return any(anchor in line if anchor[-1:] != "\n" else line.endswith(anchor[:-1]) for anchor in rule.anchors)
 
 
 def strip_rank_prefix(line: str) -> tuple[str, str]:

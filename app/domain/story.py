@@ -87,6 +87,12 @@ class AttemptFacts:
     enrolled: bool = True
     resumed_checkpoint: bool = False  # this attempt loaded a checkpoint (a restart that resumed)
     resumed_iteration: int | None = None
+    adopted: bool = False  # it ended before this installation was watching (app/domain/adoption.py)
+
+
+# The adoption rule in the story's words (app.domain.adoption.NOT_ACTED_ON; the domain imports no sibling here).
+NOT_ACTED_ON = "ended before Recovery was watching; not acted on"
+OBSERVE_NOT_CARRIED_OUT = "decided in observe mode; not carried out"
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,9 @@ def tell(facts: AttemptFacts) -> Story:
             return Story(happened, "not enrolled: Recovery only watches this job", "", _plain_outcome(state))
         if state in {"COMPLETED", "CANCELLED"}:
             return Story(happened, "", "", _plain_outcome(state))
+        if facts.adopted:
+            result = _next_text(facts.next_attempt) if facts.next_attempt is not None else ""
+            return Story(happened, NOT_ACTED_ON, result, _plain_outcome(state))
         if facts.anomaly is not None or state in states.FAILED:
             if facts.next_attempt is not None:
                 return Story(happened, "Slurm requeued it", _next_text(facts.next_attempt), Outcome.RECOVERED)
@@ -197,9 +206,12 @@ def tell(facts: AttemptFacts) -> Story:
             decided = f"observe only: would have restarted as attempt {next_index}{excl}"
         else:
             decided = f"observe only: would have stopped the run{rule}"
-        result = "nothing was done (observe mode)"
+        result = f"{OBSERVE_NOT_CARRIED_OUT} (nothing was done)"
         if facts.next_attempt is not None:
-            result = f"nothing was done by Recovery; Slurm itself started {_next_text(facts.next_attempt)}"
+            result = (
+                f"{OBSERVE_NOT_CARRIED_OUT}: nothing was done by Recovery; "
+                f"Slurm itself started {_next_text(facts.next_attempt)}"
+            )
         return Story(happened, decided, result, Outcome.OBSERVE_ONLY)
     if advice.review == "VETOED":
         return Story(

@@ -11,7 +11,8 @@ from app.audit import service as audit
 from app.config import Settings
 from app.domain.checkpoint_check import CheckResult, partition_selected
 from app.evidence import queries
-from app.evidence.checkpoint_probe import check_path_bounded
+from app.evidence.checkpoint_probe import REFUSED_PREFIX, check_path_bounded
+from app.logs.safe_open import AccessRule
 
 if TYPE_CHECKING:
     from app.jobs.models import Attempt, Job
@@ -42,6 +43,13 @@ async def check_newest_save(
         timeout=settings.checkpoint_check_timeout,
         framework=row.framework,
         roots=settings.checkpoint_check_roots,
+        access=AccessRule.for_job(
+            uid=job.user_id,
+            gid=job.group_id,
+            user_name=job.user,
+            mode=settings.log_access,
+            unknown_uid=settings.log_access_unknown_uid,
+        ),
         recorded_iteration=row.iteration,
         previous=CheckResult.from_dict(previous),
     )
@@ -58,4 +66,18 @@ async def check_newest_save(
             slurm_job_id=attempt.slurm_job_id,
             attempt_index=attempt.attempt_index,
         )
+        if result.message.startswith(REFUSED_PREFIX):  # once per new verdict, like checkpoint.checked
+            reason = result.message[len(REFUSED_PREFIX) :].split(")", 1)[0].strip(" (")
+            await audit.record(
+                session,
+                component="advisor",
+                event_type="log.refused",
+                level="WARNING",
+                message=f"attempt {attempt.attempt_index}: checkpoint path not looked at ({reason}): {result.message}",
+                payload={"file": row.path, "reason": reason, "detail": result.message, "checkpointId": row.id},
+                cluster=job.cluster,
+                slurm_job_id=attempt.slurm_job_id,
+                attempt_index=attempt.attempt_index,
+                workflow_id=job.workflow_id,
+            )
     return result

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.domain import rootcause
+from app.domain import line_nodes, rootcause
+from app.domain.progress_structure import parse_bar_line
 from app.domain.signatures import Classifier
 from app.evidence.models import Anomaly
 
@@ -16,10 +18,11 @@ class AttemptCause:
 
     category: str | None = None
     outlook: str | None = None
-    signature: str | None = None
+    signature: str | None = None  # the root cause's fingerprint (rootcause.fingerprint)
     iteration: int | None = None
     blamed: tuple[str, ...] = ()
     primary_anomaly_id: int | None = None
+    node: str | None = None  # where the failed process ran (rootcause.failed_node), when the evidence says
     # Blame derived now for anomalies recorded before the attempt's node list was known: id -> blamed nodes.
     derived: dict[int, list[dict[str, str]]] = field(default_factory=dict)
 
@@ -53,15 +56,22 @@ def blamed_nodes(row: Anomaly, *, attempt_nodes: Sequence[str] = (), tasks_per_n
     return {node.node for node in attribution.blamed}
 
 
+def job_dirs_of(*paths: str | None) -> tuple[str, ...]:
+    """The directories of an attempt's output files: paths under them do not make a failure different."""
+    return tuple(dict.fromkeys(os.path.dirname(p) for p in paths if p and os.path.dirname(p) not in ("", "/")))
+
+
 def iteration_of(progress_line: str | None, classifier: Classifier | None) -> int | None:
-    """The iteration a progress-marker line names (None when it names none)."""
-    if not progress_line or classifier is None:
+    """The iteration a progress line names: a configured marker's, else its step counter's (None when neither)."""
+    if not progress_line:
         return None
-    for part in reversed(progress_line.split("\r")):
-        marker = classifier.progress(part)
-        if marker is not None:
-            return marker.iteration
-    return None
+    if classifier is not None:
+        for part in reversed(progress_line.split("\r")):
+            marker = classifier.progress(part)
+            if marker is not None and marker.iteration is not None:
+                return marker.iteration
+    reading = parse_bar_line(progress_line)
+    return reading.iteration if reading is not None else None
 
 
 def attempt_cause(
@@ -71,12 +81,13 @@ def attempt_cause(
     tasks_per_node: str | None = None,
     progress_line: str | None = None,
     classifier: Classifier | None = None,
+    job_dirs: Sequence[str] = (),
 ) -> AttemptCause:
     """Primary cause of an attempt's crash anomalies (up to the one being decided), with its outlook and blame."""
     crashes = [row for row in rows if row.kind == "CRASH"]
     if not crashes:
         return AttemptCause()
-    findings = [finding_of(row) for row in crashes]
+    findings = [line_nodes.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     first = cause.primary
     blamed: set[str] = set()
@@ -92,9 +103,8 @@ def attempt_cause(
     if first is None:
         return AttemptCause(blamed=tuple(sorted(blamed)), derived=derived)
     row = crashes[findings.index(first)]
-    signature = (row.details or {}).get("signature") or rootcause.failure_signature(
-        first.category, first.detail or first.line
-    )
+    # Recomputed, not read from the row: rows recorded by an older normaliser compare like new ones.
+    signature = rootcause.fingerprint(first.category, first.detail or first.line, job_dirs=job_dirs)
     return AttemptCause(
         category=first.category,
         outlook=row.outlook or cause.outlook,
@@ -102,5 +112,6 @@ def attempt_cause(
         iteration=iteration_of(progress_line, classifier),
         blamed=tuple(sorted(blamed)),
         primary_anomaly_id=row.id,
+        node=cause.node,
         derived=derived,
     )

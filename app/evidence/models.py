@@ -49,6 +49,10 @@ class LogSource(Base):
     hang_episode: Mapped[str | None] = mapped_column(String(64))
     hang_delay_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     hang_checked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Why the last open was refused (app/logs/safe_open.py reasons; null: the file was accepted or not there yet),
+    # and every reason already recorded as a log.refused event (each is recorded once).
+    refused_reason: Mapped[str | None] = mapped_column(String(32))
+    refusals: Mapped[list[str] | None] = mapped_column(JSON)
     # Set when the collector stopped reading it (attempt ended, final read done).
     closed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -17,6 +17,9 @@ from app.sql import by_ids, first_per_group, rows_in, scalars_in
 
 # Anomaly kinds the advisor decides on.
 DECIDED_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
+# A crash line printed after Recovery sent requeue-hold or cancel for its attempt: the ending Recovery
+# caused, kept for the record and shown apart, never decided on and never a root cause.
+AFTER_RECOVERY_ACTED = "AFTER_RECOVERY_ACTED"
 
 # ---- checkpoints and anomalies ----------------------------------------------------------------
 
@@ -268,3 +271,27 @@ async def newest_saved_checkpoint(session: AsyncSession, *, attempt_id: int) -> 
         .limit(1)
     )
     return (await session.scalars(query)).first()
+
+
+async def accepted_log_files(session: AsyncSession, *, attempt_id: int, job_id: int) -> dict[str, tuple[int, int]]:
+    """Path -> (device, inode) of this attempt's log files the collector opened and read, and did not refuse since."""
+    rows = await session.execute(
+        select(LogSource.path, LogSource.device, LogSource.inode).where(
+            or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True)),
+            LogSource.inode.is_not(None),
+            LogSource.device.is_not(None),
+            LogSource.refused_reason.is_(None),
+        )
+    )
+    return {path: (device, inode) for path, device, inode in rows.all() if device is not None and inode is not None}
+
+
+async def refused_log_files(session: AsyncSession, *, attempt_id: int, job_id: int) -> dict[str, str]:
+    """Path -> reason of this attempt's log files whose last open was refused (app/logs/safe_open.py reasons)."""
+    rows = await session.execute(
+        select(LogSource.path, LogSource.refused_reason).where(
+            or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True)),
+            LogSource.refused_reason.is_not(None),
+        )
+    )
+    return {path: reason for path, reason in rows.all() if reason}

@@ -18,17 +18,21 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import metrics
+from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
 from app.db import dialect_of, utcnow
-from app.domain import rootcause, slowdown
+from app.domain import line_nodes, rootcause, slowdown
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.evidence.queries import AFTER_RECOVERY_ACTED
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job
 
 CRASH = "CRASH"
 NO_PROGRESS = "NO_PROGRESS"
 SLOWDOWN = "SLOWDOWN"
+_ACTING_STEPS = ("requeue_hold", "cancel")
+_SENT = ("STARTED", "SUCCEEDED")
 MAX_LINE = 4000
 
 
@@ -44,6 +48,8 @@ class LineEvent:
     read_at: dt.datetime
     signal: CrashSignature | CheckpointEvent
     attempt_label: int | None = None
+    # Other lines of the file naming the failed process's PID (a launcher summary's context), for its node.
+    context: tuple[str, ...] = ()
 
 
 def signal_to_json(signal: CrashSignature | CheckpointEvent) -> dict[str, Any]:
@@ -174,42 +180,100 @@ async def record_anomaly(
     return anomaly
 
 
+async def recovery_acted_at(session: AsyncSession, *, attempt_id: int) -> tuple[dt.datetime, str] | None:
+    """When Recovery first sent requeue-hold or cancel for this attempt (and which), or None."""
+    row = (
+        await session.execute(
+            select(SchedulerAction.started_at, SchedulerAction.step)
+            .join(Advice, Advice.id == SchedulerAction.advice_id)
+            .where(
+                Advice.attempt_id == attempt_id,
+                SchedulerAction.step.in_(_ACTING_STEPS),
+                SchedulerAction.status.in_(_SENT),
+            )
+            .order_by(SchedulerAction.started_at)
+            .limit(1)
+        )
+    ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def _after(line_time: dt.datetime, acted: dt.datetime) -> bool:
+    aware = line_time if line_time.tzinfo is not None else line_time.replace(tzinfo=dt.UTC)
+    sent = acted if acted.tzinfo is not None else acted.replace(tzinfo=dt.UTC)
+    return aware >= sent
+
+
 async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | None:
     """A crash line becomes a CRASH anomaly (first line per category, node and Xid of the attempt).
 
     Every rank of a failing run prints the same error; the advisor needs each distinct node, not
-    every copy, so repeats of the same (category, node, xid) are not recorded again.
+    every copy, so repeats of the same (category, node, xid) are not recorded again. A line printed
+    (source time, else read time) after Recovery sent requeue-hold or cancel is kept apart as
+    AFTER_RECOVERY_ACTED: the survivors' SIGTERM and srun's `Terminated` are Recovery's doing.
     """
     signal = event.signal
     assert isinstance(signal, CrashSignature)
-    node = signal.nodes[0] if signal.nodes else None
-    repeat = await session.scalar(
-        select(Anomaly.id)
-        .where(
-            Anomaly.attempt_id == attempt.id,
-            Anomaly.kind == CRASH,
-            Anomaly.category == signal.category,
-            Anomaly.node.is_(None) if node is None else Anomaly.node == node,
-            Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
+    allocation = tuple(attempt.nodes or ())
+    finding = line_nodes.with_line_nodes(
+        rootcause.Finding(
+            category=signal.category,
+            rule=signal.rule,
+            line=event.line,
+            detail=signal.detail,
+            nodes=signal.nodes,
+            rank=signal.rank,
+            xid=signal.xid,
+        ),
+        allocation,
+        attempt.tasks_per_node,
+        event.context,
+    )
+    node = finding.nodes[0] if finding.nodes else None
+    acted = await recovery_acted_at(session, attempt_id=attempt.id)
+    after = acted is not None and _after(event.source_time or event.read_at, acted[0])
+    kind = AFTER_RECOVERY_ACTED if after else CRASH
+    repeats = (
+        await session.scalars(
+            select(Anomaly.details)
+            .where(
+                Anomaly.attempt_id == attempt.id,
+                Anomaly.kind == kind,
+                Anomaly.category == signal.category,
+                Anomaly.node.is_(None) if node is None else Anomaly.node == node,
+                Anomaly.xid.is_(None) if signal.xid is None else Anomaly.xid == signal.xid,
+            )
+            .limit(2)
         )
-        .limit(1)
-    )
-    if repeat is not None:
+    ).all()
+    # A repeat is recorded once more only when it is the first to say which rank failed (torchrun's block
+    # after its `failed (exitcode: -9)` line): the root cause then names the failed process.
+    if repeats and (signal.rank is None or any((d or {}).get("rank") is not None for d in repeats)):
         return None
-    finding = rootcause.Finding(
-        category=signal.category,
-        rule=signal.rule,
-        line=event.line,
-        detail=signal.detail,
-        nodes=signal.nodes,
-        rank=signal.rank,
-        xid=signal.xid,
-    )
-    attribution = rootcause.attribute(
-        finding, attempt_nodes=tuple(attempt.nodes or ()), tasks_per_node=attempt.tasks_per_node
-    )
+    attribution = rootcause.attribute(finding, attempt_nodes=allocation, tasks_per_node=attempt.tasks_per_node)
     blamed = [node.to_json() for node in attribution.blamed]
     where = f"{os.path.basename(event.log_path)}:{event.line_number}"
+    dirs = tuple(
+        dict.fromkeys(
+            os.path.dirname(p) for p in (attempt.stdout_path, attempt.stderr_path) if p and os.path.dirname(p)
+        )
+    )
+    signature = rootcause.fingerprint(signal.category, signal.detail or event.line, job_dirs=dirs)
+    details: dict[str, Any] = {
+        "rule": signal.rule,
+        "nodes": list(finding.nodes),
+        "rank": signal.rank,
+        "detail": signal.detail,
+        "readTime": event.read_at.isoformat(),
+        "signature": signature,
+        "fingerprint": rootcause.fingerprint_id(signature),
+        **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
+        **({"attributionNote": attribution.note} if attribution.note else {}),
+    }
+    if after:
+        assert acted is not None
+        details["afterRecoveryActed"] = {"step": acted[1], "sentAt": acted[0].isoformat()}
+        return await _record_after_action(session, attempt=attempt, event=event, node=node, details=details)
     return await record_anomaly(
         session,
         attempt=attempt,
@@ -226,18 +290,61 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         line_number=event.line_number,
         line=event.line,
         source_time=event.source_time,
-        details={
-            "rule": signal.rule,
-            "nodes": list(signal.nodes),
-            "rank": signal.rank,
-            "detail": signal.detail,
-            "readTime": event.read_at.isoformat(),
-            "signature": rootcause.failure_signature(signal.category, signal.detail or event.line),
-            **({"attributionNote": attribution.note} if attribution.note else {}),
-        },
+        details=details,
         outlook=rootcause.outlook_of_finding(finding),
         blamed_nodes=blamed,
     )
+
+
+async def _record_after_action(
+    session: AsyncSession, *, attempt: Attempt, event: LineEvent, node: str | None, details: dict[str, Any]
+) -> Anomaly | None:
+    """Keep a crash line printed after Recovery acted: no anomaly.detected event, no decision, no blame."""
+    signal = event.signal
+    assert isinstance(signal, CrashSignature)
+    step = details["afterRecoveryActed"]["step"].replace("_", "-")
+    message = f"{signal.category} at {os.path.basename(event.log_path)}:{event.line_number}, after Recovery sent {step}"
+    new_id = await _insert_ignore(
+        session,
+        Anomaly,
+        {
+            "attempt_id": attempt.id,
+            "event_key": event.event_key,
+            "kind": AFTER_RECOVERY_ACTED,
+            "category": signal.category,
+            "detector": "signature",
+            "message": message[:MAX_LINE],
+            "node": node,
+            "xid": signal.xid,
+            "log_path": event.log_path,
+            "line_number": event.line_number,
+            "line": event.line[:MAX_LINE],
+            "source_time": event.source_time,
+            "details": details,
+            "detected_at": utcnow(),
+            "outlook": None,
+            "blamed_nodes": [],
+        },
+    )
+    if new_id is None:
+        return None
+    await audit.record(
+        session,
+        component="watcher",
+        event_type="evidence.after_recovery_acted",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: {message}"[:MAX_LINE],
+        payload={
+            "anomalyId": new_id,
+            "category": signal.category,
+            **_evidence_payload(event.log_path, event.line_number, event.line, event.source_time),
+            "details": details,
+        },
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=attempt.workflow_id,
+    )
+    return None  # kept apart: not a new anomaly of the attempt
 
 
 async def record_checkpoint(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Checkpoint | None:
@@ -357,6 +464,27 @@ async def store_blame(session: AsyncSession, *, blamed: dict[int, list[dict[str,
             row.blamed_nodes = nodes
 
 
+ROOT_CAUSE = "root cause"
+CONSEQUENCE = "consequence"
+
+
+async def store_roles(session: AsyncSession, *, root_cause_id: int, crash_ids: list[int]) -> None:
+    """Mark an attempt's crash anomalies as its root cause or a consequence of it (the anomaly table shows it)."""
+    for anomaly_id in crash_ids:
+        row = await session.get(Anomaly, anomaly_id)
+        role = ROOT_CAUSE if anomaly_id == root_cause_id else CONSEQUENCE
+        if row is not None and (row.details or {}).get("role") != role:
+            row.details = {**(row.details or {}), "role": role}
+
+
+async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str) -> None:
+    """Name the node of a root-cause anomaly whose own line did not (srun's first non-zero exit said it)."""
+    row = await session.get(Anomaly, anomaly_id)
+    if row is not None and row.node is None:
+        row.node = node
+        row.details = {**(row.details or {}), "nodeFrom": "srun exit of the failed task"}
+
+
 # ---- events that wait for their attempt -------------------------------------------------------
 
 
@@ -441,3 +569,42 @@ async def add_log_source(session: AsyncSession, *, path: str, job_id: int, attem
     row = LogSource(path=path, job_id=job_id, attempt_id=attempt_id, shared=attempt_id is None, offset=0, line_number=0)
     session.add(row)
     return row
+
+
+async def note_refusal(
+    session: AsyncSession,
+    *,
+    source: LogSource,
+    job: Job | None,
+    attempt_index: int | None,
+    reason: str | None,
+    detail: str = "",
+) -> bool:
+    """Keep why a log source's path was last refused (None: not); a `log.refused` event once per attempt and reason.
+
+    True when a new event was recorded. The event names the path, the reason and its detail (owner,
+    mode, file type), never a byte of the file: nothing refused is read.
+    """
+    if source.refused_reason != reason:
+        source.refused_reason = reason
+    if reason is None:
+        return False
+    key = f"{attempt_index if attempt_index is not None else '-'}:{reason}"
+    seen = list(source.refusals or [])
+    if key in seen:
+        return False
+    source.refusals = [*seen, key]
+    where = f"attempt {attempt_index}: " if attempt_index is not None else ""
+    await audit.record(
+        session,
+        component="collector",
+        event_type="log.refused",
+        level="WARNING",
+        message=f"{where}log file not read ({reason}): {detail}"[:MAX_LINE],
+        payload={"file": source.path, "reason": reason, "detail": detail[:MAX_LINE], "logSourceId": source.id},
+        cluster=job.cluster if job else None,
+        slurm_job_id=job.slurm_job_id if job else None,
+        attempt_index=attempt_index,
+        workflow_id=job.workflow_id if job else None,
+    )
+    return True

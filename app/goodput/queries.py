@@ -15,6 +15,7 @@ from app.db import utcnow
 from app.domain import states
 from app.domain.checkpoint_check import CheckResult
 from app.domain.goodput import AttemptTimes, Breakdown, RunGoodput, merge, run_goodput
+from app.domain.mode import ENROLLED
 from app.evidence.models import Anomaly, Checkpoint
 from app.jobs.models import Attempt, Job
 from app.sql import rows_in, scalars_in
@@ -176,7 +177,7 @@ async def cluster_goodput(
     session: AsyncSession, *, cluster: str | None, since: dt.datetime, now: dt.datetime | None = None
 ) -> GoodputReport:
     """The goodput of enrolled jobs seen since ``since`` (all clusters when None), newest MAX_JOBS."""
-    query = select(Job.id).where(Job.enrolment == "ENROLLED", Job.updated_at >= since)
+    query = select(Job.id).where(Job.enrolment == ENROLLED, Job.updated_at >= since)
     if cluster is not None:
         query = query.where(Job.cluster == cluster)
     job_ids = list((await session.scalars(query.order_by(Job.id.desc()).limit(MAX_JOBS + 1))).all())

@@ -55,6 +55,10 @@ class Job(Base):
     workflow_id: Mapped[int | None] = mapped_column(ForeignKey("workflows.id", ondelete="CASCADE"))
     name: Mapped[str | None] = mapped_column(String(256))
     user: Mapped[str | None] = mapped_column(String(128))
+    # Slurm's numeric UserId/GroupId of the job (null: recorded before 0012, or Slurm did not say): the
+    # collector and the log view open the job's files with this user's rights only (app/logs/safe_open.py).
+    user_id: Mapped[int | None] = mapped_column(BigId)
+    group_id: Mapped[int | None] = mapped_column(BigId)
     partition: Mapped[str | None] = mapped_column(String(256))
     submit_time: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     comment: Mapped[str | None] = mapped_column(Text)
@@ -62,7 +66,8 @@ class Job(Base):
     enrolment: Mapped[str] = mapped_column(String(32))
     enrolment_reason: Mapped[str | None] = mapped_column(Text)
     requested_mode: Mapped[str | None] = mapped_column(String(16))
-    effective_mode: Mapped[str] = mapped_column(String(16), default="observe")
+    # The mode resolved at registration (a record of that time); the mode NOW is app.domain.mode.effective_mode().
+    registered_mode: Mapped[str] = mapped_column(String(16), default="observe")
     mode_reason: Mapped[str | None] = mapped_column(Text)
     requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)
     # The policy's log_file_paths_shared_across_attempts: events are then attributed by label/time.

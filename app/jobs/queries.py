@@ -17,7 +17,9 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import states
+from app.domain.bounds import is_ascii_digits
 from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
+from app.domain.mode import ENROLLED
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.pagination import Page, PageRequest, paginate
 from app.sql import by_ids, chunks, first_per_group, one_of, scalars_in
@@ -350,14 +352,14 @@ async def workflow_retries(session: AsyncSession, *, workflow_ids: Sequence[int]
 
 async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: str | None = None) -> list[Job]:
     """The newest jobs that tried to enrol but were refused (they belong to no workflow), with their reasons."""
-    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != "ENROLLED")
+    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != ENROLLED)
     if cluster:
         query = query.where(Job.cluster == cluster)
     return list((await session.scalars(query.order_by(Job.id.desc()).limit(limit))).all())
 
 
 def _not_enrolled_query(*, cluster: str | None, search: str | None) -> Any:
-    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != "ENROLLED")
+    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != ENROLLED)
     if cluster:
         query = query.where(Job.cluster == cluster)
     if search:
@@ -366,7 +368,7 @@ def _not_enrolled_query(*, cluster: str | None, search: str | None) -> Any:
             func.lower(column).contains(text, autoescape=True)
             for column in (Job.name, Job.enrolment_reason, Job.partition, Job.user, Job.enrolment)
         ]
-        if text.isdigit() and len(text) < 19:
+        if is_ascii_digits(text) and len(text) < 19:  # '٣'.isdigit() is True, and int('٣') is 3
             matches.append(Job.slurm_job_id == int(text))
         query = query.where(or_(*matches))
     return query
@@ -417,7 +419,7 @@ async def cluster_counts(session: AsyncSession) -> dict[str, ClusterCounts]:
     """Every cluster with recorded jobs or workflows, and their counts (two GROUP BY statements)."""
     jobs = (
         await session.execute(
-            select(Job.cluster, func.count(), func.count().filter(Job.enrolment == "ENROLLED")).group_by(Job.cluster)
+            select(Job.cluster, func.count(), func.count().filter(Job.enrolment == ENROLLED)).group_by(Job.cluster)
         )
     ).all()
     workflows = dict((await session.execute(select(Workflow.cluster, func.count()).group_by(Workflow.cluster))).all())
@@ -568,7 +570,7 @@ async def live_attempts(
     query = (
         select(Attempt, Job)
         .join(Job, Job.id == Attempt.job_id)
-        .where(Job.cluster == cluster, Job.retired_at.is_(None), Job.enrolment == "ENROLLED")
+        .where(Job.cluster == cluster, Job.retired_at.is_(None), Job.enrolment == ENROLLED)
         .where(Attempt.state.in_(sorted(active_states)) | Attempt.end_time.is_(None) | (Attempt.end_time > ended_after))
     )
     if job_ids is None:

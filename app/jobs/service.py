@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import service as audit
 from app.db import utcnow
 from app.domain import states
-from app.domain.adoption import adoption_reason
+from app.domain.adoption import adopted_ended_reason, adoption_reason
 from app.domain.identity import attempt_uuid
+from app.domain.mode import ENROLLED
 from app.feed import service as feed
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.sql import insert_rows
@@ -73,11 +74,13 @@ class JobRegistration:
     workflow_key: str | None = None
     name: str | None = None
     user: str | None = None
+    user_id: int | None = None  # the numeric uid the job runs as: its files are read with this user's rights
+    group_id: int | None = None
     partition: str | None = None
     submit_time: dt.datetime | None = None
     comment: str | None = None
     requested_mode: str | None = None
-    effective_mode: str = "observe"
+    registered_mode: str = "observe"
     mode_reason: str | None = None
     requeue_eligible: bool | None = None
     state: str | None = None
@@ -101,7 +104,7 @@ HETEROGENEOUS_JOB = "HETEROGENEOUS_JOB"
 
 def registration_event(enrolment: str) -> str:
     """The audit event of a first sighting: enrolled, refused (a kind of job Recovery cannot act on) or rejected."""
-    if enrolment == "ENROLLED":
+    if enrolment == ENROLLED:
         return "job.registered"
     if enrolment == HETEROGENEOUS_JOB:
         return "job.refused"
@@ -114,7 +117,7 @@ async def register_job(
     """Create a job record (enrolled or not, with the reason) and its parsed policy."""
     r = registration
     workflow: Workflow | None = None
-    if r.enrolment == "ENROLLED":
+    if r.enrolment == ENROLLED:
         key = r.workflow_key or derived_workflow_key(r.slurm_job_id)
         workflow = await ensure_workflow(session, cluster=r.cluster, environment=r.environment, workflow_key=key)
     job = Job(
@@ -124,13 +127,15 @@ async def register_job(
         workflow_id=workflow.id if workflow else None,
         name=r.name,
         user=r.user,
+        user_id=r.user_id,
+        group_id=r.group_id,
         partition=r.partition,
         submit_time=r.submit_time,
         comment=r.comment,
         enrolment=r.enrolment,
         enrolment_reason=r.enrolment_reason,
         requested_mode=r.requested_mode,
-        effective_mode=r.effective_mode,
+        registered_mode=r.registered_mode,
         mode_reason=r.mode_reason,
         requeue_eligible=r.requeue_eligible,
         state=r.state,
@@ -164,20 +169,20 @@ async def register_job(
 
 def _registration_audit(r: JobRegistration, workflow_key: str | None) -> dict[str, Any]:
     """The audit event of a registration (its workflow id aside)."""
-    enrolled = r.enrolment == "ENROLLED"
+    enrolled = r.enrolment == ENROLLED
     return {
         "component": "job_manager",
         "event_type": registration_event(r.enrolment),
         "level": "INFO" if enrolled else "WARNING",
         "message": (
-            f"job {r.slurm_job_id} enrolled in workflow {workflow_key} ({r.effective_mode})"
+            f"job {r.slurm_job_id} enrolled in workflow {workflow_key} ({r.registered_mode})"
             if enrolled and workflow_key
             else f"job {r.slurm_job_id} not enrolled: {r.enrolment_reason}"
         ),
         "payload": {
             "enrolment": r.enrolment,
             "reason": r.enrolment_reason,
-            "effectiveMode": r.effective_mode,
+            "registeredMode": r.registered_mode,
             "modeReason": r.mode_reason,
             "partition": r.partition,
             "incarnation": r.incarnation,
@@ -228,13 +233,15 @@ async def register_jobs(
                 "workflow_id": workflows[key] if key else None,
                 "name": r.name,
                 "user": r.user,
+                "user_id": r.user_id,
+                "group_id": r.group_id,
                 "partition": r.partition,
                 "submit_time": r.submit_time,
                 "comment": r.comment,
                 "enrolment": r.enrolment,
                 "enrolment_reason": r.enrolment_reason,
                 "requested_mode": r.requested_mode,
-                "effective_mode": r.effective_mode,
+                "registered_mode": r.registered_mode,
                 "mode_reason": r.mode_reason,
                 "requeue_eligible": r.requeue_eligible,
                 "state": new_attempt.state if key and new_attempt else r.state,
@@ -298,6 +305,7 @@ async def register_jobs(
             )
             if reason is not None:
                 row["adopted_at"], row["adopted_reason"] = now, reason[:2000]
+                row["ended_reason"] = adopted_ended_reason(row["ended_reason"], reason[:2000])
                 reasons[job_id] = reason
             attempts.append(row)
         rows = [row for row in attempts if row is not None]
@@ -337,7 +345,7 @@ async def register_jobs(
 
 def _workflow_key(r: JobRegistration) -> tuple[str, str] | None:
     """(cluster, workflow key) of an enrolled registration; None for the others (they join no workflow)."""
-    if r.enrolment != "ENROLLED":
+    if r.enrolment != ENROLLED:
         return None
     return r.cluster, r.workflow_key or derived_workflow_key(r.slurm_job_id)
 
@@ -505,6 +513,7 @@ async def _adopt_if_unobserved(
         return
     attempt.adopted_at = utcnow()
     attempt.adopted_reason = reason[:2000]
+    attempt.ended_reason = adopted_ended_reason(attempt.ended_reason, attempt.adopted_reason)
     await audit.record(
         session,
         **_adoption_audit(attempt, reason, watching_since),
@@ -577,6 +586,8 @@ async def update_attempt(
     previous_state = attempt.state
     for name in changed:
         setattr(attempt, name, values[name])
+    if attempt.adopted_reason is not None and "ended_reason" in changed:  # an adopted attempt keeps saying so
+        attempt.ended_reason = adopted_ended_reason(attempt.ended_reason, attempt.adopted_reason)
     attempt.updated_at = utcnow()
     if "state" in changed:
         failed = attempt.state in states.FAILED

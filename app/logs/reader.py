@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
@@ -18,9 +19,11 @@ from typing import cast
 
 from app.domain.chunkscan import ChunkScanner, Span
 from app.domain.logline import attempt_label, decode_line, event_identity, parse_timestamp
+from app.domain.progress_structure import StepReading, parse_bar_line
 from app.domain.signature_defaults import default_ruleset
 from app.domain.signatures import (
     PYTHON_TRACEBACK,
+    CheckpointEvent,
     Classifier,
     CrashSignature,
     ProgressMarker,
@@ -30,6 +33,9 @@ from app.domain.signatures import (
     exception_line_index,
     strip_rank_prefix,
 )
+from app.domain.step_watch import StepWatch, marker_of
+from app.logs import safe_open
+from app.logs.safe_open import AccessRule, Refused
 
 LINE_CAP = 64 * 1024
 HEAD_BYTES = 4096
@@ -41,6 +47,9 @@ TIMESTAMP_LOOKBACK_LINES = 50
 NEWLINE_PIECE = 256 * 1024
 NEWLINE_PIECE_MIN = 4096
 REUSE_BUFFER_BYTES = 1024 * 1024  # reads at least this big reuse one buffer per call
+STRUCTURE_TAIL_LINES = 48  # live reads look for step counters in this many last lines of each chunk
+CHECKPOINT_REPEAT_LINES = 30  # lines within which the same kind and iteration are one checkpoint event
+MAX_WATCHED_LOGS = 8192  # per-log counter/template state kept for this many paths (least recently read dropped)
 _PREADV = getattr(os, "preadv", None)
 
 
@@ -91,6 +100,7 @@ class ReadResult:
     file_mtime: datetime | None = None
     read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     more: bool = False
+    refused: Refused | None = None  # the path was not opened (symlink, FIFO, another user's file...): nothing read
 
     @property
     def latest_progress(self) -> LogEvent | None:
@@ -124,6 +134,32 @@ def count_newlines(buf: bytes, start: int, end: int) -> int:
     return total + buf.count(b"\n", start, end)
 
 
+def _line_spans(buf: bytes, start: int, end: int) -> list[Span]:
+    """Every line of buf[start:end] (end at a line end), empty ones included so indexes count lines."""
+    spans: list[Span] = []
+    cursor = start
+    while cursor < end:
+        newline = buf.find(b"\n", cursor, end)
+        stop = end if newline < 0 else newline
+        spans.append((cursor, stop))
+        cursor = stop + 1
+    return spans
+
+
+def _last_spans(buf: bytes, start: int, count: int) -> list[Span]:
+    """The last `count` lines of buf[start:] (a partial last line included), oldest first."""
+    spans: list[Span] = []
+    end = len(buf)
+    if end > start and buf[end - 1] == 10:
+        end -= 1
+    while end > start and len(spans) < count:
+        line_start = max(buf.rfind(b"\n", start, end) + 1, start)
+        spans.append((line_start, end))
+        end = line_start - 1
+    spans.reverse()
+    return spans
+
+
 def _head_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
@@ -152,6 +188,8 @@ class LogTailer:
         tz: tzinfo | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         traceback_wait: float = TRACEBACK_WAIT_SECONDS,
+        structure: bool = True,
+        templates: bool = True,
     ):
         self.ruleset = ruleset or default_ruleset()
         self.classifier = Classifier(self.ruleset)
@@ -167,6 +205,10 @@ class LogTailer:
         self.tz = tz or datetime.now().astimezone().tzinfo or UTC
         self.clock = clock
         self.traceback_wait = traceback_wait
+        self.structure = structure
+        self.templates = templates
+        self._watches: OrderedDict[str, StepWatch] = OrderedDict()
+        self._last_checkpoint: dict[str, tuple[str, int | None, int]] = {}
         self._fds: dict[str, int] = {}
         self._local = threading.local()
 
@@ -185,15 +227,21 @@ class LogTailer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open_current(self, path: str) -> tuple[int, os.stat_result] | None:
-        try:
-            fd = os.open(path, os.O_RDONLY)
+    def _open_current(self, path: str, access: AccessRule | None) -> tuple[int, os.stat_result] | None:
+        """(fd, fstat) of the file at path now; None when missing; with `access` through safe_open (raises Refused)."""
+        if access is not None:
+            try:
+                return safe_open.open_file(path, access)
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return None
+        try:  # offline tools (`recovery check-log FILE`): the user's own file, opened with the user's own rights
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError, PermissionError, IsADirectoryError):
             return None
         return fd, os.fstat(fd)
 
-    def _find_old(self, position: FilePosition) -> int | None:
-        """An fd on the file we were reading, if it still exists: kept fd, or a rotated sibling name."""
+    def _find_old(self, position: FilePosition, access: AccessRule | None) -> int | None:
+        """An fd on the file we were reading, if it still exists: kept fd, or a rotated sibling name (same rule)."""
         fd = self._fds.get(position.path)
         if fd is not None:
             st = os.fstat(fd)
@@ -201,16 +249,30 @@ class LogTailer:
                 return fd
         directory = os.path.dirname(position.path) or "."
         try:
-            with os.scandir(directory) as entries:
+            dir_fd = safe_open.open_dir(directory, access) if access is not None else None
+        except (OSError, Refused):
+            return None
+        try:
+            with os.scandir(directory if dir_fd is None else dir_fd) as entries:
                 for entry in entries:
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if (st.st_dev, st.st_ino) == (position.device, position.inode) and entry.is_file():
-                        return os.open(entry.path, os.O_RDONLY)
-        except OSError:
+                    if (st.st_dev, st.st_ino) != (position.device, position.inode) or not entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        continue
+                    if dir_fd is None:
+                        return os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK)
+                    assert access is not None
+                    shown = os.path.join(directory, entry.name)
+                    return safe_open.open_at(dir_fd, entry.name, access, shown)[0]
+        except (OSError, Refused):
             return None
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
         return None
 
     def _keep(self, path: str, fd: int) -> None:
@@ -221,11 +283,30 @@ class LogTailer:
 
     # ---- reading ------------------------------------------------------------------------------
 
-    def read(self, position: FilePosition) -> ReadResult:
-        """Read what is new at position.path (at most max_bytes; `more` says to call again)."""
+    def read(self, position: FilePosition, *, access: AccessRule | None = None) -> ReadResult:
+        """Read what is new at position.path (at most max_bytes; `more` says to call again).
+
+        `access`: whose rights the path is opened with (the collector always passes the job's rule; see
+        app/logs/safe_open.py). A refused path reads as missing, with `refused` saying why.
+        """
         read_at = self.clock()
         path = position.path
-        current = self._open_current(path)
+        refused: Refused | None = None
+        try:
+            current = self._open_current(path, access)
+        except Refused as exc:
+            current, refused = None, exc
+        result = self._read_current(position, current, access, read_at)
+        return replace(result, refused=refused) if refused is not None else result
+
+    def _read_current(
+        self,
+        position: FilePosition,
+        current: tuple[int, os.stat_result] | None,
+        access: AccessRule | None,
+        read_at: datetime,
+    ) -> ReadResult:
+        path = position.path
         notes: list[str] = []
         if position.inode is not None and (
             current is None or (current[1].st_dev, current[1].st_ino) != (position.device, position.inode)
@@ -233,7 +314,7 @@ class LogTailer:
             # Rotated, replaced or deleted: finish the old file first when we still can.
             if current is not None:
                 os.close(current[0])
-            old_fd = self._find_old(position)
+            old_fd = self._find_old(position, access)
             if old_fd is not None:
                 st = os.fstat(old_fd)
                 result = self._read_fd(old_fd, st, position, read_at, notes)
@@ -255,7 +336,10 @@ class LogTailer:
             position = FilePosition(path=path)
             if current is None:
                 return ReadResult(position=position, exists=False, notes=tuple(notes), read_at=read_at)
-            current = self._open_current(path)
+            try:
+                current = self._open_current(path, access)
+            except Refused:
+                current = None
         if current is None:
             return ReadResult(position=position, exists=False, notes=("missing",), read_at=read_at)
         fd, st = current
@@ -445,6 +529,8 @@ class LogTailer:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
+                if isinstance(signal, CheckpointEvent) and self._repeated(position.path, signal, lines_before + 1):
+                    continue
                 batch.events.append(
                     self._event(
                         raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
@@ -502,6 +588,14 @@ class LogTailer:
             st,
             read_at,
         )
+        if self.structure:
+            found_steps = self._steps(buf, start, complete_end, base, line_number, known_at, position, st, read_at)
+            if found_steps:
+                # A configured marker on the same line wins (the operator's rule says which phase it is).
+                configured = {event.offset for event in found_progress}
+                found_progress = sorted(
+                    found_progress + [e for e in found_steps if e.offset not in configured], key=lambda e: e.offset
+                )
         batch.progress.extend(found_progress)
         found_rate = self._latest(
             self.throughput_scanner,
@@ -525,6 +619,141 @@ class LogTailer:
         stamp = self._last_timestamp(buf, start, read_at)
         if stamp is not None and (batch.last_source_time is None or stamp >= batch.last_source_time):
             batch.last_source_time = stamp
+
+    def _repeated(self, path: str, event: CheckpointEvent, line_number: int) -> bool:
+        """True when this line is one more line about the checkpoint event just recorded for this path.
+
+        One load (or save) is often printed several times: "loading checkpoint ... at iteration N" then
+        "successfully loaded ... at iteration N", HF's "Saving model checkpoint to .../checkpoint-5" then
+        "Configuration saved in .../checkpoint-5/config.json", or every rank printing the same line. Same
+        kind, within CHECKPOINT_REPEAT_LINES lines, and the same iteration (or none named) is the same event.
+        """
+        previous = self._last_checkpoint.get(path)
+        self._last_checkpoint[path] = (event.kind, event.iteration, line_number)
+        if len(self._last_checkpoint) > MAX_WATCHED_LOGS:
+            self._last_checkpoint.pop(next(iter(self._last_checkpoint)))
+        if previous is None:
+            return False
+        kind, iteration, line = previous
+        same = kind == event.kind and 0 <= line_number - line <= CHECKPOINT_REPEAT_LINES
+        if same and (event.iteration is None or event.iteration == iteration):
+            self._last_checkpoint[path] = previous if event.iteration is None else (kind, iteration, line_number)
+            return True
+        return False
+
+    def _watch(self, path: str) -> StepWatch:
+        """The path's counter and template state (kept across reads, bounded in number of paths)."""
+        watch = self._watches.get(path)
+        if watch is None:
+            watch = self._watches[path] = StepWatch(templates=self.templates)
+            if len(self._watches) > MAX_WATCHED_LOGS:
+                self._watches.popitem(last=False)
+        else:
+            self._watches.move_to_end(path)
+        return watch
+
+    def _steps(
+        self,
+        buf: bytes,
+        start: int,
+        complete_end: int,
+        base: int,
+        line_number: int,
+        known_at: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+    ) -> list[LogEvent]:
+        """Progress by structure: step counters that advanced (offline: every counter line, `arms` telling which).
+
+        Live reads look at the last STRUCTURE_TAIL_LINES lines of the chunk only (partial last line
+        included: a bar may never end its line); the counters' last values persist per path, so an
+        advance is seen across reads. Offline reads (all_progress) look at every complete line.
+        """
+        watch = self._watch(position.path)
+        if self.all_progress:
+            spans = _line_spans(buf, start, complete_end)
+            lines_before = line_number - count_newlines(buf, start, known_at)
+            found: list[LogEvent] = []
+            for index, (line_start, line_end) in enumerate(spans):
+                if line_end > line_start:
+                    raw = buf[max(line_start, line_end - self.line_cap) : line_end]
+                    text = decode_line(raw)
+                    seen = watch.observe(text)
+                    if seen is not None:
+                        found.append(
+                            self._step_event(
+                                raw,
+                                text,
+                                line_start,
+                                line_end,
+                                lines_before + index + 1,
+                                seen,
+                                base,
+                                position,
+                                st,
+                                read_at,
+                            )
+                        )
+            return found
+        spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
+        # Newest first: the newest counter line and the one before it of the same counter (in a log that
+        # prints progress densely, two lines parsed per chunk); the tracker remembers values across reads.
+        newest: tuple[int, int, bytes, str, StepReading] | None = None
+        older: StepReading | None = None
+        for line_start, line_end in reversed(spans):
+            if line_end <= line_start:
+                continue
+            raw = buf[max(line_start, line_end - self.line_cap) : line_end]
+            text = decode_line(raw)
+            reading = parse_bar_line(text)
+            if reading is None:
+                continue
+            if newest is None:
+                newest = (line_start, line_end, raw, text, reading)
+            elif reading.key == newest[4].key:
+                older = reading
+                break
+        marker: ProgressMarker | None = None
+        if newest is not None:
+            if older is not None:
+                watch.tracker.advanced(older)
+            line_start, line_end, raw, text, reading = newest
+            marker = marker_of(reading, arms=watch.tracker.advanced(reading))
+        elif watch.miner is not None:
+            # No counter a parser knows: the template miner learns from the tail lines, oldest first.
+            for span_start, span_end in spans:
+                if span_end <= span_start:
+                    continue
+                span_raw = buf[max(span_start, span_end - self.line_cap) : span_end]
+                span_text = decode_line(span_raw)
+                mined = watch.miner.observe(span_text.rsplit("\r", 1)[-1])
+                if mined is not None:
+                    line_start, line_end, raw, text = span_start, span_end, span_raw, span_text
+                    marker = marker_of(mined, arms=True)
+        if marker is None or not marker.arms:
+            return []
+        if line_start < known_at:
+            number = line_number - count_newlines(buf, line_start, known_at) + 1
+        else:
+            number = line_number + count_newlines(buf, known_at, line_start) + 1
+        return [self._step_event(raw, text, line_start, line_end, number, marker, base, position, st, read_at)]
+
+    def _step_event(
+        self,
+        raw: bytes,
+        text: str,
+        line_start: int,
+        line_end: int,
+        number: int,
+        marker: ProgressMarker,
+        base: int,
+        position: FilePosition,
+        st: os.stat_result,
+        read_at: datetime,
+    ) -> LogEvent:
+        truncated = line_end - line_start > self.line_cap
+        return self._event(raw, text, truncated, base + line_start, number, position, st, read_at, marker)
 
     def _progress_of(self, segment: str) -> ProgressMarker | None:
         # tqdm-style bars rewrite one line with \r: the newest segment is the last one.

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db import dialect_of, utcnow
 from app.domain import notify as rules
 from app.domain.notify import Target
+from app.evidence.models import Anomaly
 from app.notify.models import Notification, NotificationDelivery
 
 PENDING, SENT, DROPPED = "PENDING", "SENT", "DROPPED"
@@ -74,6 +75,24 @@ def _where(advice: Any) -> str:
     return f"job {advice.slurm_job_id} attempt {advice.attempt_index} on cluster {advice.cluster}"
 
 
+async def _evidence_line(session: AsyncSession, advice: Any) -> str:
+    """ "Evidence: ..." for the anomaly the Advice was decided on (its root cause), or nothing."""
+    anomaly_id = getattr(advice, "anomaly_id", None)
+    anomaly = await session.get(Anomaly, anomaly_id) if anomaly_id is not None else None
+    if anomaly is None:
+        return ""
+    where = f" on {anomaly.node}" if anomaly.node else ""
+    place = f" at {(anomaly.log_path or '').rsplit('/', 1)[-1]}:{anomaly.line_number}" if anomaly.line_number else ""
+    fingerprint = (anomaly.details or {}).get("fingerprint")
+    line = (anomaly.line or "").strip()[:300]
+    return (
+        f"Evidence: {anomaly.kind} {anomaly.category}{where}{place}"
+        + (f" (fingerprint {fingerprint})" if fingerprint else "")
+        + (f": {line}" if line else "")
+        + "\n"
+    )
+
+
 async def advice_decided(session: AsyncSession, *, advice: Any) -> bool:
     """A new Advice generation: TERMINATE (stopped for good) or RESTART; once per generation."""
     event = rules.TERMINATE if advice.operation == "TERMINATE" else rules.RESTART
@@ -87,7 +106,8 @@ async def advice_decided(session: AsyncSession, *, advice: Any) -> bool:
         title=f"Recovery: {_where(advice)} {verb}",
         body=(
             f"What happened: {advice.reason}\n"
-            f"Decided: {advice.operation}{excluded} (Advice {advice.id} generation {advice.generation}, "
+            + await _evidence_line(session, advice)
+            + f"Decided: {advice.operation}{excluded} (Advice {advice.id} generation {advice.generation}, "
             f"mode {advice.mode}{': ' + advice.mode_reason if advice.mode_reason else ''})"
         ),
         slurm_job_id=advice.slurm_job_id,

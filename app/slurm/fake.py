@@ -8,6 +8,7 @@ Integration behaviour is tested against the real lab (tests/slurm/test_cli_sched
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -54,6 +55,8 @@ def make_job(job_id: int, **fields: object) -> SlurmJob:
         array_task_id=None,
         array_task_string=None,
         cluster="lab",
+        user_id=os.getuid(),  # tests write the job's files as this process's user
+        group_id=os.getgid(),
     )
     values.update(fields)
     return SlurmJob(**values)  # type: ignore[arg-type]

@@ -289,7 +289,15 @@ def parse_job(record: dict) -> SlurmJob:
         het_job_id=het_job_id,
         het_job_offset=het_job_offset,
         dependency=_text(get("dependency")),
+        user_id=_id_number(get("user_id")),
+        group_id=_id_number(get("group_id")),
     )
+
+
+def _id_number(value: Any) -> int | None:
+    """A uid/gid: a plain or Slurm number object within 0..2**32-2 (NO_VAL and negatives are no id)."""
+    number = _number(value)
+    return number if number is not None and 0 <= number < 0xFFFFFFFE else None
 
 
 def task_layout(per_node: int | None, total: int | None, node_count: int) -> str | None:
@@ -362,6 +370,8 @@ JOB_FIELDS = (
     "job_state",
     "name",
     "user_name",
+    "user_id",
+    "group_id",
     "state_reason",
     "state_description",
     "priority",

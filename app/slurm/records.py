@@ -54,6 +54,9 @@ class SlurmJob:
     het_job_id: int | None = None
     het_job_offset: int | None = None
     dependency: str | None = None  # e.g. "singleton(unfulfilled)"; None when the job has none
+    # The numeric uid/gid the job runs as (squeue's user_id/group_id): whose rights its files are read with.
+    user_id: int | None = None
+    group_id: int | None = None
 
     @property
     def array_task(self) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
+from app.secret_files import SecretFileError, read_secret_file
 from app.slurm.errors import TransientSchedulerError
 
 REFRESH_FRACTION = 0.2  # renew a token when a fifth of its lifetime is left
@@ -69,10 +70,9 @@ class TokenFile:
 
     def _read(self, now: float) -> Token:
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                text = handle.read().strip()
-        except OSError as exc:
-            raise TransientSchedulerError(f"cannot read slurmrestd token file {self.path}: {exc}") from None
+            text = read_secret_file(self.path, "slurmrestd token file").strip()
+        except SecretFileError as exc:
+            raise TransientSchedulerError(str(exc)) from None
         # `scontrol token` prints SLURM_JWT=<token>; a secret usually holds the bare token
         value = text.split("=", 1)[1].strip() if text.startswith("SLURM_JWT=") else text
         if not value or value.count(".") != 2:

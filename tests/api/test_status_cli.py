@@ -50,7 +50,9 @@ async def test_status_and_watch_tell_the_story_from_a_running_service(live_serve
 
     live = _Lines("watching")
     thread = threading.Thread(
-        target=watch, args=(settings, str(RECOVERED)), kwargs={"server": live_server.url, "out": live, "max_updates": 1}
+        target=watch,
+        args=(settings, str(RECOVERED)),
+        kwargs={"server": live_server.url, "out": live, "max_updates": 1, "follow": True},
     )
     thread.start()
     try:

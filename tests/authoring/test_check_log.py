@@ -22,11 +22,8 @@ def test_megatron_log_report(tmp_path):
     assert code == EXIT_OK
     crashes = [(c["category"], c["nodes"], c["xid"]) for c in data["crash_signatures"]]
     assert crashes == [("CUDA_OOM", [], None), ("XID", ["node002"], 79), ("NODE_FAIL", ["node002"], None)]
-    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [
-        ("loaded", 1000),
-        ("loaded", 1000),
-        ("saved", 1010),
-    ]
+    # "loading checkpoint ... at iteration 1000" then "successfully loaded ... at iteration 1000": one load.
+    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [("loaded", 1000), ("saved", 1010)]
     hang = data["hang_detector"]
     assert hang["armed"] and hang["first_marker"]["phase"] == "pretraining" and hang["first_marker"]["line"] == 8
     assert hang["thresholds_seconds"] == {"pretraining": 960, "trainingloop": 840}
@@ -179,3 +176,21 @@ def test_crash_free_log_has_no_verdict(tmp_path):
         [],
     )
     assert data["advisor"]["would_retry"] is None
+
+
+def test_nodes_take_a_slurm_hostlist_and_name_the_failed_process(tmp_path):
+    """A real torchrun capture (tests/fixtures/torchrun/): rank 1 SIGKILLed on node2, the survivor's gloo error."""
+    capture = Path(__file__).resolve().parent.parent / "fixtures" / "torchrun" / "ddp-kill.log"
+    settings = Settings.build(data_dir=str(tmp_path))
+    out = io.StringIO()
+    assert run(str(capture), as_json=True, settings=settings, out=out, nodes="node[1-2]") == EXIT_OK
+    data = json.loads(out.getvalue())
+    root = data["root_cause"]
+    assert (data["primary_category"], root["node"], root["rank"]) == ("HOST_OOM", "node2", 1)
+    assert root["fingerprint_id"].startswith("fp-") and "Connection reset" not in root["text"]
+    gloo = next(c for c in data["crash_signatures"] if "Connection reset by peer" in c["detail"])
+    assert gloo["role"] == "known consequence"
+    human = io.StringIO()
+    assert run(str(capture), as_json=False, settings=settings, out=human, nodes="node[1-2]") == EXIT_OK
+    assert "Root cause: HOST_OOM at line 58 (torch_elastic_sigkill) on node2, rank 1" in human.getvalue()
+    assert "Fingerprint: fp-" in human.getvalue()

@@ -1,7 +1,8 @@
 """The adoption rule on the real lab: an installation acts only on attempt ends it observed (app/domain/adoption.py).
 
 * A second, empty installation started while jobs that the first one stopped are still listed by
-  Slurm (MinJobAge) records them as history (`job.adopted`) and takes no scheduler action.
+  Slurm (MinJobAge) records them as history (`job.adopted`) and takes no scheduler action; the attempt's
+  ended reason, its story and the API say "ended before Recovery was watching; not acted on".
 * A database restored from a backup taken before the job was stopped by the retry limit requeues
   nothing: the attempt it never saw fail is adopted, the one it saw running converges without a
   command because Slurm's restart count shows it was already restarted.
@@ -17,14 +18,18 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
+from app.advice.stories import stories_of_jobs
 from app.audit.models import AuditEvent
 from app.config import Settings
 from app.context import AppContext
 from app.db import create_engine, session_factory
+from app.domain.adoption import NOT_ACTED_ON
+from app.main import create_app
 from app.migrate import upgrade
 from tests.e2e.harness import (
     advice_done,
@@ -131,6 +136,17 @@ async def test_a_second_empty_installation_adopts_what_the_first_stopped(
     assert "first look" in adopted.payload["reason"]
     [attempt] = await attempts(second, job_id)
     assert attempt.state == "FAILED" and attempt.adopted_at is not None and attempt.first_seen_running_at is None
+    # where users look: the ended reason (REST, GraphQL, dashboard) and the story say it was not acted on
+    assert (attempt.ended_reason or "").startswith(NOT_ACTED_ON) and "first look" in (attempt.ended_reason or "")
+    async with second.sessions() as session:
+        [told] = (await stories_of_jobs(session, job_ids=[attempt.job_id]))[attempt.job_id]
+    assert NOT_ACTED_ON in told.story.sentence, told.story.sentence
+    shown = lab_context(second, environment, dev_no_auth=True)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(shown.settings, ctx=shown)), base_url="http://127.0.0.1"
+    ) as http:
+        rest = (await http.get(f"/v1/jobs/by-scheduler-id/{job_id}")).json()
+    assert rest["attempts"][0]["endedReason"].startswith(NOT_ACTED_ON)
     assert await advice_list(second, job_id) == []
     assert await milestones(second, job_id) == []
     assert slurm_lab.scontrol_show(job_id)["Restarts"] == "0"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.domain.checkpoint_check import CheckResult, CheckStatus
 from app.evidence.checkpoint_probe import check_path
+from app.logs.safe_open import AccessRule
 
 
 def write(path: Path, data: bytes | str = b"x" * 64) -> Path:
@@ -149,3 +150,31 @@ def test_result_round_trips_through_its_stored_form(tmp_path: Path) -> None:
     result = check(megatron(tmp_path), tmp_path, "megatron")
     assert CheckResult.from_dict(result.as_dict()) == result
     assert CheckResult.from_dict({"status": "nonsense"}) is None
+
+
+def test_symlinks_inside_the_roots_are_not_followed_either(tmp_path: Path) -> None:
+    save = megatron(tmp_path / "real")
+    os.symlink(save, tmp_path / "gpt3")  # inside the root, pointing inside the root: still not followed
+    assert check(tmp_path / "gpt3", tmp_path, "megatron").status is CheckStatus.UNCHECKED
+    os.symlink(tmp_path / "real", tmp_path / "via")  # a symlinked directory on the way
+    via = check(tmp_path / "via" / "gpt3", tmp_path, "megatron")
+    assert via.status is CheckStatus.UNCHECKED and via.message.startswith("not looked at (symlink)")
+    # the marker file as a symlink to another user's secret: never opened
+    secret = tmp_path / "secret"
+    secret.write_text("500")
+    tracker = save / "latest_checkpointed_iteration.txt"
+    tracker.unlink()
+    os.symlink(secret, tracker)
+    result = check(save, tmp_path, "megatron")
+    assert result.status is not CheckStatus.OK
+
+
+def test_only_what_the_jobs_user_owns_is_looked_at(tmp_path: Path) -> None:
+    save = megatron(tmp_path)
+    me = check_path(str(save), framework="megatron", roots=[str(tmp_path)], access=AccessRule(uid=os.getuid()))
+    assert me.status is CheckStatus.OK
+    stranger = AccessRule(uid=os.getuid() + 4242)
+    other = check_path(str(save), framework="megatron", roots=[str(tmp_path)], access=stranger)
+    assert other.status is CheckStatus.UNCHECKED and other.layout is None
+    unknown = check_path(str(save), framework="megatron", roots=[str(tmp_path)], access=AccessRule(uid=None))
+    assert unknown.status is CheckStatus.UNCHECKED and unknown.message.startswith("not looked at (uid-unknown)")

@@ -1,4 +1,4 @@
-"""The real-world corpora (tests/fixtures/realworld/ and its held-out set) agree with their labels and the code."""
+"""The real-world corpora (tests/fixtures/realworld/ and its held-out sets) agree with their labels and the code."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from urllib.parse import urlparse
 
 import pytest
 
-from app.domain import signatures
+from app.domain import rootcause, signatures
+from app.slurm.names import expand_hostlist
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "realworld"
 HOLDOUT = FIXTURES / "realworld-holdout"  # never tuned on before its figures were measured (see its README)
-CORPORA = (CORPUS, HOLDOUT)
+HOLDOUT2 = FIXTURES / "realworld-holdout2"  # issue 24: a seeded random third of the new sources (see its README)
+HELD_OUT = (HOLDOUT, HOLDOUT2)
+CORPORA = (CORPUS, *HELD_OUT)
 # FILESYSTEM is required by issue 12 and added to the code's list by the detector work; accepted until then.
 KNOWN_CATEGORIES = set(signatures.CRASH_CATEGORIES) | {"FILESYSTEM"}
 OUTLOOKS = {"infrastructure", "transient", "application", "none"}
@@ -31,6 +34,42 @@ FRAMEWORKS = {
     "slurm",
     "torchtitan",
     "other",
+    # issue 24: frameworks of the grown corpus
+    "jax",
+    "maxtext",
+    "ray",
+    "verl",
+    "trl",
+    "mmengine",
+    "mmdetection",
+    "mmaction",
+    "mmpretrain",
+    "xtuner",
+    "detectron2",
+    "fairseq",
+    "colossalai",
+    "litgpt",
+    "lit-llama",
+    "nanochat",
+    "paddle",
+    "tensorflow",
+    "horovod",
+    "mxnet",
+    "caffe",
+    "sentence-transformers",
+    "axolotl",
+    "llama-factory",
+    "unsloth",
+    "torchtune",
+    "composer",
+    "nanotron",
+    "levanter",
+    "t5x",
+    "openrlhf",
+    "keras",
+    "ultralytics",
+    "nemo-rl",
+    "nanogpt",
 }
 KEYS = {
     "name",
@@ -45,6 +84,10 @@ KEYS = {
     "checkpoint_kind",
     "checkpoint_iteration",
     "progress",
+    "progress_format",  # the progress line's format, named (counts the distinct formats of the corpus)
+    "checkpoint_load",  # true: the excerpt has a checkpoint load line (bench: a "loaded" checkpoint is reported)
+    "allocation",  # the job's nodes as a Slurm hostlist, when the source shows them
+    "tasks_per_node",  # SLURM_TASKS_PER_NODE syntax, when the source states the layout
     "notes",
 }
 
@@ -55,7 +98,7 @@ def _labels(corpus: Path) -> list[dict[str, Any]]:
 
 
 LABELS = _labels(CORPUS)
-ROWS = LABELS + _labels(HOLDOUT)
+ROWS = LABELS + [row for corpus in HELD_OUT for row in _labels(corpus)]
 IDS = [f"{row['corpus'].name}/{row['name']}" for row in ROWS]
 
 
@@ -73,9 +116,30 @@ def test_the_corpus_is_big_enough_and_has_benign_look_alikes() -> None:
     assert sum(1 for row in LABELS if not row["categories"]) >= 25
 
 
-def test_the_held_out_excerpts_are_not_in_the_tuning_corpus() -> None:
+@pytest.mark.parametrize("corpus", HELD_OUT, ids=[corpus.name for corpus in HELD_OUT])
+def test_the_held_out_excerpts_are_not_in_the_tuning_corpus(corpus: Path) -> None:
     tuning = {row["source"] for row in LABELS}
-    assert [row["name"] for row in _labels(HOLDOUT) if row["source"] in tuning] == []
+    assert [row["name"] for row in _labels(corpus) if row["source"] in tuning] == []
+
+
+def test_the_held_out_sets_share_no_source() -> None:
+    first, second = ({row["source"] for row in _labels(corpus)} for corpus in HELD_OUT)
+    assert first & second == set()
+
+
+def test_file_names_are_unique_across_the_corpora() -> None:
+    names = [path.name for corpus in CORPORA for path in corpus.glob("*.log")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_the_grown_corpus_meets_issue_24s_size_goals() -> None:
+    """Issue 24 item 10 asks >= 350 excerpts, >= 25 frameworks and >= 40 distinct progress formats (met here), and
+    >= 40 blamed-node files and >= 30 checkpoint loads (not yet: the floors below keep what exists from shrinking)."""
+    assert len(ROWS) >= 350
+    assert len({row["framework"] for row in ROWS}) >= 25
+    assert len({row["progress_format"] for row in ROWS if row.get("progress_format")}) >= 40
+    assert sum(1 for row in ROWS if row.get("nodes")) >= 27
+    assert sum(1 for row in ROWS if row.get("checkpoint_load")) >= 17
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
@@ -106,6 +170,15 @@ def test_label_row_is_well_formed(row: dict[str, Any]) -> None:
         assert row.get("checkpoint_kind") in signatures.CHECKPOINT_KINDS
     if "rank" in row:
         assert isinstance(row["rank"], int) and row["rank"] >= 0
+    if "progress_format" in row:
+        assert isinstance(row["progress_format"], str) and row["progress_format"].strip()
+        assert row["progress"] is True, "a progress format is named only where progress is labelled"
+    if "checkpoint_load" in row:
+        assert row["checkpoint_load"] is True, "omit the key instead of false"
+    if "allocation" in row:
+        assert expand_hostlist(row["allocation"]), "allocation is a Slurm hostlist: node[1-4]"
+    if "tasks_per_node" in row:
+        assert rootcause.parse_tasks_per_node(row["tasks_per_node"]) is not None, "SLURM_TASKS_PER_NODE: 4(x2)"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)
@@ -121,3 +194,6 @@ def test_log_file_is_a_small_text_excerpt_that_contains_its_labelled_facts(row: 
         assert str(row["checkpoint_iteration"]) in text
     if "xid" in row:
         assert str(row["xid"]) in text
+    if row.get("checkpoint_load"):
+        words = ("load", "resum", "restor", "initializing from", "continuing training from")
+        assert any(word in text.lower() for word in words), "no load line"

@@ -230,7 +230,7 @@ def graphql_internal_cases(w: World) -> Iterator[Case]:
             q = json.dumps({"query": "query($id: ID!) { node(id: $id) { id } }", "variables": {"id": gid}})
             yield Case("3-graphql-internal", **_json_post("/graphql", q), who=who, expect=(200,))
     gid = b64url(f"Advice:{2**63}".encode())
-    for mutation in ("approveAdvice", "rerunReconciliation"):
+    for mutation in ("approveAdvice", "rerunReconciliation", "decideAdviceAgain"):
         q = json.dumps({"query": f'mutation {{ {mutation}(id: "{gid}") {{ id }} }}'})
         yield Case("3-graphql-internal", **_json_post("/graphql", q), who="operator", expect=(200,))
 

@@ -2,6 +2,7 @@
 
 import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -304,3 +305,47 @@ def test_no_byte_sequence_breaks_the_reader(tmp_path_factory, chunks):
             for event in events:
                 assert len(event.text) <= 64 * 1024 and event.line_number >= 1
         assert position.offset <= (log.stat().st_size if log.exists() else 0)
+
+
+def test_live_reads_arm_on_the_first_counter_advance_across_reads(tmp_path, tailer):
+    # torchlab's DDP program prints "iteration N | loss X | ..." (no "/M" total): fed to the file one line per
+    # read, as the collector sees a running job, no marker until the counter is seen growing.
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()
+    lines = source.split(b"\n")
+    log = tmp_path / "job.out"
+    log.write_bytes(b"")
+    position = FilePosition(path=str(log))
+    markers = []
+    for number, raw in enumerate(lines[:6], start=1):
+        append(log, raw + b"\n")
+        result = tailer.read(position)
+        position = result.position
+        if result.latest_progress is not None:
+            markers.append((number, result.latest_progress.line_number, result.latest_progress.signal))
+    assert [(n, at) for n, at, _ in markers] == [(4, 4), (5, 5), (6, 6)]
+    assert all(m.arms and m.rule == "structure:iteration" for _, _, m in markers)
+    assert markers[0][2].iteration == 2
+
+
+def test_live_reads_never_arm_on_a_single_counter_line(tmp_path, tailer):
+    log = tmp_path / "job.out"
+    log.write_bytes(
+        (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()[:200]
+    )
+    result = tailer.read(FilePosition(path=str(log)))
+    text = log.read_text()
+    assert text.count("iteration ") == 1 and result.latest_progress is None
+
+
+def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, tailer):
+    # a format of our own (no library prints it): a counter without a keyword, then metric values
+    log = tmp_path / "job.out"
+    log.write_bytes(b"")
+    position = FilePosition(path=str(log))
+    armed = []
+    for n in (10, 20, 30, 40):
+        append(log, f"train {n}: 2.{n:02d}31 0.0010 ok\n")
+        result = tailer.read(position)
+        position = result.position
+        armed.append(result.latest_progress.signal.iteration if result.latest_progress else None)
+    assert armed == [None, None, 30, 40]

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 from app.evidence.models import Anomaly
 from app.jobs import service as jobs
-from tests.factories import dashboard_registration, seed_history
+from tests.factories import dashboard_registration, read_log_source, seed_history
 from tests.views.html import parse
 
 
@@ -37,6 +37,7 @@ async def test_log_view_shows_the_lines_around_evidence_escaped_and_only_tracked
     log = tmp_path / "train.out"
     log.write_text("".join(f"iteration {n} <b>loss</b>\n" for n in range(1, 301)))
     await _evidence_in(sessions, seeded.attempt_ids[0], log, 120)
+    await read_log_source(sessions, attempt_id=seeded.attempt_ids[0], path=str(log))
     details = parse((await viewer.get("/dashboard/jobs/4242/attempts/0")).text)
     link = next(a for a in details.find_all("a", class_="log-link") if str(log) in unquote(a.attrs["href"]))
     page = await viewer.get(link.attrs["href"].split("#")[0])
@@ -56,7 +57,14 @@ async def test_log_view_shows_the_lines_around_evidence_escaped_and_only_tracked
     assert (
         await viewer.get("/dashboard/jobs/4242/attempts/9/log", params={"path": str(log), "line": 1})
     ).status_code == 404
-    gone = await viewer.get("/dashboard/jobs/4242/attempts/0/log", params={"path": "/logs/llama-4242-0.out", "line": 5})
+    # The attempt's StdOut the collector has not read (yet, or refused it): not shown.
+    unread = await viewer.get(
+        "/dashboard/jobs/4242/attempts/0/log", params={"path": "/logs/llama-4242-0.out", "line": 5}
+    )
+    assert unread.status_code == 404 and "Not read by Recovery" in unread.text
+    # A file the collector read that is gone since.
+    log.unlink()
+    gone = await viewer.get("/dashboard/jobs/4242/attempts/0/log", params={"path": str(log), "line": 5})
     assert gone.status_code == 200 and "no longer exists" in gone.text
     # The timeline shades the hang's silence and links every mark to its event row.
     timeline = parse((await viewer.get("/dashboard/jobs/4242/attempts/0/timeline")).text)

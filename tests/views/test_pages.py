@@ -261,7 +261,7 @@ async def test_workflow_page_charts_goodput_and_the_cluster_summary_adds_up(view
     rows = summary.find("table", class_="goodput-buckets").find_all("tr", data_bucket=True)
     wall = float(summary.by_id("goodput-summary").find_all("dd")[1].attrs["data-seconds"])
     assert wall == 31 * 60 + 5 and abs(sum(float(r.attrs["data-seconds"]) for r in rows) - wall) < 0.01
-    assert (await viewer.get("/dashboard/goodput?hours=nonsense")).status_code == 200
+    assert (await viewer.get("/dashboard/goodput?hours=nonsense")).status_code == 400  # a number in digits 0-9
 
 
 async def test_job_details_show_the_checkpoint_check_and_the_singleton_twin(viewer, sessions) -> None:

@@ -63,7 +63,7 @@ async def _bulk_workflows(sessions: Any, count: int) -> None:
                     "workflow_id": ids[f"wf-{i:05d}"],
                     "name": f"job-{i}",
                     "enrolment": "ENROLLED",
-                    "effective_mode": "observe",
+                    "registered_mode": "observe",
                     "restart_count": 0,
                     "shared_log_paths": False,
                 }

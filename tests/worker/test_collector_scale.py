@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -131,27 +132,29 @@ async def test_a_new_file_in_a_log_directory_is_found_by_polling_alone(ctx: AppC
 
 def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_with_news(tmp_path: Path) -> None:
     from app.logs.reader import FilePosition, LogTailer
+    from app.logs.safe_open import AccessRule
     from worker.collector.discovery import Tracked
     from worker.collector.reading import read_files
 
     tailer = LogTailer()
+    mine = AccessRule(uid=os.getuid())
     tracked = []
     for n in range(8):
         path = tmp_path / f"{n}.log"
         path.write_text("step 1\n")
         tracked.append(Tracked(n, str(path), None, None, False, FilePosition(str(path))))
-    reads, left = read_files(tailer, tracked)  # first look: every file has news
+    reads, left = read_files(tailer, tracked, lambda _: mine)  # first look: every file has news
     assert (len(reads), left) == (8, [])
     for read in reads:
         read.tracked.position = read.position
     for n in (1, 4, 6):
         with open(tracked[n].path, "a") as handle:
             handle.write("step 2\n")
-    reads, left = read_files(tailer, tracked, max_files=2)
+    reads, left = read_files(tailer, tracked, lambda _: mine, max_files=2)
     # the unchanged files cost a stat each; of the three changed, two are read and one waits for the next tick
     assert [r.tracked.source_id for r in reads] == [1, 4] and left == [tracked[6].path]
     for read in reads:
         read.tracked.position = read.position
-    reads, left = read_files(tailer, tracked, max_files=2)
+    reads, left = read_files(tailer, tracked, lambda _: mine, max_files=2)
     assert [r.tracked.source_id for r in reads] == [6] and left == []
     tailer.close()

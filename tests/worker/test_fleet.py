@@ -131,7 +131,10 @@ async def test_drain_is_observed_first_then_sent_verified_and_bounded_by_the_par
     [would] = await events(ctx, "node.would_drain")
     assert would.message.startswith('scontrol update NodeName=node3 State=DRAIN Reason="recovery: suspect after')
     assert not fake.drained and not [c for c in fake.calls if c[0] == "drain_node"]
-    act = acting(ctx, node_drain="act")
+    # the operator's ceiling covers drains too (app.domain.gate): RECOVERY_NODE_DRAIN=act alone sends nothing
+    await Drainer(acting(ctx, node_drain="act"), fake).tick()
+    assert not fake.drained
+    act = acting(ctx, node_drain="act", acknowledge_scheduler_actions=True)
     await Drainer(act, fake).tick()
     assert fake.drained == {"node3"}
     async with act.sessions() as session:

@@ -69,7 +69,7 @@ async def test_enrolled_job_gets_attempt_zero_and_state_changes(ctx, observer, s
     assert (a0.state, a0.exit_code) == ("FAILED", 1)
     async with ctx.sessions() as session:
         job = await session.scalar(select(Job))
-    assert job.enrolment == "ENROLLED" and job.effective_mode == "observe"
+    assert job.enrolment == "ENROLLED" and job.registered_mode == "observe"
     assert "acknowledgment ceiling" in job.mode_reason
 
 
@@ -164,7 +164,7 @@ async def test_act_needs_ceiling_and_managed_partition(ctx: AppContext, schedule
     scheduler.add(make_job(16, comment=_comment(mode="observe")))
     await observer.tick()
     async with ctx.sessions() as session:
-        modes = dict((await session.execute(select(Job.slurm_job_id, Job.effective_mode))).all())
+        modes = dict((await session.execute(select(Job.slurm_job_id, Job.registered_mode))).all())
     assert modes == {15: "act", 16: "observe"}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import os
 import time
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from app.evidence import service as evidence
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
 from app.logs.reader import FilePosition, LogEvent, LogTailer
+from app.logs.safe_open import AccessRule
 from app.sql import IN_CHUNK
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -34,6 +36,7 @@ if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas'
 REFRESH_SECONDS = 15.0  # read the change feed at least this often even without a wake-up from the observer
 FULL_REFRESH_SECONDS = 600.0  # reload every live job now and then: a safety net for changes made without the feed
 CHANGE_TOPICS = ("attempt", "job")
+MAX_DIR_ENTRIES = 100_000  # names read from one log directory per listing (a directory of millions is cut here)
 
 # (path, job id) -> owning attempt id (None: attributed per line)
 Wanted = dict[tuple[str, int], int | None]
@@ -64,6 +67,9 @@ class JobInfo:
     shared: bool
     straggler: bool
     attempts: list[AttemptInfo] = field(default_factory=list)
+    user_id: int | None = None  # Slurm's numeric uid: the job's files are read with this user's rights only
+    group_id: int | None = None
+    user_name: str | None = None
 
     def windows(self) -> list[assoc.AttemptWindow]:
         return [a.window for a in self.attempts]
@@ -88,6 +94,8 @@ class Tracked:
     position: FilePosition
     mtime: float | None = None
     closing: bool = False  # final read pending, then stop tracking
+    # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading._unchanged
+    refused: tuple[tuple[int, ...], AccessRule, float] | None = None
 
 
 class Discovery:
@@ -129,6 +137,18 @@ class Discovery:
                 {os.path.dirname(path) or "." for path in self.by_path} | set(self.settings.log_dirs)
             )
         return self._tracked_dirs
+
+    def access_of(self, tracked: Tracked) -> AccessRule:
+        """Whose rights a tracked file is opened with: its job's uid (unknown: refused, see RECOVERY_LOG_ACCESS)."""
+        job = self.jobs.get(tracked.job_id or -1)
+        return AccessRule.for_job(
+            uid=job.user_id if job else None,
+            gid=job.group_id if job else None,
+            user_name=job.user_name if job else None,
+            mode=self.settings.log_access,
+            unknown_uid=self.settings.log_access_unknown_uid,
+            roots=self.settings.log_dirs,
+        )
 
     # ---- refreshing -------------------------------------------------------------------------
 
@@ -242,6 +262,9 @@ class Discovery:
                     job.slurm_job_id,
                     bool(job.shared_log_paths),
                     config.straggler_detection_enabled,
+                    user_id=job.user_id,
+                    group_id=job.group_id,
+                    user_name=job.user,
                 )
         for attempt in every:
             paths = tuple(dict.fromkeys(p for p in (attempt.stdout_path, attempt.stderr_path) if p))
@@ -297,7 +320,13 @@ class Discovery:
             return listed[2]
         try:
             with os.scandir(directory) as entries:
-                names = [(entry.name, entry.path) for entry in entries if entry.is_file()]
+                # Not only regular files: a symlink, FIFO or socket named after a job is tracked too, so that
+                # reading it is refused and recorded (log.refused); is_dir never follows a symlink here.
+                names = [
+                    (entry.name, entry.path)
+                    for entry in itertools.islice(entries, MAX_DIR_ENTRIES)
+                    if not entry.is_dir(follow_symlinks=False)
+                ]
         except OSError:
             return []
         matches = [(name, path, match) for name, path in names if (match := assoc.job_file_name(name, ids)) is not None]

@@ -95,6 +95,7 @@ class Recorder:
         owner = (
             await job_queries.get_attempt(session, attempt_id=row.attempt_id) if row.attempt_id is not None else None
         )
+        await self._note_refusal(session, row, job, owner, read)
         replaced = any(note in NEW_FILE_NOTES for note in read.notes)
         anomalies = 0
         # Lines after a truncation of an ended attempt's own file were written by someone else.
@@ -102,7 +103,8 @@ class Recorder:
         for event in read.events:
             if not isinstance(event.signal, (CrashSignature, CheckpointEvent)):
                 continue
-            anomalies += await self._attribute(session, row, job, owner, _line_event(event), now, foreign=foreign)
+            line_event = _line_event(event, read.context.get(event.event_id, ()))
+            anomalies += await self._attribute(session, row, job, owner, line_event, now, foreign=foreign)
         if read.bytes_read:
             latest = max((r.last_output_at for r in read.results if r.bytes_read and r.last_output_at), default=None)
             if latest is not None and (row.last_output_at is None or latest > row.last_output_at):
@@ -137,6 +139,24 @@ class Recorder:
             row.closed_at = now
             tracked.closing = True
         return anomalies
+
+    async def _note_refusal(
+        self, session: Session, row: LogSource, job: JobInfo | None, owner: Attempt | None, read: FileRead
+    ) -> None:
+        """Keep whether the path was refused; record `log.refused` on its attempt (the newest one of a shared file)."""
+        refused = read.refused
+        if refused is None:
+            if row.refused_reason is not None:
+                await evidence.note_refusal(session, source=row, job=None, attempt_index=None, reason=None)
+            return
+        if owner is not None:
+            index: int | None = owner.attempt_index
+        else:
+            index = max((a.index for a in job.attempts), default=None) if job else None
+        job_row = await job_queries.get_job(session, job_id=row.job_id) if row.job_id is not None else None
+        await evidence.note_refusal(
+            session, source=row, job=job_row, attempt_index=index, reason=refused.reason, detail=refused.detail
+        )
 
     async def _observe_throughput(self, session: Session, row: LogSource, attempt: Attempt, sample: LogEvent) -> bool:
         assert isinstance(sample.signal, ThroughputSample)
@@ -317,7 +337,7 @@ def _store_position(row: LogSource, position: FilePosition) -> bool:
     return changed
 
 
-def _line_event(event: LogEvent) -> evidence.LineEvent:
+def _line_event(event: LogEvent, context: tuple[str, ...] = ()) -> evidence.LineEvent:
     assert isinstance(event.signal, (CrashSignature, CheckpointEvent))  # callers pass only these
     return evidence.LineEvent(
         event_key=event.event_id,
@@ -328,4 +348,5 @@ def _line_event(event: LogEvent) -> evidence.LineEvent:
         read_at=event.read_at,
         signal=event.signal,
         attempt_label=event.attempt,
+        context=context,
     )

@@ -130,7 +130,7 @@ class Collector(Service):
             ]
         if self._dirty:
             self._dirty.difference_update(t.path for t in candidates)
-        reads, left = await asyncio.to_thread(read_files, self.tailer, candidates)
+        reads, left = await asyncio.to_thread(read_files, self.tailer, candidates, self.discovery.access_of)
         self._dirty.update(left)
         unfinished = len(left)
         anomalies = 0

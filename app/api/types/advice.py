@@ -65,6 +65,13 @@ class Milestone:
     def duration_ms(self) -> float | None:
         return self.row.duration_ms
 
+    @strawberry.field(
+        description="The one gate's answer when it was taken: `allowed (ALLOWED): …` or `not sent (REASON): …` "
+        "(ceiling, job mode, mode at decision, the component's own switch, fleet rules); null on older rows."
+    )
+    def gate(self) -> str | None:
+        return self.row.gate
+
 
 @strawberry.type(description="The controller's report on an Advice: did Slurm get to the desired state?")
 class Reconciliation:
@@ -76,7 +83,7 @@ class Reconciliation:
 
     @strawberry.field(
         description="DESIRED_STATE_OBSERVED, ALREADY_SATISFIED, ADVICE_EXPIRED, JOB_NOT_FOUND, "
-        "NOT_AUTHORIZED, VETOED, BUDGET_EXCEEDED, STORM_PAUSED, …"
+        "NOT_AUTHORIZED, DECIDED_IN_OBSERVE, VETOED, BUDGET_EXCEEDED, STORM_PAUSED, …"
     )
     def reason(self) -> str | None:
         return self.row.disposition_reason
@@ -184,6 +191,23 @@ class Advice(Node):
     @strawberry.field(description="Why modeAtDecision applied when it was decided.")
     def mode_reason_at_decision(self) -> str | None:
         return self.row.mode_reason
+
+    @strawberry.field(
+        description="The Advice an operator decided again now in place of this one (this one was decided in observe "
+        "mode and is never carried out)."
+    )
+    async def decided_again_as(self, info: Info) -> Advice | None:
+        if self.row.superseded_by_id is None:
+            return None
+        row = await loaders_of(info).advice.load(self.row.superseded_by_id)
+        return Advice(row=row) if row is not None else None
+
+    @strawberry.field(description="The observe-mode Advice this one decided again (an operator's decide again now).")
+    async def decided_again_from(self, info: Info) -> Advice | None:
+        if self.row.supersedes_id is None:
+            return None
+        row = await loaders_of(info).advice.load(self.row.supersedes_id)
+        return Advice(row=row) if row is not None else None
 
     @strawberry.field
     def expires_at(self) -> dt.datetime | None:

@@ -9,6 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.api.types.node import AttemptRef, Info, Node, attempt_of
+from app.evidence.queries import AFTER_RECOVERY_ACTED
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.evidence.models import Anomaly as AnomalyRow
@@ -79,7 +80,10 @@ class BlamedNode:
 class Anomaly(Node):
     row: strawberry.Private[AnomalyRow]
 
-    @strawberry.field(description="CRASH, NO_PROGRESS, SLOWDOWN or SCHEDULER_FAILURE.")
+    @strawberry.field(
+        description="CRASH, NO_PROGRESS, SLOWDOWN or SCHEDULER_FAILURE; AFTER_RECOVERY_ACTED for a crash line "
+        "printed after Recovery sent requeue-hold or cancel (kept apart, never decided on)."
+    )
     def kind(self) -> str:
         return self.row.kind
 
@@ -119,6 +123,31 @@ class Anomaly(Node):
             for e in (self.row.blamed_nodes or [])
             if isinstance(e, dict) and e.get("node")
         ]
+
+    @strawberry.field(
+        description="This crash's place in its attempt's failure: 'root cause' (the line the failure started "
+        "from), 'consequence' (another process reporting it, Slurm ending the step) or 'after Recovery acted' "
+        "(printed after Recovery sent requeue-hold or cancel: kept, never decided on); null until decided "
+        "and for other kinds."
+    )
+    def role(self) -> str | None:
+        if self.row.kind == AFTER_RECOVERY_ACTED:
+            return "after Recovery acted"
+        role = (self.row.details or {}).get("role")
+        return str(role) if role else None
+
+    @strawberry.field(
+        description="Short stable id of the failure fingerprint ('fp-3f2a9c0b1d4e'): the same on a rerun that "
+        "fails the same way (timestamps, PIDs, ports, addresses, ranks and log prefixes do not count)."
+    )
+    def fingerprint(self) -> str | None:
+        value = (self.row.details or {}).get("fingerprint")
+        return str(value) if value else None
+
+    @strawberry.field(description="The fingerprint's text: category and the normalised origin line.")
+    def fingerprint_text(self) -> str | None:
+        value = (self.row.details or {}).get("signature")
+        return str(value) if value else None
 
     @strawberry.field
     def log_path(self) -> str | None:

@@ -267,7 +267,7 @@ class Job(Node):
         description="observe or act as resolved when the job was registered (a record, not the mode now)."
     )
     def mode_at_registration(self) -> str:
-        return self.row.effective_mode
+        return self.row.registered_mode
 
     @strawberry.field(description="The job's story: its newest attempt with Advice, else its newest attempt.")
     async def story(self, info: Info) -> Story | None:

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import strawberry
 
+from app.api.ids import to_global_id
+
 if TYPE_CHECKING:
     from app.advice.stories import Told
 else:
@@ -50,3 +52,17 @@ class Story:
     @strawberry.field(description="The attempt that followed (the restart), if Slurm started one.")
     def next_attempt_index(self) -> int | None:
         return self.told.next_attempt.attempt_index if self.told.next_attempt is not None else None
+
+    @strawberry.field(
+        description="Id of the anomaly the story cites: the one its Advice was decided on (a crash's root cause, "
+        "the NO_PROGRESS of a hang), else the attempt's newest decided anomaly."
+    )
+    def anomaly_id(self) -> strawberry.ID | None:
+        anomaly = self.told.anomaly
+        return strawberry.ID(to_global_id("Anomaly", anomaly.id)) if anomaly is not None else None
+
+    @strawberry.field(description="Fingerprint id of the cited anomaly ('fp-...'), when it is a crash.")
+    def fingerprint(self) -> str | None:
+        anomaly = self.told.anomaly
+        value = (anomaly.details or {}).get("fingerprint") if anomaly is not None else None
+        return str(value) if value else None
