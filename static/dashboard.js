@@ -55,6 +55,20 @@
     });
   }
 
+  // Phones show each table row as a card (dashboard.css): each cell is labelled with its column's heading.
+  function labelCells(root) {
+    var own = root.closest ? root.closest("table.grid") : null;  // a swapped-in row: label it from its table
+    (own ? [own] : root.querySelectorAll("table.grid")).forEach(function (table) {
+      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) { return th.textContent.trim(); });
+      if (!heads.length) { return; }
+      table.querySelectorAll("tbody tr").forEach(function (row) {
+        Array.prototype.forEach.call(row.children, function (cell, i) {
+          if (heads[i] && !cell.hasAttribute("data-label") && !(cell.colSpan > 1)) { cell.setAttribute("data-label", heads[i]); }
+        });
+      });
+    });
+  }
+
   // Live regions re-fetch on "sse:changed"; while their stream is not open, poll every 10 s instead.
   var openSources = new WeakSet();
   document.addEventListener("htmx:sseOpen", function (evt) { openSources.add(evt.target); document.body.setAttribute("data-live", "sse"); });
@@ -83,7 +97,12 @@
     }
     setLocal(storedLocal());
     localise(document);
+    labelCells(document);
     window.setInterval(poll, POLL_MS);
   });
-  document.addEventListener("htmx:afterSettle", function (evt) { localise(evt.target.ownerDocument ? evt.target : document); });
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var root = evt.target.ownerDocument ? evt.target : document;
+    localise(root);
+    labelCells(root);
+  });
 })();
