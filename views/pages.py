@@ -102,11 +102,6 @@ def _query_without_cursor(request: Request) -> dict[str, str]:
 
 
 @guarded()
-async def dashboard_home(request: Request) -> Response:
-    return RedirectResponse(request.url_for("dashboard:workflows").path, status_code=303)
-
-
-@guarded()
 async def workflows(request: Request) -> Response:
     """Workflows Overview: newest first, filtered, keyset-paginated, live."""
     dashboard = dashboard_of(request)

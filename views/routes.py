@@ -16,6 +16,7 @@ from views import (
     fleet_page,
     glossary_page,
     goodput,
+    home_page,
     live,
     log_page,
     login,
@@ -56,7 +57,7 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         streams=live.StreamLimiter(),
     )
     routes = [
-        Route("/", pages.dashboard_home, name="home"),
+        Route("/", home_page.home, name="home"),
         Route("/workflow", pages.workflows, name="workflows"),
         Route("/go", find.go, name="go"),
         Route("/workflow/{key:path}", pages.workflow, name="workflow"),

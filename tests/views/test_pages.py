@@ -44,9 +44,9 @@ async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_adv
     assert "environment 'prod' is not 'test-env'" in refused.text and str(seeded.refused_job_id) in refused.text
 
 
-async def test_dashboard_root_redirects_to_overview(viewer) -> None:
+async def test_dashboard_root_is_the_operators_home(viewer) -> None:
     response = await viewer.get("/dashboard/", follow_redirects=False)
-    assert response.status_code == 303 and response.headers["location"] == "/dashboard/workflow"
+    assert response.status_code == 200 and parse(response.text).by_id("needs-you")
 
 
 async def test_empty_overview_explains_the_two_sbatch_lines(viewer) -> None:
