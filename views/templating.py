@@ -149,6 +149,19 @@ def state_icon(state: str | None) -> str:
     return STATE_ICONS[state_group(state)]
 
 
+def disposition_class(advice: Any) -> str:
+    """The colour of an Advice's reconciliation by what a person must do, not by the controller's bookkeeping.
+
+    Observe-only never looks like waiting (nothing can act on it); a run Recovery stopped (TERMINATE, vetoed,
+    abandoned) is not a green success even when its TERMINATE converged: its user must resubmit.
+    """
+    if advice.mode == "observe":
+        return "disp disp-observe"
+    if advice.operation == "TERMINATE" or advice.review == "VETOED" or advice.disposition == "ABANDONED":
+        return "disp disp-stopped"
+    return f"disp disp-{str(advice.disposition).lower()}"
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -179,6 +192,7 @@ def build_templates() -> Jinja2Templates:
         state_icon=state_icon,
         glossed=glossed,
         shown_reason=shown_reason,
+        disposition_class=disposition_class,
         urlsegment=url_segment,
     )
     env.trim_blocks = True
