@@ -166,6 +166,8 @@ def fetch_attempts(base: str, job: str, token: str | None, timeout: float = DEFA
         if not isinstance(answer, dict) or not isinstance(answer.get("attempts"), list):
             raise ClientError(f"the service at {url} answered 200 without a list of attempts", EXIT_BAD_ANSWER)
         attempts += [_checked_attempt(a, url) for a in answer["attempts"]]
+        if not attempts:
+            _refused(answer.get("enrolment"), job, base)
         page = answer.get("nextPageToken")
         if page is not None and not isinstance(page, str):
             raise ClientError(f"the service at {url} answered a nextPageToken that is not text", EXIT_BAD_ANSWER)
@@ -174,6 +176,19 @@ def fetch_attempts(base: str, job: str, token: str | None, timeout: float = DEFA
     if not attempts:
         raise ClientError(f"the service at {base} answered no attempts for job {job}", EXIT_BAD_ANSWER)
     return sorted(attempts, key=lambda a: int(a["attemptIndex"]))
+
+
+def _refused(enrolment: Any, job: str, base: str) -> None:
+    """A job the service recorded but refused (no attempts): ClientError saying why, in the dashboard's words."""
+    if not isinstance(enrolment, dict) or enrolment.get("enrolled") is not False:
+        return
+    reason = enrolment.get("reason")
+    why = reason if isinstance(reason, str) and reason else "no reason recorded"
+    state = str(enrolment.get("enrolment") or "NOT_ENROLLED").replace("_", " ").lower()
+    raise ClientError(
+        f"job {job} is recorded but not enrolled ({state}), so Recovery does not look after it: {why}",
+        EXIT_NOT_FOUND,
+    )
 
 
 def _line(attempt: dict[str, Any]) -> str:

@@ -77,6 +77,23 @@ def _paging(limits: tuple[int, int]) -> list[dict[str, Any]]:
     ]
 
 
+# A refused job has no attempts: its enrolment says why (issue 26), instead of a 404.
+ENROLMENT = {
+    "oneOf": [
+        {"type": "null"},
+        _object(
+            {
+                "jobId": {"type": "integer"},
+                "cluster": {"type": "string"},
+                "enrolled": {"type": "boolean"},
+                "enrolment": {"type": "string"},
+                "reason": _NULLABLE_STRING,
+            }
+        ),
+    ]
+}
+
+
 STORY = {
     "oneOf": [
         {"type": "null"},
@@ -340,7 +357,8 @@ def openapi_document() -> dict[str, Any]:
             "/v1/jobs/by-scheduler-id/{job_id}": {
                 "get": {
                     "operationId": "jobsBySchedulerId",
-                    "summary": "The attempts recorded under a Slurm job id.",
+                    "summary": "The attempts recorded under a Slurm job id, and the job's enrolment "
+                    "(a refused job: no attempts and the reason it was refused).",
                     "parameters": [
                         {
                             "name": "job_id",
@@ -480,7 +498,13 @@ def openapi_document() -> dict[str, Any]:
                 "Workflow": WORKFLOW,
                 "AuditEvent": AUDIT_EVENT,
                 "Error": ERROR,
-                "AttemptList": _list("attempts", "Attempt"),
+                "AttemptList": _object(
+                    {
+                        "attempts": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}},
+                        "nextPageToken": _NULLABLE_STRING,
+                        "enrolment": ENROLMENT,
+                    }
+                ),
                 "AdviceList": _list("advice", "Advice"),
                 "WorkflowList": _list("workflows", "Workflow"),
                 "AuditEventList": _list("events", "AuditEvent"),

@@ -32,7 +32,7 @@ from app.domain.identity import (
     format_scheduler_job_id,
     parse_scheduler_job_id,
 )
-from app.domain.mode import ModeSettings, effective_mode
+from app.domain.mode import ENROLLED, ModeSettings, effective_mode
 from app.domain.story import OUTCOMES
 from app.domain.timefmt import iso_utc_or_none
 from app.fleet import queries as fleet_queries
@@ -340,7 +340,11 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
             session, slurm_job_id=slurm_job_id, cluster=cluster, page=page_request
         )
         if not page.items and not page_request.after:
-            return error(404, "NOT_FOUND", f"no attempts recorded for job {ref}")
+            # A refused job has no attempt: answer its enrolment (why it was refused), not a 404.
+            refused = await job_queries.find_job(session, slurm_job_id=slurm_job_id, cluster=cluster)
+            if refused is None:
+                return error(404, "NOT_FOUND", f"no attempts recorded for job {ref}")
+            return JSONResponse({"attempts": [], "nextPageToken": None, "enrolment": enrolment_json(refused)})
         jobs = await job_queries.jobs_by_ids(session, ids=[a.job_id for a in page.items])
         workflows = await job_queries.workflows_by_ids(
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
@@ -356,7 +360,25 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
         }
         for a in page.items
     ]
-    return JSONResponse({"attempts": attempts, "nextPageToken": _next_token(page)})
+    newest = max(jobs.values(), key=lambda j: j.id, default=None)
+    return JSONResponse(
+        {
+            "attempts": attempts,
+            "nextPageToken": _next_token(page),
+            "enrolment": enrolment_json(newest) if newest else None,
+        }
+    )
+
+
+def enrolment_json(job: Job) -> dict[str, Any]:
+    """Whether a job is enrolled and, when it was refused, why (the words the dashboard shows)."""
+    return {
+        "jobId": job.slurm_job_id,
+        "cluster": job.cluster,
+        "enrolled": job.enrolment == ENROLLED,
+        "enrolment": job.enrolment,
+        "reason": job.enrolment_reason,
+    }
 
 
 def story_json(told: Any) -> dict[str, Any] | None:

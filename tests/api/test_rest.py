@@ -13,8 +13,9 @@ from app.audit import service as audit
 from app.config import Settings
 from app.context import AppContext
 from app.domain.identity import attempt_uuid
+from app.jobs import service as jobs
 from app.main import create_app
-from tests.factories import CLUSTER, seed_job, seed_many
+from tests.factories import CLUSTER, registration, seed_job, seed_many
 from tests.plugins.database import Database
 
 
@@ -46,10 +47,34 @@ async def test_jobs_by_scheduler_id(client: httpx.AsyncClient, sessions: async_s
     )
     paged = await _all_pages(client, "/v1/jobs/by-scheduler-id/12345", "attempts", limit=2)
     assert [a["attemptIndex"] for a in paged] == [0, 1, 2]
+    assert body["enrolment"] == {
+        "jobId": 12345,
+        "cluster": CLUSTER,
+        "enrolled": True,
+        "enrolment": "ENROLLED",
+        "reason": body["enrolment"]["reason"],
+    }
     missing = await client.get("/v1/jobs/by-scheduler-id/999")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
     bad = await client.get("/v1/jobs/by-scheduler-id/abc")
     assert bad.status_code == 400 and "job id" in bad.json()["error"]["message"]
+
+
+async def test_a_refused_job_answers_its_enrolment_not_a_404(
+    client: httpx.AsyncClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    reason = "The policy's environment 'Test-Env' does not equal this installation's environment 'test-env'"
+    async with sessions() as session, session.begin():
+        await jobs.register_job(
+            session,
+            registration=registration(777, enrolment="ENVIRONMENT_MISMATCH", enrolment_reason=reason),
+        )
+    response = await client.get("/v1/jobs/by-scheduler-id/777")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["attempts"] == [] and body["nextPageToken"] is None
+    assert body["enrolment"]["enrolled"] is False and body["enrolment"]["enrolment"] == "ENVIRONMENT_MISMATCH"
+    assert body["enrolment"]["reason"] == reason and body["enrolment"]["jobId"] == 777
 
 
 async def test_jobs_by_scheduler_id_names_array_tasks(

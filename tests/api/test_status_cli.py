@@ -13,7 +13,7 @@ from app.client import status, watch
 from app.config import Settings
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
-from tests.factories import RECOVERED, seed_stories
+from tests.factories import RECOVERED, registration, seed_stories
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database", ["sqlite"], indirect=True)]
 
@@ -47,6 +47,20 @@ async def test_status_and_watch_tell_the_story_from_a_running_service(live_serve
     missing = io.StringIO()
     assert await asyncio.to_thread(status, settings, "999999", server=live_server.url, out=missing) == 1
     assert "job 999999 is not recorded" in missing.getvalue()
+    # a refused job: its reason, as the dashboard says it (issue 26), not "not recorded"
+    async with sessions() as session, session.begin():
+        await jobs.register_job(
+            session,
+            registration=registration(
+                5, enrolment="ENVIRONMENT_MISMATCH", enrolment_reason="environment 'Test-Env' differs only in case"
+            ),
+        )
+    refused = io.StringIO()
+    assert await asyncio.to_thread(status, settings, "5", server=live_server.url, out=refused) == 1
+    assert refused.getvalue() == (
+        "recovery status: job 5 is recorded but not enrolled (environment mismatch), so Recovery does not look "
+        "after it: environment 'Test-Env' differs only in case\n"
+    )
 
     live = _Lines("watching")
     thread = threading.Thread(
