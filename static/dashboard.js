@@ -69,6 +69,38 @@
     });
   }
 
+  // What an operator action did (HX-Trigger "recovery:action-result"): a banner outside the live region that
+  // stays until dismissed. textContent only: the message may quote what a job controls.
+  function dismissable(banner) {
+    var button = banner.querySelector("button.dismiss");
+    if (button) {
+      button.hidden = false;
+      button.addEventListener("click", function () { banner.remove(); });
+    }
+  }
+  document.addEventListener("recovery:action-result", function (evt) {
+    var box = document.getElementById("action-results");
+    var result = evt.detail || {};
+    if (!box || !result.message) { return; }
+    var banner = document.createElement("div");
+    banner.className = "result-banner" + (result.failed ? " refused" : "");
+    banner.setAttribute("role", "status");
+    banner.appendChild(document.createTextNode(result.message));
+    if (result.cannot) {
+      var cannot = document.createElement("span");
+      cannot.className = "cannot";
+      cannot.textContent = result.cannot;
+      banner.appendChild(cannot);
+    }
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "dismiss";
+    button.textContent = "Dismiss";
+    banner.appendChild(button);
+    box.insertBefore(banner, box.firstChild);
+    dismissable(banner);
+  });
+
   // Live regions re-fetch on "sse:changed"; while their stream is not open, poll every 10 s instead.
   var openSources = new WeakSet();
   document.addEventListener("htmx:sseOpen", function (evt) { openSources.add(evt.target); document.body.setAttribute("data-live", "sse"); });
@@ -98,6 +130,7 @@
     setLocal(storedLocal());
     localise(document);
     labelCells(document);
+    document.querySelectorAll(".result-banner").forEach(dismissable);
     window.setInterval(poll, POLL_MS);
   });
   document.addEventListener("htmx:afterSettle", function (evt) {

@@ -3,6 +3,7 @@ now)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -194,8 +195,12 @@ async def advice_action(request: Request) -> Response:
     mode = effective_mode(jobs[current.job_id], dashboard.settings).mode if current and current.job_id in jobs else None
     did, cannot = result_message(action, current, mode) if not failed else (message, "")
     if is_partial_request(request):
-        context = {"advice": current, "jobs": jobs, "message": did, "cannot": cannot, "failed": failed}
-        return render(request, "_advice_row.html", context, status=200)
+        # The row is swapped in place, but the live table's refresh replaces it moments later: the result goes
+        # to #action-results outside the live region (dashboard.js), where it stays until dismissed.
+        response = render(request, "_advice_row.html", {"advice": current, "jobs": jobs}, status=200)
+        result = {"message": did, "cannot": cannot, "failed": failed}
+        response.headers["HX-Trigger"] = json.dumps({"recovery:action-result": result})  # ASCII: escapes the rest
+        return response
     if failed:
         return explain(
             request,

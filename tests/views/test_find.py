@@ -104,6 +104,7 @@ async def test_operator_actions_say_what_they_did_and_cannot_do_and_veto_asks_fi
     approved = await operator.post(f"/dashboard/advice/{advice_id}/approve", follow_redirects=True)
     banner = parse(approved.text).by_id("action-result").text
     assert f"Approved Advice {advice_id}" in banner and "Approval cannot make it act" in banner
+    assert parse(approved.text).by_id("action-results").find("button", class_="dismiss")
     again = parse((await operator.get("/dashboard/advice", params={"job": str(OBSERVED)})).text)
     assert "Approve" not in [b.text for b in again.by_id(f"advice-{advice_id}").find_all("button")]
     # without JavaScript a veto first shows a confirmation page; nothing changed yet
