@@ -59,32 +59,32 @@ STATES = (
 class WorkflowSummary:
     """What the overview shows beside a workflow row besides its denormalised columns."""
 
-    retries: int = 0
     last_anomaly: Any = None
     last_anomaly_ref: tuple[int, int] | None = None  # (slurm job id, attempt index)
     active_advice: list[Any] = field(default_factory=list)
     latest_job: Any = None
     told: Any = None  # app.advice.stories.Told of the latest job's headline attempt
+    latest_attempts: int = 0  # attempts of the latest job (never summed across the workflow's jobs)
 
 
 async def workflow_summaries(session: Session, *, workflow_ids: Sequence[int]) -> dict[int, WorkflowSummary]:
-    """Retries, newest anomaly, active Advice, latest job and its story: a fixed number of statements a page."""
-    retries = await job_queries.workflow_retries(session, workflow_ids=workflow_ids)
+    """Newest anomaly, active Advice, latest job, its attempt count and story: a fixed number of statements a page."""
     newest = await evidence_queries.newest_anomaly_of_workflows(session, workflow_ids=workflow_ids)
     active = await advice_queries.active_advice_of_workflows(session, workflow_ids=workflow_ids)
     latest = await job_queries.latest_jobs_of_workflows(session, workflow_ids=workflow_ids)
     told = await stories.stories_of_jobs(session, job_ids=[j.id for j in latest.values()])
+    counts = await job_queries.count_attempts_of_jobs(session, job_ids=[j.id for j in latest.values()])
     result = {}
     for wid in workflow_ids:
         found = newest.get(wid)
         job = latest.get(wid)
         result[wid] = WorkflowSummary(
-            retries=retries.get(wid, 0),
             last_anomaly=found[0] if found else None,
             last_anomaly_ref=(found[1], found[2]) if found else None,
             active_advice=active.get(wid, []),
             latest_job=job,
             told=stories.headline(told.get(job.id, [])) if job else None,
+            latest_attempts=counts.get(job.id, 0) if job else 0,
         )
     return result
 
@@ -159,6 +159,9 @@ async def workflows(request: Request) -> Response:
         request,
         "workflows.html",
         {
+            # a column whose value is the same on every row is said once above the table instead
+            "show_cluster": len({w.cluster for w in page.items}) > 1,
+            "show_environment": len({w.environment for w in page.items}) > 1,
             "page": page,
             "summaries": summaries,
             "filter": flt,

@@ -338,18 +338,6 @@ async def find_attempt_by_ref(session: AsyncSession, *, ref: str, cluster: str |
     return await find_attempt(session, slurm_job_id=parsed.job_id, attempt_index=parsed.attempt_index, cluster=cluster)
 
 
-async def workflow_retries(session: AsyncSession, *, workflow_ids: Sequence[int]) -> dict[int, int]:
-    """How many retries (attempts after the first) each workflow has had, in one statement."""
-    if not workflow_ids:
-        return {}
-    rows = await session.execute(
-        select(Attempt.workflow_id, func.count())
-        .where(Attempt.workflow_id.in_(list(set(workflow_ids))), Attempt.attempt_index > 0)
-        .group_by(Attempt.workflow_id)
-    )
-    return {workflow_id: int(count) for workflow_id, count in rows.all() if workflow_id is not None}
-
-
 async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: str | None = None) -> list[Job]:
     """The newest jobs that tried to enrol but were refused (they belong to no workflow), with their reasons."""
     query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != ENROLLED)

@@ -17,23 +17,26 @@ from tests.views.helpers import dashboard_settings, open_client
 from tests.views.html import parse
 
 
-async def test_overview_lists_workflow_with_state_retries_anomaly_and_active_advice(viewer, sessions) -> None:
+async def test_overview_lists_workflow_with_story_line_state_anomaly_and_active_advice(viewer, sessions) -> None:
     seeded = await seed_history(sessions)
     page = await viewer.get("/dashboard/workflow")
     assert page.status_code == 200
     doc = parse(page.text)
     assert doc.find("h1").text == "Workflows Overview"
-    row = doc.find("tr", data_workflow="llama-pretrain")
+    # the story has its own full-width line: workflow id, outcome, sentence
+    story = doc.find("tr", data_workflow="llama-pretrain")
+    assert story.find("td").attrs["colspan"] == "6"
+    assert story.find(None, data_outcome=True).text == "observe only"
+    sentence = story.find("a", class_="sentence").text
+    assert sentence.startswith("Attempt 0 crashed (Xid 79) on gpu-a02") and "would have restarted as attempt 1" in sentence
+    assert story.find("a").attrs["href"] == "/dashboard/workflow/llama-pretrain?cluster=test"
+    # its facts below; cluster and environment, the same on every row, are said once above the table
+    row = doc.find("tr", data_facts_of="llama-pretrain")
     cells = [td.text for td in row.find_all("td")]
-    assert cells[6] == "RUNNING" and cells[7] == "2" and cells[8].startswith("1")  # 2 attempts, 1 retry
-    assert "CRASH · xid" in cells[9] and "RESTART 4242/0" in cells[10]
-    # the story first: outcome, sentence, and the latest job's id
-    assert cells[1] == "observe only"
-    assert (
-        cells[2].startswith("Attempt 0 crashed (Xid 79) on gpu-a02") and "would have restarted as attempt 1" in cells[2]
-    )
+    assert cells[1] == "RUNNING" and cells[2] == "2"  # the latest job's 2 attempts
+    assert "CRASH · xid" in cells[3] and "RESTART 4242/0" in cells[4]
+    assert "cluster test" in doc.by_id("same-values").text and "environment test-env" in doc.by_id("same-values").text
     assert row.find("a", data_job="4242").attrs["href"] == "/dashboard/jobs/4242"
-    assert row.find("a").attrs["href"] == "/dashboard/workflow/llama-pretrain?cluster=test"
     assert seeded.workflow_id
     # the live region re-fetches itself on SSE "changed" events (and polls when the stream is down)
     live = doc.by_id("workflow-live")
