@@ -28,7 +28,8 @@ async def test_overview_lists_workflow_with_story_line_state_anomaly_and_active_
     assert story.find("td").attrs["colspan"] == "6"
     assert story.find(None, data_outcome=True).text == "observe only"
     sentence = story.find("a", class_="sentence").text
-    assert sentence.startswith("Attempt 0 crashed (Xid 79) on gpu-a02") and "would have restarted as attempt 1" in sentence
+    assert sentence.startswith("Attempt 0 crashed (Xid 79) on gpu-a02")
+    assert "would have restarted as attempt 1" in sentence
     assert story.find("a").attrs["href"] == "/dashboard/workflow/llama-pretrain?cluster=test"
     # its facts below; cluster and environment, the same on every row, are said once above the table
     row = doc.find("tr", data_facts_of="llama-pretrain")
