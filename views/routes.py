@@ -12,6 +12,7 @@ from app.context import AppContext
 from views import (
     advice_page,
     audit_page,
+    ended,
     find,
     fleet_page,
     glossary_page,
@@ -44,6 +45,7 @@ class _WithDashboard:
 def _templates() -> Any:
     templates = build_templates()
     templates.env.globals["advice_actions"] = advice_page.actions_for  # only the actions that apply
+    templates.env.globals["why_ended"] = ended.why_ended
     return templates
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
@@ -23,7 +23,7 @@ from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, St
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
 from app.jobs.models import Attempt, Job
-from app.sql import scalars_in
+from app.sql import rows_in, scalars_in
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _next_fact(n: Attempt | None, loaded: Checkpoint | None) -> NextFact | None:
 
 
 async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, list[Told]]:
-    """Every attempt of these jobs, in order, with its story: six statements for any number of jobs."""
+    """Every attempt of these jobs, in order, with its story: seven statements for any number of jobs."""
     result: dict[int, list[Told]] = {jid: [] for jid in job_ids}
     if not job_ids:
         return result
@@ -109,6 +109,22 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         ids,
     ):
         loaded.setdefault(c.attempt_id, c)  # the first load of the attempt is the resume
+    saved = dict(
+        await rows_in(
+            session,
+            select(Checkpoint.attempt_id, func.max(Checkpoint.iteration))
+            .where(Checkpoint.kind == "saved")
+            .group_by(Checkpoint.attempt_id),
+            Checkpoint.attempt_id,
+            ids,
+        )
+    )
+    saved_so_far: dict[int, int | None] = {}  # attempt id -> newest iteration saved by its job up to it
+    newest_saved: dict[int, int] = {}
+    for a in attempts:  # in attempt order
+        if saved.get(a.id) is not None:
+            newest_saved[a.job_id] = max(newest_saved.get(a.job_id, saved[a.id]), saved[a.id])
+        saved_so_far[a.id] = newest_saved.get(a.job_id)
     by_job: dict[int, dict[int, Attempt]] = {}
     for a in attempts:
         by_job.setdefault(a.job_id, {})[a.attempt_index] = a
@@ -129,6 +145,7 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
             resumed_checkpoint=a.id in loaded,
             resumed_iteration=loaded[a.id].iteration if a.id in loaded else None,
             adopted=a.adopted_at is not None,
+            saved_iteration=saved_so_far.get(a.id),
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result

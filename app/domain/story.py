@@ -88,6 +88,7 @@ class AttemptFacts:
     resumed_checkpoint: bool = False  # this attempt loaded a checkpoint (a restart that resumed)
     resumed_iteration: int | None = None
     adopted: bool = False  # it ended before this installation was watching (app/domain/adoption.py)
+    saved_iteration: int | None = None  # the newest checkpoint saved by this job up to this attempt (from its logs)
 
 
 # The adoption rule in the story's words (app.domain.adoption.NOT_ACTED_ON; the domain imports no sibling here).
@@ -178,6 +179,13 @@ def _next_text(nxt: NextFact) -> str:
     return f"attempt {nxt.attempt_index} is waiting in the queue"
 
 
+def _stopped(facts: AttemptFacts) -> str:
+    """What a stopped run's user does next: resubmit, and from which checkpoint it can resume."""
+    if facts.saved_iteration is not None:
+        return f"stopped: resubmit (sbatch the same script) to resume from checkpoint iteration {facts.saved_iteration}"
+    return "stopped: resubmit (sbatch the same script); no checkpoint save was seen in its logs"
+
+
 def tell(facts: AttemptFacts) -> Story:
     """The story of one attempt (see the module docstring)."""
     happened = _happened(facts)
@@ -196,7 +204,7 @@ def tell(facts: AttemptFacts) -> Story:
                 return Story(happened, "Slurm requeued it", _next_text(facts.next_attempt), Outcome.RECOVERED)
             if state in states.ACTIVE:
                 return Story(happened, "no decision yet", "", Outcome.RUNNING)
-            return Story(happened, "no Advice (nothing Recovery could do)", "stopped: resubmit", Outcome.STOPPED)
+            return Story(happened, "no Advice (nothing Recovery could do)", _stopped(facts), Outcome.STOPPED)
         return Story(happened, "", "", _plain_outcome(state))
     excl = f" excluding {', '.join(advice.exclusions)}" if advice.exclusions else ""
     rule = f" by rule {advice.rule}" if advice.rule else ""
@@ -217,11 +225,11 @@ def tell(facts: AttemptFacts) -> Story:
         return Story(
             happened,
             f"Recovery decided to {advice.operation.lower()}{excl}, an operator vetoed it",
-            "stopped: resubmit",
+            _stopped(facts),
             Outcome.STOPPED,
         )
     if advice.operation == "TERMINATE":
-        return Story(happened, f"Recovery stopped here{rule}", "stopped: resubmit", Outcome.STOPPED)
+        return Story(happened, f"Recovery stopped here{rule}", _stopped(facts), Outcome.STOPPED)
     decided = f"Recovery restarted it{excl}"
     if facts.next_attempt is not None:
         return Story(happened, decided, _next_text(facts.next_attempt), Outcome.RECOVERED)

@@ -28,7 +28,9 @@ async def test_graphql_and_rest_tell_the_same_story(client, sessions) -> None:
     rest = (await client.get(f"/v1/jobs/by-scheduler-id/{RECOVERED}")).json()["attempts"]
     assert rest[0]["story"]["sentence"] == job["story"]["sentence"]
     stopped = (await client.get(f"/v1/jobs/by-scheduler-id/{STOPPED}")).json()["attempts"][0]["story"]
-    assert stopped["outcome"] == "stopped" and stopped["result"] == "stopped: resubmit"
+    assert stopped["outcome"] == "stopped" and stopped["result"].startswith(
+        "stopped: resubmit (sbatch the same script)"
+    )
     observed = (await client.get("/v1/workflows", params={"outcome": "observe only"})).json()["workflows"]
     assert [w["workflowId"] for w in observed] == ["wf-observed"] and observed[0]["outcome"] == "observe only"
     assert (await client.get("/v1/workflows", params={"outcome": "sideways"})).status_code == 400

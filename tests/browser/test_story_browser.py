@@ -64,7 +64,8 @@ async def test_find_a_job_by_id_and_read_its_story(chromium, database, settings,
 
         await page.goto(f"{base}/dashboard/jobs/{STOPPED}/attempts/0")
         assert (await page.locator("#story .sentence").inner_text()).endswith(
-            "Recovery stopped here by rule retry_limit; stopped: resubmit."
+            "Recovery stopped here by rule retry_limit; stopped: resubmit (sbatch the same script); "
+            "no checkpoint save was seen in its logs."
         )
         assert await page.locator("#story .outcome").inner_text() == "stopped"
 

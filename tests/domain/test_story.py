@@ -52,12 +52,13 @@ def test_a_stop_names_the_rule_and_says_resubmit() -> None:
             exit_code=1,
             nodes=("gpu-a01",),
             advice=AdviceFact(operation="TERMINATE", mode="act", rule="retry_limit"),
+            saved_iteration=1200,
         )
     )
     assert story.outcome is Outcome.STOPPED
     assert (
         story.sentence == "Attempt 1 ended FAILED on gpu-a01, exit code 1; Recovery stopped here by rule retry_limit; "
-        "stopped: resubmit."
+        "stopped: resubmit (sbatch the same script) to resume from checkpoint iteration 1200."
     )
 
 
@@ -88,7 +89,8 @@ def test_without_advice_the_state_tells() -> None:
     assert tell(AttemptFacts(attempt_index=0, state="RUNNING", nodes=("n1",))).sentence == "Attempt 0 is running on n1."
     assert tell(AttemptFacts(attempt_index=0, state="COMPLETED")).outcome is Outcome.COMPLETED
     failed = tell(AttemptFacts(attempt_index=0, state="FAILED"))
-    assert failed.outcome is Outcome.STOPPED and failed.result == "stopped: resubmit"
+    assert failed.outcome is Outcome.STOPPED
+    assert failed.result == "stopped: resubmit (sbatch the same script); no checkpoint save was seen in its logs"
     watched = tell(AttemptFacts(attempt_index=0, state="FAILED", enrolled=False))
     assert "not enrolled" in watched.decided
 

@@ -127,7 +127,7 @@ async def test_glossary_page_and_tooltips(viewer, sessions) -> None:
     assert glossary.by_id("term-generation") is not None and "SIGKILL" in glossary.find_all("table")[1].text
     details = parse((await viewer.get("/dashboard/jobs/4242/attempts/0")).text)
     buttons = details.find_all("button", class_="gloss-term")
-    assert {b.text for b in buttons} >= {"Advice", "generation", "NonZeroExitCode"}
+    assert {b.text for b in buttons} >= {"Advice", "generation", "Reconciliation"}  # "Why it ended" is plain words
     for button in buttons:  # each names a description that exists on the page
         assert details.by_id(button.attrs["aria-describedby"]) is not None and button.attrs["data-tip"]
     refused = parse((await viewer.get("/dashboard/jobs/4243")).text)

@@ -77,7 +77,10 @@ async def test_outcomes_facets_and_stories_of_a_recovered_a_stopped_and_an_obser
         "Attempt 0 crashed (Xid 79) on gpu-b02 at line 812 of 5101-0.err; Recovery restarted it excluding gpu-b02; "
         "attempt 1 started on gpu-b03 and loaded checkpoint iteration 1200."
     )
-    assert stories[STOPPED].endswith("Recovery stopped here by rule retry_limit; stopped: resubmit.")
+    assert stories[STOPPED].endswith(
+        "Recovery stopped here by rule retry_limit; stopped: resubmit (sbatch the same script); "
+        "no checkpoint save was seen in its logs."
+    )
     assert "observe only: would have restarted as attempt 1" in stories[OBSERVED]
     observed = parse((await viewer.get(f"/dashboard/jobs/{OBSERVED}/attempts/0")).text)
     chip = observed.find("span", class_="action-shadow")

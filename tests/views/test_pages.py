@@ -94,7 +94,7 @@ async def test_workflow_page_shows_jobs_attempts_and_decisions(viewer, sessions)
     assert [r.attrs["data-attempt"] for r in rows] == ["0", "1"]
     first = [td.text for td in rows[0].find_all("td")]
     assert first[1] == "FAILED" and first[2] == "gpu-a01, gpu-a02" and first[4] == "31m 00s"
-    assert "NonZeroExitCode" in first[5] and "exit 1" in first[5] and "CRASH · xid on gpu-a02" in first[5]
+    assert first[5].startswith("It failed, exit code 1 (") and "CRASH · xid on gpu-a02" in first[5]
     assert "RESTART gen 1 · PENDING" in first[6]
     assert "so far" in rows[1].find_all("td")[4].text
     assert (await viewer.get("/dashboard/workflow/999999")).status_code == 404

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -128,10 +129,10 @@ async def test_operator_actions_need_csrf_and_the_operator_role(database, settin
             headers={"X-CSRF-Token": token, "HX-Request": "true"},
             data={"reason": "", "confirm": "yes"},  # htmx adds confirm=yes once hx-confirm was accepted
         )
-        assert (
-            fragment.status_code == 200
-            and "a veto needs a reason" in parse(fragment.text).find(None, class_="field-error").text
-        )
+        # the refusal reaches the page's #action-results (outside the live table) through HX-Trigger
+        result = json.loads(fragment.headers["HX-Trigger"])["recovery:action-result"]
+        assert fragment.status_code == 200 and result["failed"] is True
+        assert "a veto needs a reason" in result["message"]
     async with sessions() as session:
         advice = await session.get(Advice, seeded.advice_id)
         event = await session.scalar(select(AuditEvent).where(AuditEvent.event_type == "advice.approved"))
@@ -152,7 +153,8 @@ async def test_viewer_sees_no_operator_actions_and_cannot_perform_them(viewer, o
     assert buttons == ["Approve", "Veto", "Re-run reconciliation"]
     # a bearer caller (a script) needs no CSRF token: no browser can attach its header cross-site
     rerun = await operator.post(f"/dashboard/advice/{seeded.advice_id}/rerun", headers={"HX-Request": "true"})
-    assert rerun.status_code == 200 and f"Reconciliation of Advice {seeded.advice_id} (RESTART 4242/0)" in rerun.text
+    said = json.loads(rerun.headers["HX-Trigger"])["recovery:action-result"]["message"]
+    assert rerun.status_code == 200 and f"Reconciliation of Advice {seeded.advice_id} (RESTART 4242/0)" in said
     async with sessions() as session:
         event = await session.scalar(select(AuditEvent).where(AuditEvent.event_type == "advice.reconcile_requested"))
     assert event.actor == "otto"
