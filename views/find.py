@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -16,9 +17,22 @@ from views.render import dashboard_of, explain
 from views.templating import url_path
 
 HINT = (
-    "The box takes a Slurm job id (12345), an array task (12345_7), an attempt (12345/1 or 12345-1), "
+    "The box takes a Slurm job id (12345, also as job 12345, #12345 or a step 12345.0), "
+    "an array task (12345_7), an attempt (12345/1 or 12345-1), "
     "an attempt id (a UUID from the JSON or the API) or a workflow id (the workflow_id of the job's APS comment)."
 )
+
+
+# What sbatch, squeue and sacct print around a job id: "Submitted batch job 7", "job 7", "#7", a step "7.0".
+_JOB_WORDS = re.compile(
+    r"(?:(?:submitted\s+batch\s+)?job\s*|#)?(\d{1,18}(?:_\d{1,9})?)(?:\.(?:\d{1,6}|batch|extern))?", re.IGNORECASE
+)
+
+
+def _job_in_words(text: str) -> str | None:
+    """The job id in what a tool printed around it, when that is all the text holds."""
+    found = _JOB_WORDS.fullmatch(text.strip())
+    return found.group(1) if found and found.group(1) != text.strip() else None
 
 
 def _home(request: Request) -> tuple[str, str]:
@@ -88,6 +102,12 @@ async def go(request: Request) -> Response:
         workflows = await job_queries.find_workflows_by_key(session, key=text, limit=2)
         if workflows:
             return RedirectResponse(workflow_path(request, workflows[0].workflow_key), status_code=303)
+        plain = _job_in_words(text)
+        job_ref = parse_scheduler_job_id(plain) if plain else None
+        if job_ref is not None:
+            found = await job_queries.find_job_by_scheduler_id(session, ref=job_ref)
+            if found is not None:
+                return RedirectResponse(url_path(request, "dashboard:job", job_id=found.slurm_job_id), status_code=303)
         links = await _suggestions(session, request, text)
     return explain(
         request,

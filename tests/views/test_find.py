@@ -17,6 +17,12 @@ async def test_the_jump_box_resolves_job_attempt_uuid_and_workflow_ids(viewer, s
         "4242-0": "/dashboard/jobs/4242/attempts/0",
         seeded.attempt_uuids[1].upper(): "/dashboard/jobs/4242/attempts/1",
         "llama-pretrain": "/dashboard/workflow/llama-pretrain",
+        # what sbatch, squeue and sacct print around the id
+        "job 4242": "/dashboard/jobs/4242",
+        "Submitted batch job 4242": "/dashboard/jobs/4242",
+        "#4242": "/dashboard/jobs/4242",
+        "4242.0": "/dashboard/jobs/4242",
+        "4242.batch": "/dashboard/jobs/4242",
     }
     for typed, location in expected.items():
         response = await viewer.get("/dashboard/go", params={"q": typed}, follow_redirects=False)
@@ -25,6 +31,7 @@ async def test_the_jump_box_resolves_job_attempt_uuid_and_workflow_ids(viewer, s
     doc = parse(missing.text)
     assert missing.status_code == 404 and "No job, attempt or workflow matches '4250'" in doc.find("main").text
     assert "/dashboard/jobs/4242" in [a.attrs["href"] for a in doc.find("main").find_all("a")]  # the nearest id
+    assert (await viewer.get("/dashboard/go", params={"q": "job 4242 now"})).status_code == 404  # not only an id
     no_attempt = await viewer.get("/dashboard/go", params={"q": "4242/7"})
     assert no_attempt.status_code == 404 and "has no attempt 7; 2 attempt(s)" in no_attempt.text
     lama = parse((await viewer.get("/dashboard/go", params={"q": "llama"})).text)
