@@ -244,20 +244,24 @@ LANE_NAMES = {
 def spread_marks(marks: Sequence[Mark], x: Any) -> list[tuple[int, list[Mark]]]:
     """Marks in one lane per kind present (so different kinds never cover each other): (lane, group).
 
-    Within a lane, marks closer than MARK_GAP form one group drawn once with a "+N" count."""
+    Within a lane, marks within MARK_GAP of a group's first mark (or inside a span of the group) form one group drawn
+    once with a "+N" count. Measured from the first mark, not the previous one: a steady run of checkpoints is
+    never chained into a single mark spanning minutes."""
     kinds = [k for k in MARK_KINDS if any(m.kind == k for m in marks)]
     kinds += sorted({m.kind for m in marks} - set(kinds))
     placed: list[tuple[int, list[Mark]]] = []
     for lane, kind in enumerate(kinds):
+        first_x: float | None = None
         last_right: float | None = None
         for mark in sorted((m for m in marks if m.kind == kind), key=lambda m: m.at):
             mx = x(mark.at)
             right = max(mx, x(mark.end)) if mark.end is not None else mx
-            if last_right is not None and mx - last_right < MARK_GAP:
+            if first_x is not None and last_right is not None and (mx - first_x < MARK_GAP or mx < last_right):
                 placed[-1][1].append(mark)
                 last_right = max(last_right, right)
                 continue
             placed.append((lane, [mark]))
+            first_x = mx
             last_right = right
     return placed
 
