@@ -650,7 +650,13 @@ def build_rows(
                     )
                     continue
                 marks.append(
-                    Mark("action", m.started_at, f"{m.step} {m.status} (generation {m.generation})", end=m.finished_at)
+                    Mark(
+                        "action",
+                        m.started_at,
+                        f"{m.step} {m.status} (generation {m.generation})",
+                        end=m.finished_at,
+                        took_ms=m.duration_ms,
+                    )
                 )
         marks += verifications.get(a.attempt_index, [])
         rows.append(

@@ -12,6 +12,7 @@ from markupsafe import Markup, escape
 
 from app.domain import states
 from app.domain.timefmt import iso_utc
+from views.templating import duration_text
 
 MARK_KINDS = ("anomaly", "advice", "action", "shadow", "verification", "shadow-verification", "checkpoint")
 MARK_LABELS = {
@@ -103,6 +104,14 @@ class Mark:
     label: str
     end: dt.datetime | None = None
     anchor: str = ""  # id of its row in the events table (the mark links there)
+    took_ms: float | None = None  # an action's own measured duration: the one Job Details shows too
+
+    @property
+    def took_seconds(self) -> float | None:
+        """How long it took: the measured duration when recorded, else end minus start."""
+        if self.took_ms is not None:
+            return self.took_ms / 1000
+        return (self.end - self.at).total_seconds() if self.end is not None else None
 
 
 @dataclass
@@ -469,8 +478,8 @@ def _row_svg(
 def _mark_svg(mark: Mark, x: Any, y: float, extra: Sequence[Mark] = (), count: bool = True) -> str:
     mx = x(mark.at)
     title = f"{MARK_LABELS.get(mark.kind, mark.kind)} at {_fmt(mark.at)}: {mark.label}"
-    if mark.end is not None:
-        title += f" (took {_human((mark.end - mark.at).total_seconds())})"
+    if mark.took_seconds is not None:
+        title += f" (took {duration_text(mark.took_seconds)})"  # the words Job Details uses
     for other in extra:
         title += f"; {MARK_LABELS.get(other.kind, other.kind)} at {_fmt(other.at)}: {other.label}"
     outline = ' stroke="#111827" stroke-width="1.5"' if extra and not count else ""

@@ -207,3 +207,10 @@ def test_a_steady_run_of_checkpoints_is_never_chained_into_one_mark() -> None:
     for _, group in groups:
         assert x(group[-1].at) - x(group[0].at) < MARK_GAP
     assert sum(len(g) for _, g in groups) == 180
+
+
+def test_an_actions_duration_comes_from_its_measured_time_like_on_job_details() -> None:
+    start = dt.datetime(2025, 3, 1, 8, 0, tzinfo=dt.UTC)
+    mark = Mark("action", start, "requeue_hold SUCCEEDED", end=start + dt.timedelta(milliseconds=18), took_ms=6.0)
+    assert mark.took_seconds == 0.006  # not the 18 ms between the rows' timestamps
+    assert Mark("action", start, "x", end=start + dt.timedelta(seconds=2)).took_seconds == 2.0
