@@ -16,6 +16,7 @@ from app.domain import glossary
 from app.domain.story import shown_reason
 from app.domain.timefmt import iso_utc
 from app.resources import resource_dir
+from views.timeline import duration_text, state_group
 from views.urls import url_path, url_segment, workflow_path
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
@@ -61,22 +62,6 @@ def time_tag(value: dt.datetime | None) -> Markup:
     return Markup('<time datetime="{}">{}</time>').format(iso(value), utc_text(value))
 
 
-def duration_text(seconds: float | None) -> str:
-    """A short human duration: 850ms, 42s, 5m 03s, 3h 12m, 2d 4h."""
-    if seconds is None:
-        return "—"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-
-
 def pretty_json(value: Any) -> str:
     """Indented JSON for the raw views (datetimes as ISO text)."""
     return json.dumps(
@@ -86,8 +71,6 @@ def pretty_json(value: Any) -> str:
 
 def state_class(state: str | None) -> str:
     """CSS class of a scheduler state badge."""
-    from views.timeline import state_group
-
     return "state state-" + state_group(state)
 
 
@@ -144,8 +127,6 @@ STATE_ICONS = {"running": "▶", "pending": "…", "completed": "✓", "failed":
 
 def state_icon(state: str | None) -> str:
     """A symbol per state group, so a state is never told by colour alone."""
-    from views.timeline import state_group
-
     return STATE_ICONS[state_group(state)]
 
 

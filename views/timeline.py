@@ -12,7 +12,6 @@ from markupsafe import Markup, escape
 
 from app.domain import states
 from app.domain.timefmt import iso_utc
-from views.templating import duration_text
 
 MARK_KINDS = ("anomaly", "advice", "action", "shadow", "verification", "shadow-verification", "checkpoint")
 MARK_LABELS = {
@@ -187,6 +186,22 @@ def _nice_step(seconds: float, target_ticks: int = 7) -> int:
 
 def _fmt(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration_text(seconds: float | None) -> str:
+    """A short human duration: 850ms, 42s, 5m 03s, 3h 12m, 2d 4h."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
 
 
 def _human(seconds: float) -> str:
