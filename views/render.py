@@ -54,6 +54,7 @@ def render(
         "dev_mode": dashboard.settings.dev_no_auth,
         "audit_enabled": dashboard.settings.audit_views_enabled,
         "environment": dashboard.settings.environment,
+        "graphiql_url": (dashboard.settings.url_prefix or "") + "/graphql",  # the API explorer (GraphiQL)
         "auth_via": getattr(request.state, "auth_via", ""),
         # A job's mode now, under the operator's current settings (what the advisor and controller use).
         "mode_of": lambda job: effective_mode(job, dashboard.settings) if job is not None else None,

@@ -192,6 +192,8 @@ def duration_text(seconds: float | None) -> str:
     """A short human duration: 850ms, 42s, 5m 03s, 3h 12m, 2d 4h."""
     if seconds is None:
         return "—"
+    if seconds < 0:  # an end before the start (an accounting line matched to the wrong run): never shown as time
+        return "unknown (the recorded end is before the start)"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     seconds = int(seconds)

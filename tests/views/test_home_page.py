@@ -132,3 +132,4 @@ async def test_home_range_is_selectable_and_says_when_a_range_is_not_offered(vie
 async def test_home_with_nothing_recorded_says_nothing_needs_you(viewer) -> None:
     doc = parse((await viewer.get("/dashboard/")).text)
     assert "Nothing needs you" in doc.by_id("nothing-needed").text
+    assert doc.by_id("graphiql-link").attrs["href"] == "/graphql"  # every page links the API explorer

@@ -5,7 +5,16 @@ from __future__ import annotations
 import datetime as dt
 
 from tests.views.html import parse
-from views.timeline import MARK_GAP, Mark, Row, render_timeline, spread_marks, state_group, state_spans
+from views.timeline import (
+    MARK_GAP,
+    Mark,
+    Row,
+    duration_text,
+    render_timeline,
+    spread_marks,
+    state_group,
+    state_spans,
+)
 
 T0 = dt.datetime(2025, 3, 1, 8, 0, tzinfo=dt.UTC)
 
@@ -214,3 +223,9 @@ def test_an_actions_duration_comes_from_its_measured_time_like_on_job_details() 
     mark = Mark("action", start, "requeue_hold SUCCEEDED", end=start + dt.timedelta(milliseconds=18), took_ms=6.0)
     assert mark.took_seconds == 0.006  # not the 18 ms between the rows' timestamps
     assert Mark("action", start, "x", end=start + dt.timedelta(seconds=2)).took_seconds == 2.0
+
+
+def test_a_negative_duration_is_never_shown() -> None:
+
+    assert duration_text(-881.0) == "unknown (the recorded end is before the start)"
+    assert duration_text(0.006) == "6ms" and duration_text(65) == "1m 05s"
