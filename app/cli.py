@@ -371,6 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")
+    demo.formatter_class = argparse.RawDescriptionHelpFormatter
+    demo.epilog = (
+        "environment:\n"
+        "  RECOVERY_BIND=0.0.0.0:8080      serve somewhere other than 127.0.0.1:8000\n"
+        "  RECOVERY_LAB_DIR=/tmp/my-lab    a private Slurm lab (state, logs, job ids), not /tmp/recovery-lab\n"
+        "  RECOVERY_LAB_PORT_OFFSET=100    shift the lab's Slurm ports, to run beside another lab\n"
+        "The lab keeps running after the demo: stop it with `recovery lab down` (same environment)."
+    )
     return parser
 
 

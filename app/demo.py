@@ -331,13 +331,9 @@ async def run_demo(
     if finished:
         narrator.line("both examples were recovered automatically and completed from their checkpoints")
     elif settled:
-        narrator.line(
-            "the examples ended without a full recovery; see the dashboard and the troubleshooting section of README"
-        )
+        narrator.line("the examples ended without a full recovery; see the dashboard and docs/troubleshooting.md")
     else:
-        narrator.line(
-            f"not finished after {timeout:.0f} s; see the dashboard and the troubleshooting section of README"
-        )
+        narrator.line(f"not finished after {timeout:.0f} s; see the dashboard and docs/troubleshooting.md")
     print_inspection_help(out, settings, jobs)
     try:
         if keep_serving:
@@ -349,4 +345,6 @@ async def run_demo(
     finally:
         with contextlib.suppress(Exception):
             await ctx.close()
+        # also on Ctrl-C: the lab outlives the demo, say how to stop it
+        print("The Slurm lab is still running; stop it with: recovery lab down", file=out, flush=True)
     return 0 if finished else 1
