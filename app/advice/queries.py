@@ -15,6 +15,7 @@ from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
 from app.db import dialect_of
 from app.domain import states
+from app.domain.fleet import HOLD_REASONS
 from app.domain.mode import ENROLLED
 from app.domain.story import OUTCOMES, Outcome
 from app.evidence.models import Anomaly
@@ -306,6 +307,15 @@ def workflow_outcome(headline: Any) -> Any:
         (headline.review == "VETOED", Outcome.STOPPED.value),
         (headline.operation == "TERMINATE", Outcome.STOPPED.value),
         (headline.disposition == "ABANDONED", Outcome.STOPPED.value),
+        # a restart held for an operator is not a recovery yet (app.domain.story.tell: "held by …")
+        (
+            and_(
+                headline.active.is_(True),
+                headline.disposition == "PENDING",
+                headline.disposition_reason.in_(HOLD_REASONS),
+            ),
+            Outcome.RUNNING.value,
+        ),
         else_=Outcome.RECOVERED.value,
     )
 

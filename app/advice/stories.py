@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
+from app.domain.fleet import BUDGET_EXCEEDED, STORM_PAUSED
 from app.domain.mode import ENROLLED
 from app.domain.rootcause import decided_anomaly
 from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
@@ -45,6 +46,10 @@ def _anomaly_fact(x: Anomaly | None) -> AnomalyFact | None:
     )
 
 
+# Why an active restart waits for an operator, in the story's words (app.domain.fleet's hold reasons).
+HELD_BY = {BUDGET_EXCEEDED: "a recovery budget", STORM_PAUSED: "a restart storm"}
+
+
 def _advice_fact(a: Advice | None, actions: Sequence[SchedulerAction]) -> AdviceFact | None:
     if a is None:
         return None
@@ -57,6 +62,7 @@ def _advice_fact(a: Advice | None, actions: Sequence[SchedulerAction]) -> Advice
         disposition=a.disposition,
         shadow_actions=sum(1 for m in actions if m.status == "SHADOW"),
         failed_actions=sum(1 for m in actions if m.status == "FAILED"),
+        held=HELD_BY.get(a.disposition_reason or "") if a.active and a.disposition == "PENDING" else None,
     )
 
 

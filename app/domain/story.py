@@ -58,6 +58,7 @@ class AdviceFact:
     disposition: str = "PENDING"
     shadow_actions: int = 0  # scheduler actions recorded as SHADOW (observe mode: what it would have run)
     failed_actions: int = 0
+    held: str | None = None  # active and held for an operator: "a recovery budget" or "a restart storm"
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,14 @@ def tell(facts: AttemptFacts) -> Story:
     if advice.operation == "TERMINATE":
         return Story(happened, f"Recovery stopped here{rule}", _stopped(facts), Outcome.STOPPED)
     decided = f"Recovery restarted it{excl}"
+    if advice.held:
+        # not a recovery yet: nothing reaches Slurm until an operator releases it (or the budget window moves)
+        return Story(
+            happened,
+            f"Recovery decided to restart it{excl}",
+            f"held by {advice.held}: waits for an operator to release it",
+            Outcome.RUNNING,
+        )
     if facts.next_attempt is not None:
         return Story(happened, decided, _next_text(facts.next_attempt), Outcome.RECOVERED)
     if advice.disposition == "ABANDONED":

@@ -109,3 +109,16 @@ def test_a_resumed_attempt_says_which_checkpoint_it_loaded() -> None:
         AttemptFacts(attempt_index=1, state="RUNNING", nodes=("n3",), resumed_checkpoint=True, resumed_iteration=1200)
     )
     assert story.sentence == "Attempt 1 is running on n3 after loading checkpoint iteration 1200."
+
+
+def test_a_restart_held_by_a_budget_is_not_told_as_a_recovery() -> None:
+    story = tell(
+        AttemptFacts(
+            attempt_index=0,
+            state="FAILED",
+            advice=AdviceFact(operation="RESTART", mode="act", held="a recovery budget"),
+        )
+    )
+    assert story.outcome is Outcome.RUNNING
+    assert story.result == "held by a recovery budget: waits for an operator to release it"
+    assert "restarted" not in story.sentence

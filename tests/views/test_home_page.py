@@ -117,6 +117,11 @@ async def test_home_counts_the_day_and_lists_what_needs_someone(viewer, sessions
     # observe-only Advice is counted but never listed as waiting for a person
     assert str(seeded["observed"]) not in [li.attrs.get("data-advice") for li in needs.find_all("li")]
     assert "nothing to approve" in needs.text
+    # the held restart's story says it waits, and the Overview's outcome (SQL) agrees with the story (Python)
+    overview = parse((await viewer.get("/dashboard/workflow", params={"outcome": "running"})).text)
+    held = overview.find("tr", data_workflow="wf-704")
+    assert held.find(None, data_outcome=True).text == "running"
+    assert "held by a recovery budget: waits for an operator to release it" in held.text
 
 
 async def test_home_range_is_selectable_and_says_when_a_range_is_not_offered(viewer, sessions) -> None:
