@@ -9,8 +9,8 @@ default rule set) on every excerpt and compares with the labels:
     .venv/bin/python bench/detection.py --only xid # files whose name contains "xid"
     .venv/bin/python bench/detection.py --corpus tests/fixtures/realworld-holdout2   # one corpus only
 
-The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout`` and ``realworld-holdout2`` (held out: their
-README records the figures measured before anyone tuned on them). With several corpora the figure lines of the first
+The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout``, ``realworld-holdout2`` and ``realworld-holdout3``
+(held out: each README records the figures measured before anyone tuned on it). With several corpora the figure lines of the first
 keep their plain names and the others' carry the corpus tag (``crash_recall_holdout2``); a corpus summary line
 counts frameworks, blamed-node files, distinct progress formats and checkpoint loads over all of them.
 
@@ -65,6 +65,7 @@ CORPORA: dict[str, Path] = {
     "realworld": CORPUS,
     "holdout": FIXTURES / "realworld-holdout",
     "holdout2": FIXTURES / "realworld-holdout2",
+    "holdout3": FIXTURES / "realworld-holdout3",
 }
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (
