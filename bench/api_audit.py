@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.api.ids import from_global_id  # noqa: E402
-from app.db import create_engine  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
+from app.infra.db import create_engine  # noqa: E402
+from app.infra.migrate import upgrade  # noqa: E402
 from bench.figures import figure  # noqa: E402
 from bench.scratch_db import dsn, scratch_postgres  # noqa: E402
 

@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.authoring.log_check import build_report  # noqa: E402
-from app.domain.signature_defaults import default_ruleset  # noqa: E402
+from app.domain.detection.rules_builtin import default_ruleset  # noqa: E402
 from app.slurm.names import expand_hostlist  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"

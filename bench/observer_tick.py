@@ -41,15 +41,15 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import Table, bindparam, event, select, update  # noqa: E402
 
-from app.config import Settings  # noqa: E402
-from app.context import AppContext  # noqa: E402
-from app.db import utcnow  # noqa: E402
 from app.feed.models import ChangeFeedEntry  # noqa: E402
+from app.infra.config import Settings  # noqa: E402
+from app.infra.context import AppContext  # noqa: E402
+from app.infra.db import utcnow  # noqa: E402
+from app.infra.migrate import upgrade  # noqa: E402
+from app.infra.sql import insert_rows, one_of  # noqa: E402
 from app.jobs.models import Attempt, Job  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
 from app.slurm.incremental import SnapshotParser  # noqa: E402
 from app.slurm.records import Snapshot  # noqa: E402
-from app.sql import insert_rows, one_of  # noqa: E402
 from bench.figures import figure  # noqa: E402
 from bench.scratch_db import PG_SERVER, reachable, scratch_postgres  # noqa: E402
 from worker.observer import Observer  # noqa: E402

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import SETTINGS, Settings, SettingsError
+from app.infra.config import SETTINGS, Settings, SettingsError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -202,3 +202,12 @@ def test_tests_import_no_conftest_and_no_other_test_module() -> None:
         and (name.split(".")[-1] == "conftest" or name.split(".")[-1].startswith("test_") or ".conftest." in name)
     ]
     assert problems == []
+
+
+def test_app_holds_entry_points_and_packages_and_the_domain_only_groups() -> None:
+    """Flat in app/: the entry points only; app/domain: concept groups only (no flat module to grow back)."""
+    flat = sorted(p.name for p in (ROOT / "app").glob("*.py"))
+    assert flat == ["__init__.py", "cli.py", "client.py", "demo.py", "main.py"]
+    assert sorted(p.name for p in (ROOT / "app" / "domain").glob("*.py")) == ["__init__.py"]
+    groups = sorted(p.parent.name for p in (ROOT / "app" / "domain").glob("*/__init__.py"))
+    assert groups == ["admission", "control", "decision", "detection", "edge", "fleetwide", "presentation"]

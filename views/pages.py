@@ -14,19 +14,19 @@ from app.advice import queries as advice_queries
 from app.advice import stories
 from app.advice.queries import OverviewFilter
 from app.audit import queries as audit_queries
-from app.db import Session, utcnow
-from app.domain import bounds
-from app.domain.bounds import check_time
-from app.domain.cursor import CursorError
-from app.domain.identity import parse_scheduler_job_id
-from app.domain.story import OUTCOMES, shown_reason
-from app.domain.timefmt import iso_utc
+from app.domain.control.identity import parse_scheduler_job_id
+from app.domain.edge import bounds
+from app.domain.edge.bounds import check_time
+from app.domain.edge.cursor import CursorError
+from app.domain.edge.timefmt import iso_utc
+from app.domain.presentation.story import OUTCOMES, shown_reason
 from app.evidence import queries as evidence_queries
 from app.fleet import queries as fleet_queries
+from app.infra.db import Session, utcnow
+from app.infra.pagination import PageArgumentError, PageRequest
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.leases import queries as lease_queries
-from app.pagination import PageArgumentError, PageRequest
 from views import goodput as goodput_views
 from views.auth import guarded
 from views.find import workflow_path

@@ -1,7 +1,7 @@
 """Controller: makes Slurm carry out active Advice in act mode, and proves from a fresh look that it did (SPEC §6).
 
 Each reconcile pass takes ONE bulk `list_jobs` and plans at most one command per due Advice
-with `app.domain.reconcile.plan_next_step`; when a pass sent commands, another pass (a new
+with `app.domain.control.planner.plan_next_step`; when a pass sent commands, another pass (a new
 observation) follows at once, so every step is planned from a fresh observation.
 
 Crash safety: a command's milestone is written STARTED (its own committed transaction) before
@@ -11,7 +11,7 @@ observation shows is marked SUCCEEDED (`scheduler.confirmed`). Killing the proce
 therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py proves it on
 real Slurm).
 
-Every command first passes the one gate (app.domain.gate.may_send), whose answer is stored with
+Every command first passes the one gate (app.domain.decision.gate.may_send), whose answer is stored with
 the action. When it says no because the job's mode NOW is observe (it asked for observe, the
 operator's ceiling is off or its partition is not managed) or an operator vetoed it, nothing is
 sent: the commands it would have sent are recorded once per generation as SHADOW actions, and the
@@ -42,14 +42,9 @@ from typing import TYPE_CHECKING
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import states
-from app.domain.advice import Rule
-from app.domain.backoff import exponential
-from app.domain.checkpoint_check import release_block_reason
-from app.domain.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
-from app.domain.reconcile import (
+from app.domain.control import states
+from app.domain.control.backoff import exponential
+from app.domain.control.planner import (
     AdviceState,
     Disposition,
     DispositionReason,
@@ -61,9 +56,14 @@ from app.domain.reconcile import (
     plan_next_step,
     shadow_plan,
 )
+from app.domain.decision.advice import Rule
+from app.domain.decision.checkpoint_rules import release_block_reason
+from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
 from app.fleet import service as fleet_service
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
+from app.infra.log_format import bind, log_context
 from app.jobs import queries as job_queries
-from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
 from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot

@@ -10,15 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app import metrics
 from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import states
-from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
-from app.domain.mode import ENROLLED, Admission, Requested, admission, effective_mode
-from app.domain.policy import parse_comment
+from app.domain.admission.mode import ENROLLED, Admission, Requested, admission, effective_mode
+from app.domain.admission.policy import parse_comment
+from app.domain.control import states
+from app.domain.control.identity import SubmissionFingerprint, job_id_reuse_reason
+from app.infra import metrics
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from app.slurm.adapter import Scheduler
@@ -77,7 +77,7 @@ class ObserverState:
     missing: dict[int, _Missing] = field(default_factory=dict)
     unreachable_since: float | None = None
     # When our previous complete look at Slurm was taken (None before the first): an attempt first seen
-    # already ended counts as observed only when it ended after that look (app/domain/adoption.py).
+    # already ended counts as observed only when it ended after that look (app/domain/admission/adoption.py).
     watching_since: dt.datetime | None = None
 
 

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain.policy import EffectivePolicy
-from app.domain.progress import HangThresholds, ProgressState, silence_exceeded
-from app.domain.signatures import TRAININGLOOP
+from app.domain.admission.policy import EffectivePolicy
+from app.domain.detection.hang import HangThresholds, ProgressState, silence_exceeded
+from app.domain.detection.signatures import TRAININGLOOP
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from worker.service import Service
 

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.advice import service as advice_service
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.db import dialect_of, utcnow
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason, decide_again_refusal
-from app.domain.mode import ACT, ModeSettings, effective_mode
-from app.domain.reconcile import Disposition, DispositionReason
+from app.domain.admission.mode import ACT, ModeSettings, effective_mode
+from app.domain.control.planner import Disposition, DispositionReason
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT, GateReason, decide_again_refusal
+from app.infra.db import dialect_of, utcnow
 from app.jobs.models import Attempt, Job
 from app.notify import service as notify
 
@@ -148,7 +148,7 @@ async def decide_again(session: AsyncSession, *, advice_id: int, user: str, sett
     The old Advice is never carried out and says so for good (ABANDONED / DECIDED_IN_OBSERVE, superseded by the
     new one); the new one repeats its decision (operation, exclusions, reason) as round 2 of the attempt, and the
     controller acts on it only after a fresh look at Slurm, like any Advice. The rule for "recent" is
-    app.domain.gate.decide_again_refusal.
+    app.domain.decision.gate.decide_again_refusal.
     """
     old = await _load(session, advice_id)
     job = await session.get(Job, old.job_id)

@@ -10,17 +10,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
 from app.advice import queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
-from app.db import utcnow
-from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
-from app.domain.mode import ACT, ModeDecision
-from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.domain.admission.mode import ACT, ModeDecision
+from app.domain.control.planner import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.domain.decision.advice import Decision, Operation, advice_changed, advice_record, merge_signals
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
 from app.evidence.models import Anomaly
 from app.feed import service as feed
+from app.infra import metrics
+from app.infra.db import utcnow
 from app.jobs.models import Attempt
 from app.notify import service as notify
 

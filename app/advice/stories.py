@@ -1,4 +1,4 @@
-"""Reads that build the story of attempts (app.domain.story) from stored records, a fixed number of statements.
+"""Reads that build the story of attempts (domain/presentation/story.py) from stored records, in few statements.
 
 `stories_of_jobs` loads a set of jobs' attempts with the anomaly their Advice was decided on (else their newest
 decided anomaly), Advice, scheduler actions and the checkpoint each next attempt loaded, and tells every attempt's
@@ -17,13 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
-from app.domain.mode import ENROLLED
-from app.domain.rootcause import decided_anomaly
-from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
+from app.domain.admission.mode import ENROLLED
+from app.domain.decision.rootcause import decided_anomaly
+from app.domain.presentation.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
+from app.infra.sql import scalars_in
 from app.jobs.models import Attempt, Job
-from app.sql import scalars_in
 
 
 @dataclass

@@ -11,10 +11,10 @@ from typing import Any
 
 from app import __version__
 from app.audit.service import LEVELS
-from app.domain import bounds
-from app.domain.cursor import MAX_CURSOR_LENGTH
-from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
-from app.domain.story import OUTCOMES
+from app.domain.control.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.edge import bounds
+from app.domain.edge.cursor import MAX_CURSOR_LENGTH
+from app.domain.presentation.story import OUTCOMES
 
 # (default, max) page sizes; app.api.rest uses these.
 JOBS_LIMITS = (100, 250)

@@ -18,12 +18,12 @@ from app.api.types.cluster import Cluster, cluster_of
 from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
 from app.api.types.goodput import Goodput, goodput_of
 from app.audit import queries as audit_queries
-from app.db import utcnow
-from app.domain import bounds
-from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
-from app.domain.story import OUTCOMES
+from app.domain.control.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
+from app.domain.edge import bounds
+from app.domain.presentation.story import OUTCOMES
 from app.fleet import queries as fleet_queries
 from app.goodput import queries as goodput_queries
+from app.infra.db import utcnow
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 

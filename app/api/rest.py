@@ -20,26 +20,26 @@ from app.api.jsonbody import json_time
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
 from app.auth import Authenticator, AuthError, authenticate_request
-from app.clusters import every_cluster
-from app.config import SettingsError
-from app.context import AppContext
-from app.domain import bounds
-from app.domain.cursor import MAX_CURSOR_LENGTH, CursorError
-from app.domain.identity import (
+from app.domain.admission.mode import ModeSettings, effective_mode
+from app.domain.control.identity import (
     MAX_SLURM_JOB_ID,
     attempt_uuid,
     format_attempt_ref,
     format_scheduler_job_id,
     parse_scheduler_job_id,
 )
-from app.domain.mode import ModeSettings, effective_mode
-from app.domain.story import OUTCOMES
-from app.domain.timefmt import iso_utc_or_none
+from app.domain.edge import bounds
+from app.domain.edge.cursor import MAX_CURSOR_LENGTH, CursorError
+from app.domain.edge.timefmt import iso_utc_or_none
+from app.domain.presentation.story import OUTCOMES
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet_service
+from app.infra.clusters import every_cluster
+from app.infra.config import SettingsError
+from app.infra.context import AppContext
+from app.infra.pagination import PageRequest
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
-from app.pagination import PageRequest
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice, SchedulerAction
@@ -360,7 +360,7 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
 
 
 def story_json(told: Any) -> dict[str, Any] | None:
-    """An attempt's story (app.domain.story) as the REST API shows it."""
+    """An attempt's story (app.domain.presentation.story) as the REST API shows it."""
     if told is None:
         return None
     story = told.story

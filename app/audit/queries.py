@@ -12,10 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
 from app.audit.service import COMPONENTS, LEVELS
-from app.domain.bounds import BoundsError, parse_int
-from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
-from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids
+from app.domain.control.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.edge.bounds import BoundsError, parse_int
+from app.infra.pagination import Page, PageRequest, paginate
+from app.infra.sql import by_ids
 
 __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job_reference"]
 

@@ -17,15 +17,16 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
-from app.db import dialect_of, utcnow
-from app.domain import line_nodes, rootcause, slowdown
-from app.domain.signatures import CheckpointEvent, CrashSignature
+from app.domain.decision import rootcause
+from app.domain.detection import line_nodes, slowdown
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.evidence.queries import AFTER_RECOVERY_ACTED
 from app.feed import service as feed
+from app.infra import metrics
+from app.infra.db import dialect_of, utcnow
 from app.jobs.models import Attempt, Job
 
 CRASH = "CRASH"

@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.advice import queries as advice_queries
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.config import Settings
-from app.db import utcnow
-from app.domain import fleet as rules
-from app.domain import notify as notify_rules
-from app.domain.advice import Failure
+from app.domain.decision.advice import Failure
+from app.domain.fleetwide import notify as notify_rules
+from app.domain.fleetwide import trust as rules
 from app.fleet import queries
 from app.fleet.models import BudgetExtension, ClusterPause, NodeBlame, NodeStanding, RecoveryHold, RestartGrant
+from app.infra.config import Settings
+from app.infra.db import utcnow
 from app.notify import service as notify
 
 MAX_NOTE = 1000

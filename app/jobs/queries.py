@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain import states
-from app.domain.bounds import is_ascii_digits
-from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
-from app.domain.mode import ENROLLED
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.control.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
+from app.domain.edge.bounds import is_ascii_digits
+from app.infra.pagination import Page, PageRequest, paginate
+from app.infra.sql import by_ids, chunks, first_per_group, one_of, scalars_in
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids, chunks, first_per_group, one_of, scalars_in
 
 
 @dataclass(frozen=True)

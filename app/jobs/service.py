@@ -13,14 +13,14 @@ from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import service as audit
-from app.db import utcnow
-from app.domain import states
-from app.domain.adoption import adopted_ended_reason, adoption_reason
-from app.domain.identity import attempt_uuid
-from app.domain.mode import ENROLLED
+from app.domain.admission.adoption import adopted_ended_reason, adoption_reason
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.control.identity import attempt_uuid
 from app.feed import service as feed
+from app.infra.db import utcnow
+from app.infra.sql import insert_rows
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.sql import insert_rows
 
 # session.info key of the workflow summaries queued while summaries_batched() is open, by workflow id
 _SUMMARIES = "recovery.jobs.summaries"
@@ -499,7 +499,7 @@ async def create_attempt(
 async def _adopt_if_unobserved(
     session: AsyncSession, *, attempt: Attempt, job: Job | None, watching_since: dt.datetime | None
 ) -> None:
-    """Apply the adoption rule (app/domain/adoption.py): an end we did not observe is history, with a reason."""
+    """Apply the adoption rule (domain/admission/adoption.py): an end we did not observe is history, with a reason."""
     if attempt.adopted_at is not None:
         return
     reason = adoption_reason(

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import dialect_of, utcnow
-from app.domain import notify as rules
-from app.domain.notify import Target
+from app.domain.fleetwide import notify as rules
+from app.domain.fleetwide.notify import Target
 from app.evidence.models import Anomaly
+from app.infra.db import dialect_of, utcnow
 from app.notify.models import Notification, NotificationDelivery
 
 PENDING, SENT, DROPPED = "PENDING", "SENT", "DROPPED"

@@ -5,13 +5,13 @@ from typing import Any
 
 import pytest
 
-from app import records
 from app.audit import queries as audit_queries
 from app.audit import service as audit
-from app.db import read_session_factory
-from app.domain.cursor import CursorError
+from app.domain.edge.cursor import CursorError
 from app.feed import queries as feed_queries
-from app.pagination import PageArgumentError, PageRequest
+from app.infra import records
+from app.infra.db import read_session_factory
+from app.infra.pagination import PageArgumentError, PageRequest
 
 T0 = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
 
@@ -138,7 +138,7 @@ async def test_foreign_or_damaged_cursor_is_refused(sessions) -> None:
 
 
 async def test_read_sessions_serve_the_same_pages(database, sessions, monkeypatch) -> None:
-    # On PostgreSQL the API's autocommit read sessions run known page shapes on asyncpg directly (app.records).
+    # On PostgreSQL the API's autocommit read sessions run known page shapes on asyncpg directly (app.infra.records).
     await _seed(sessions)
     async with sessions() as session, session.begin():
         await audit.record(session, component="api", event_type="checkpoint_saved.x%", message="odd", payload={"a": 1})

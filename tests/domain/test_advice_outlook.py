@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.domain.advice import Failure, JobPolicy, Operation, SitePolicy, decide
-from app.domain.retry import AttemptRecord, FailureKind
+from app.domain.decision.advice import Failure, JobPolicy, Operation, SitePolicy, decide
+from app.domain.decision.retry import AttemptRecord, FailureKind
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 SIG = "PYTHON_TRACEBACK: ValueError: batch 5 has shape (7, 3), expected (8, 3)"

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.progress_structure import StepTracker, parse_bar_line, parse_step
-from app.domain.step_watch import StepWatch
-from app.domain.templates import TemplateMiner
+from app.domain.detection.progress import StepTracker, parse_bar_line, parse_step
+from app.domain.detection.step_watch import StepWatch
+from app.domain.detection.templates import TemplateMiner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

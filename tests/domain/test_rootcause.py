@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
-from app.domain import rootcause as rc
-from app.domain.rootcause import Finding
+from app.domain.decision import rootcause as rc
+from app.domain.decision.rootcause import Finding
 
 
 def f(category: str, rule: str, order: int, **kw) -> Finding:

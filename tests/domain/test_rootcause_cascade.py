@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from app.authoring.log_check import build_report
-from app.domain import line_nodes as ln
-from app.domain import rootcause as rc
-from app.domain.rootcause import Finding
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import Classifier
+from app.domain.decision import rootcause as rc
+from app.domain.decision.rootcause import Finding
+from app.domain.detection import line_nodes as ln
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import Classifier
 
 TORCHRUN = Path(__file__).resolve().parent.parent / "fixtures" / "torchrun"
 C = Classifier(default_ruleset())

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import NAN_LOSS, NCCL_TIMEOUT, Classifier
-from app.logs.reader import FilePosition, LogEvent, LogTailer
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import NAN_LOSS, NCCL_TIMEOUT, Classifier
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLASSIFIER = Classifier(default_ruleset())

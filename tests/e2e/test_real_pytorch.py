@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.e2e.harness import eventually, lab_context, running_worker, unique_environment
 from tests.plugins import require

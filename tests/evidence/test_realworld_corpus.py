@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from app.domain import rootcause, signatures
+from app.domain.decision import rootcause
+from app.domain.detection import signatures
 from app.slurm.names import expand_hostlist
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

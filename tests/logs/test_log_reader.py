@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain import chunkscan
-from app.domain.signatures import CheckpointEvent, CrashSignature
-from app.logs.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
+from app.domain.detection import chunkscan
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature
+from app.jobfiles.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
 
 ITER = (
     " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time "

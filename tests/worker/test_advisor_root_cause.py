@@ -6,11 +6,11 @@ import uuid
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import Classifier
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import Classifier
 from app.evidence import service as evidence
 from app.evidence.models import Anomaly
+from app.infra.context import AppContext
 from tests.advice.helpers import SlurmLikeFake, submit
 from tests.factories import advice_of, attempt
 from worker.advisor import Advisor

@@ -12,8 +12,8 @@ from sqlalchemy import select, update
 
 from app.advice import stories
 from app.advice.models import SchedulerAction
-from app.context import AppContext
 from app.evidence.queries import AFTER_RECOVERY_ACTED
+from app.infra.context import AppContext
 from app.notify.models import Notification
 from app.slurm.fake import make_job
 from tests.advice.helpers import SlurmLikeFake, acting, comment

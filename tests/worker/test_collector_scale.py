@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.context import AppContext
-from app.db import Base
+from app.infra.context import AppContext
+from app.infra.db import Base
 from tests.factories import add_attempt, anomalies, enrolled_job, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector
@@ -131,8 +131,8 @@ async def test_a_new_file_in_a_log_directory_is_found_by_polling_alone(ctx: AppC
 
 
 def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_with_news(tmp_path: Path) -> None:
-    from app.logs.reader import FilePosition, LogTailer
-    from app.logs.safe_open import AccessRule
+    from app.jobfiles.reader import FilePosition, LogTailer
+    from app.jobfiles.safe_open import AccessRule
     from worker.collector.discovery import Tracked
     from worker.collector.reading import read_files
 

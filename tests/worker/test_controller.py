@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import update
 
 from app.advice.models import Advice, SchedulerAction
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.slurm.errors import TransientSchedulerError
 from app.slurm.fake import make_job
 from tests.advice.helpers import SlurmLikeFake, acting, comment, failed_job, submit

@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.migrate import upgrade
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.migrate import upgrade
 from tests.e2e.harness import advice_done, attempt_running, batch_script, eventually, milestones, policy_comment
 from tests.factories import add_anomaly
 from tests.plugins.own_postgres import OwnPostgres

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import event, select
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
 from app.feed.models import ChangeFeedEntry
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.slurm.fake import FakeScheduler, make_job

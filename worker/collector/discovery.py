@@ -17,18 +17,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.context import AppContext
-from app.db import Session
-from app.domain import association as assoc
-from app.domain import states
-from app.domain.policy import EffectivePolicy
+from app.domain.admission.policy import EffectivePolicy
+from app.domain.control import states
+from app.domain.detection import association as assoc
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.feed import queries as feed_queries
+from app.infra.context import AppContext
+from app.infra.db import Session
+from app.infra.sql import IN_CHUNK
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer
+from app.jobfiles.safe_open import AccessRule
 from app.jobs import queries as job_queries
-from app.logs.reader import FilePosition, LogEvent, LogTailer
-from app.logs.safe_open import AccessRule
-from app.sql import IN_CHUNK
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.evidence.models import LogSource

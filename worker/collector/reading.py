@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from app.domain import line_nodes
-from app.domain.logline import decode_line
-from app.domain.signatures import CrashSignature
-from app.logs import safe_open
-from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
-from app.logs.safe_open import AccessRule, Refused
+from app.domain.detection import line_nodes
+from app.domain.detection.line_facts import decode_line
+from app.domain.detection.signatures import CrashSignature
+from app.jobfiles import safe_open
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer, ReadResult
+from app.jobfiles.safe_open import AccessRule, Refused
 from worker.collector.discovery import Tracked
 
 log = logging.getLogger("recovery.collector")
@@ -65,7 +65,7 @@ def read_files(
 
     Every candidate is looked at (a stat: an idle poll of N files is N stats); only files with
     something to read count against `max_files`, the rest of those are left for the next tick.
-    Each file is opened with its job's rights (`access_of`, app/logs/safe_open.py): a refused path is
+    Each file is opened with its job's rights (`access_of`, app/jobfiles/safe_open.py): a refused path is
     never read, and its FileRead says why.
     """
     reads: list[FileRead] = []

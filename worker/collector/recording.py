@@ -12,18 +12,18 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.context import AppContext
-from app.db import Session
-from app.domain import association as assoc
-from app.domain import states
-from app.domain.progress import ProgressState
-from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, ThroughputSample
-from app.errors import database_error_text, database_problem
+from app.domain.control import states
+from app.domain.detection import association as assoc
+from app.domain.detection.hang import ProgressState
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker, ThroughputSample
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
+from app.infra.context import AppContext
+from app.infra.db import Session
+from app.infra.errors import database_error_text, database_problem
+from app.jobfiles.reader import FilePosition, LogEvent
 from app.jobs import queries as job_queries
 from app.jobs import service as job_service
-from app.logs.reader import FilePosition, LogEvent
 from worker.collector.discovery import JobInfo
 from worker.collector.reading import FileRead
 

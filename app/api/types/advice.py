@@ -9,7 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.api.types.node import AttemptRef, Info, Node, attempt_of, loaders_of, mode_now
-from app.domain.identity import attempt_uuid, format_attempt_ref
+from app.domain.control.identity import attempt_uuid, format_attempt_ref
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice as AdviceRow

@@ -7,7 +7,7 @@ from typing import Any
 
 import strawberry
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.leases.queries import ClusterOverview
 
 

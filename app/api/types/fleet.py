@@ -8,8 +8,8 @@ from typing import Any
 import strawberry
 
 from app.api.ids import to_global_id
-from app.db import utcnow
 from app.fleet.service import shown_state
+from app.infra.db import utcnow
 
 
 @strawberry.type(description="Hardware/infrastructure evidence that blamed a node in one attempt.")

@@ -18,7 +18,7 @@ from app.api.types.goodput import Goodput, goodput_of
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.api.types.story import Story
 from app.audit import queries as audit_queries
-from app.domain.identity import format_attempt_ref, format_scheduler_job_id
+from app.domain.control.identity import format_attempt_ref, format_scheduler_job_id
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
 
