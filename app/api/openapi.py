@@ -19,7 +19,9 @@ from app.domain.cursor import MAX_CURSOR_LENGTH
 from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
 from app.domain.story import OUTCOMES
 from app.evidence import read_model as evidence_models
+from app.fleet import read_model as fleet_models
 from app.jobs import read_model as job_models
+from app.leases import read_model as lease_models
 
 # (default, max) page sizes; app.api.rest uses these.
 JOBS_LIMITS = (100, 250)
@@ -115,50 +117,10 @@ ADVICE = openapi_object(
 )
 WORKFLOW = openapi_object(job_models.WORKFLOW, {"outcome": {"type": "string", "enum": list(OUTCOMES)}})
 AUDIT_EVENT = openapi_object(audit_models.AUDIT_EVENT)
-_LEASE_PROPERTIES: dict[str, Any] = {
-    "holder": {"type": "string"},
-    "epoch": {"type": "integer"},
-    "acquiredAt": _TIME,
-    "renewedAt": _TIME,
-    "expiresAt": _TIME,
-    "active": {"type": "boolean"},
-}
-LEASE = {**_object(_LEASE_PROPERTIES), "type": ["object", "null"]}  # a cluster whose worker never ran has none
-CLUSTER_OVERVIEW = _object(
-    {
-        "name": {"type": "string"},
-        "jobCount": {"type": "integer"},
-        "enrolledJobCount": {"type": "integer"},
-        "workflowCount": {"type": "integer"},
-        "worker": LEASE,
-        "watchdog": LEASE,
-    }
-)
-COMPUTE_NODE = _object(
-    {
-        "cluster": {"type": "string"},
-        "name": {"type": "string"},
-        "state": {"type": "string", "enum": ["OK", "SUSPECT", "PINNED", "CLEARED", "EXPIRED"]},
-        "excluded": {"type": "boolean"},
-        "suspectUntil": _TIME,
-        "jobs": {"type": "array", "items": {"type": "integer"}},
-        "pinned": {"type": "boolean"},
-        "changedBy": _NULLABLE_STRING,
-        "drainStatus": _NULLABLE_STRING,
-        "drainMessage": _NULLABLE_STRING,
-        "evidence": {
-            "type": "array",
-            "items": _object(
-                {
-                    "jobId": {"type": "integer"},
-                    "attemptIndex": {"type": "integer"},
-                    "category": _NULLABLE_STRING,
-                    "outlook": _NULLABLE_STRING,
-                    "blamedAt": _TIME,
-                }
-            ),
-        },
-    }
+LEASE = {**openapi_object(lease_models.LEASE), "type": ["object", "null"]}  # a cluster whose worker never ran has none
+CLUSTER_OVERVIEW = openapi_object(lease_models.CLUSTER, {"worker": LEASE, "watchdog": LEASE})
+COMPUTE_NODE = openapi_object(
+    fleet_models.COMPUTE_NODE, {"evidence": {"type": "array", "items": openapi_object(fleet_models.NODE_EVIDENCE)}}
 )
 INSTALLATION = _object(
     {

@@ -34,13 +34,13 @@ from app.domain.identity import (
 )
 from app.domain.mode import ModeSettings, effective_mode
 from app.domain.story import OUTCOMES
-from app.domain.timefmt import iso_utc_or_none
 from app.evidence import read_model as evidence_models
 from app.fleet import queries as fleet_queries
-from app.fleet import service as fleet_service
+from app.fleet import read_model as fleet_models
 from app.jobs import queries as job_queries
 from app.jobs import read_model as job_models
 from app.leases import queries as lease_queries
+from app.leases import read_model as lease_models
 from app.pagination import PageRequest
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -386,73 +386,34 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})
 
 
+_LEASE = rest_json(lease_models.LEASE)
+_CLUSTER = rest_json(lease_models.CLUSTER)
+_NODE = rest_json(fleet_models.COMPUTE_NODE)
+_NODE_EVIDENCE = rest_json(fleet_models.NODE_EVIDENCE)
+
+
 def _lease_json(row: Any) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {
-        "holder": row.holder,
-        "epoch": row.epoch,
-        "acquiredAt": iso_utc_or_none(row.acquired_at),
-        "renewedAt": iso_utc_or_none(row.renewed_at),
-        "expiresAt": iso_utc_or_none(row.expires_at),
-        "active": row.expires_at > dt.datetime.now(dt.UTC),
-    }
+    return _LEASE(row) if row is not None else None
 
 
 async def list_clusters(request: Request, ctx: AppContext) -> Response:
     """Every cluster of the installation: {"clusters": [{name, jobCount, ..., worker, watchdog}]}; ?cluster= one."""
     async with ctx.sessions() as session:
         rows = await lease_queries.cluster_overview(session, cluster=_text(request, "cluster"))
-    return JSONResponse(
-        {
-            "clusters": [
-                {
-                    "name": row.name,
-                    "jobCount": row.counts.jobs,
-                    "enrolledJobCount": row.counts.enrolled_jobs,
-                    "workflowCount": row.counts.workflows,
-                    "worker": _lease_json(row.worker),
-                    "watchdog": _lease_json(row.watchdog),
-                }
-                for row in rows
-            ]
-        }
-    )
+    clusters = [
+        {**_CLUSTER(row), "worker": _lease_json(row.worker), "watchdog": _lease_json(row.watchdog)} for row in rows
+    ]
+    return JSONResponse({"clusters": clusters})
 
 
 async def list_nodes(request: Request, ctx: AppContext) -> Response:
     """Node reputation: {"nodes": [{cluster, name, state, excluded, suspectUntil, jobs, ..., evidence}]}."""
     state = (_text(request, "state") or "").upper() or None
-    now = dt.datetime.now(dt.UTC)
     async with ctx.sessions() as session:
         rows = await fleet_queries.node_overview(session, cluster=_text(request, "cluster"))
-    nodes = []
-    for row, blames in rows:
-        shown = fleet_service.shown_state(row, now)
-        if state is not None and shown != state:
-            continue
-        nodes.append(
-            {
-                "cluster": row.cluster,
-                "name": row.node,
-                "state": shown,
-                "excluded": shown in ("SUSPECT", "PINNED"),
-                "suspectUntil": iso_utc_or_none(row.suspect_until),
-                "jobs": list(row.jobs or ()),
-                "pinned": bool(row.pinned),
-                "changedBy": row.changed_by,
-                "drainStatus": row.drain_status,
-                "drainMessage": row.drain_message,
-                "evidence": [
-                    {
-                        "jobId": b.slurm_job_id,
-                        "attemptIndex": b.attempt_index,
-                        "category": b.category,
-                        "outlook": b.outlook,
-                        "blamedAt": iso_utc_or_none(b.blamed_at),
-                    }
-                    for b in blames
-                ],
-            }
-        )
+    nodes = [
+        {**node, "evidence": [_NODE_EVIDENCE(b) for b in blames]}
+        for node, blames in ((_NODE(row), blames) for row, blames in rows)
+        if state is None or node["state"] == state
+    ]
     return JSONResponse({"nodes": nodes})
