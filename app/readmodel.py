@@ -52,9 +52,9 @@ class Field:
     def read(self) -> Callable[[Any], Any]:
         """The value from a row (a list or JSON column that is not nullable reads an empty one for null)."""
         source = self.source if self.source is not None else self.name
-        if source is Given:
+        if isinstance(source, type):  # Given
             raise TypeError(f"{self.name}: the handler gives it; it is not read from the row")
-        get = source if callable(source) else attrgetter(source)
+        get: Callable[[Any], Any] = attrgetter(source) if isinstance(source, str) else source
         if self.nullable:
             return get
         if isinstance(self.kind, tuple):

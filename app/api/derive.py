@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from operator import attrgetter
+from types import GenericAlias
 from typing import Any, Optional, TypeVar
 
 import strawberry
@@ -32,7 +33,7 @@ _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", b
 def _annotation(field: Field) -> Any:
     kind = field.kind
     if isinstance(kind, tuple):
-        shown: Any = list[_GRAPHQL[kind[1]]]  # type: ignore[misc]
+        shown: Any = GenericAlias(list, (_GRAPHQL[kind[1]],))
     else:
         shown = strawberry.ID if kind is GlobalId else _GRAPHQL[kind]
     return Optional[shown] if field.nullable else shown  # noqa: UP045 - a runtime annotation object

@@ -14,7 +14,8 @@ from app.readmodel import Field, Given, ReadModel, Resolved
 NODE_STATES = (rules.NODE_OK, rules.NODE_SUSPECT, rules.NODE_PINNED, rules.NODE_CLEARED, rules.NODE_EXPIRED)
 
 
-def _state(row: Any) -> str:
+def node_state(row: Any) -> str:
+    """A node's state as operators see it now."""
     return shown_state(row, utcnow())
 
 
@@ -45,14 +46,14 @@ COMPUTE_NODE = ReadModel(
         Field(
             "state",
             str,
-            source=_state,
+            source=node_state,
             choices=NODE_STATES,
             description="OK, SUSPECT, PINNED (an operator), CLEARED (an operator) or EXPIRED.",
         ),
         Field(
             "excluded",
             bool,
-            source=lambda row: _state(row) in (rules.NODE_SUSPECT, rules.NODE_PINNED),
+            source=lambda row: node_state(row) in (rules.NODE_SUSPECT, rules.NODE_PINNED),
             description="Later Advice for any job on the cluster excludes this node.",
         ),
         Field(
