@@ -2,8 +2,9 @@
 
 app.api.derive builds the GraphQL type's plain fields, the REST JSON and the OpenAPI component schema from
 such a list (docs/read-models.md). A field reads a column of the row (`source` a name) or derives its value
-from the row (`source` a function of it); `Resolved` names a GraphQL field whose resolver the API type
-writes itself (it needs the request: loaders, settings), so the list also gives the type's field order.
+from the row (`source` a function of it, which also decides what a null column gives); `Resolved` names a
+GraphQL field whose resolver the API type writes itself (it needs the request: loaders, settings), so the list
+also gives the type's field order.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-JSON = dict  # a JSON object (GraphQL's JSON scalar; REST "object")
+JSON = dict  # a JSON value (GraphQL's JSON scalar; REST "object": a REST field of this kind holds an object)
 Kind = type | tuple[type, type]  # str, int, float, bool, dt.datetime, JSON, or (list, item type)
 Source = str | Callable[[Any], Any]
 
@@ -24,7 +25,8 @@ class GlobalId:
 
 
 class Given:
-    """Source of a REST field the handler supplies (it needs other rows or the settings), merged after the row's."""
+    """Source of a REST field the handler supplies (it needs other rows or the settings): null in its place until
+    the handler sets it."""
 
 
 SCALARS: tuple[type, ...] = (str, int, float, bool, dt.datetime, JSON, GlobalId)
@@ -50,11 +52,14 @@ class Field:
             raise TypeError(f"{self.name}: unsupported kind {self.kind!r}")
 
     def read(self) -> Callable[[Any], Any]:
-        """The value from a row (a list or JSON column that is not nullable reads an empty one for null)."""
+        """The value from a row: a derivation as it is; a list or JSON column that is not nullable reads an empty
+        one for null."""
         source = self.source if self.source is not None else self.name
         if isinstance(source, type):  # Given
             raise TypeError(f"{self.name}: the handler gives it; it is not read from the row")
-        get: Callable[[Any], Any] = attrgetter(source) if isinstance(source, str) else source
+        if not isinstance(source, str):
+            return source
+        get = attrgetter(source)
         if self.nullable:
             return get
         if isinstance(self.kind, tuple):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from app.domain.identity import format_attempt_ref, format_scheduler_job_id
 from app.readmodel import Field, Given, GlobalId, ReadModel, Resolved
@@ -144,5 +145,94 @@ ATTEMPT = ReadModel(
         Field("ended_reason", str, nullable=True),
         Field("created_at", dt.datetime),
         Field("updated_at", dt.datetime),
+    ),
+)
+
+
+def _policy(key: str, section: str | None = None) -> Any:
+    """A value of the effective policy (in `section` when given)."""
+
+    def read(row: Any) -> Any:
+        effective = row.effective or {}
+        if section:
+            effective = effective.get(section) or {}
+        return effective.get(key)
+
+    return read
+
+
+_DETECTION = "anomaly_detection_config"
+POLICY = ReadModel(
+    "Policy",
+    (
+        Field("wrapper", str, nullable=True, description="`APS` or `HEIMDALL`; null when the comment had no wrapper."),
+        Field("valid", bool),
+        Field(
+            "effective",
+            dict,
+            nullable=True,
+            description="The whole effective policy (defaults filled in; unknown keys kept).",
+        ),
+        Field(
+            "warnings",
+            dict,
+            source=lambda row: row.warnings or [],
+            description="Findings that do not stop enrolment (e.g. unknown keys), each {path, message}.",
+        ),
+        Field(
+            "errors",
+            dict,
+            source=lambda row: row.errors or [],
+            description="Validation errors, each {path, message} with the JSON path of the bad value.",
+        ),
+        Field("workflow_id", str, nullable=True, source=_policy("workflow_id")),
+        Field("environment", str, nullable=True, source=_policy("environment")),
+        Field(
+            "mode",
+            str,
+            nullable=True,
+            source=_policy("mode"),
+            description="Requested mode (observe | act); see Attempt.effectiveMode for what applies.",
+        ),
+        Field("auto_resume_mode", str, nullable=True, source=_policy("auto_resume_mode")),
+        Field(
+            "max_requeue_times",
+            int,
+            nullable=True,
+            source=_policy("max_requeue_times"),
+            description="The job's own retry request; null means the site ceiling applies.",
+        ),
+        Field(
+            "log_file_paths_shared_across_attempts",
+            bool,
+            nullable=True,
+            source=_policy("log_file_paths_shared_across_attempts"),
+        ),
+        Field(
+            "log_based_timeout_enabled",
+            bool,
+            nullable=True,
+            source=_policy("log_based_timeout_enabled", _DETECTION),
+        ),
+        Field(
+            "log_based_timeout_threshold_pretraining",
+            int,
+            nullable=True,
+            source=_policy("log_based_timeout_threshold_pretraining", _DETECTION),
+            description="Hang threshold before the training loop, seconds.",
+        ),
+        Field(
+            "log_based_timeout_threshold_trainingloop",
+            int,
+            nullable=True,
+            source=_policy("log_based_timeout_threshold_trainingloop", _DETECTION),
+            description="Hang threshold inside the training loop, seconds.",
+        ),
+        Field(
+            "straggler_detection_enabled",
+            bool,
+            nullable=True,
+            source=_policy("straggler_detection_enabled", _DETECTION),
+        ),
     ),
 )

@@ -6,7 +6,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import strawberry
-from strawberry.scalars import JSON
 
 from app.advice.stories import headline
 from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
@@ -68,77 +67,12 @@ class Workflow(Node):
         return goodput_of(await loaders_of(info).workflow_goodput.load(self.row.id))
 
 
+@graphql_fields(read_model.POLICY)
 @strawberry.type(
     description="The job's APS policy as parsed: effective values with every default filled in, warnings, errors."
 )
 class Policy:
     row: strawberry.Private[PolicyRow]
-
-    def _value(self, key: str, section: str | None = None) -> Any:
-        effective = self.row.effective or {}
-        if section:
-            effective = effective.get(section) or {}
-        return effective.get(key)
-
-    @strawberry.field(description="`APS` or `HEIMDALL`; null when the comment had no wrapper.")
-    def wrapper(self) -> str | None:
-        return self.row.wrapper
-
-    @strawberry.field
-    def valid(self) -> bool:
-        return self.row.valid
-
-    @strawberry.field(description="The whole effective policy (defaults filled in; unknown keys kept).")
-    def effective(self) -> JSON | None:
-        return JSON(self.row.effective) if self.row.effective is not None else None
-
-    @strawberry.field(description="Findings that do not stop enrolment (e.g. unknown keys), each {path, message}.")
-    def warnings(self) -> JSON:
-        return JSON(self.row.warnings or [])
-
-    @strawberry.field(description="Validation errors, each {path, message} with the JSON path of the bad value.")
-    def errors(self) -> JSON:
-        return JSON(self.row.errors or [])
-
-    @strawberry.field
-    def workflow_id(self) -> str | None:
-        return self._value("workflow_id")
-
-    @strawberry.field
-    def environment(self) -> str | None:
-        return self._value("environment")
-
-    @strawberry.field(description="Requested mode (observe | act); see Attempt.effectiveMode for what applies.")
-    def mode(self) -> str | None:
-        return self._value("mode")
-
-    @strawberry.field
-    def auto_resume_mode(self) -> str | None:
-        return self._value("auto_resume_mode")
-
-    @strawberry.field(description="The job's own retry request; null means the site ceiling applies.")
-    def max_requeue_times(self) -> int | None:
-        return self._value("max_requeue_times")
-
-    @strawberry.field
-    def log_file_paths_shared_across_attempts(self) -> bool | None:
-        return self._value("log_file_paths_shared_across_attempts")
-
-    @strawberry.field
-    def log_based_timeout_enabled(self) -> bool | None:
-        return self._value("log_based_timeout_enabled", "anomaly_detection_config")
-
-    @strawberry.field(description="Hang threshold before the training loop, seconds.")
-    def log_based_timeout_threshold_pretraining(self) -> int | None:
-        return self._value("log_based_timeout_threshold_pretraining", "anomaly_detection_config")
-
-    @strawberry.field(description="Hang threshold inside the training loop, seconds.")
-    def log_based_timeout_threshold_trainingloop(self) -> int | None:
-        return self._value("log_based_timeout_threshold_trainingloop", "anomaly_detection_config")
-
-    @strawberry.field
-    def straggler_detection_enabled(self) -> bool | None:
-        return self._value("straggler_detection_enabled", "anomaly_detection_config")
 
 
 @graphql_fields(read_model.JOB)
