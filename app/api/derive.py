@@ -59,6 +59,8 @@ def graphql_fields(model: ReadModel) -> Callable[[type[T]], type[T]]:
     """
 
     def decorate(cls: type[T]) -> type[T]:
+        if model.name != cls.__name__:  # the global ids and the docs name the record by its GraphQL type
+            raise TypeError(f"read model {model.name} on type {cls.__name__}")
         definition = get_object_definition(cls, strict=True)
         named = {f.name for f in model.fields if not isinstance(f, Field) or f.graphql}
         first = [f for f in definition.fields if f.origin is not cls and f.python_name not in named]
