@@ -22,6 +22,7 @@ from app.domain.control.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_
 from app.domain.edge import bounds
 from app.domain.presentation.story import OUTCOMES
 from app.fleet import queries as fleet_queries
+from app.fleet import read_model as fleet_read_model
 from app.goodput import queries as goodput_queries
 from app.infra.db import utcnow
 from app.jobs import queries as job_queries
@@ -311,8 +312,11 @@ class Query:
         state = (validation.text(state, "state") or "").upper() or None
         async with info.context.loaders.sessions() as session:
             rows = await fleet_queries.node_overview(session, cluster=cluster)
-        found = [compute_node_of(row, blames) for row, blames in rows]
-        return [n for n in found if state is None or n.state == state]
+        return [
+            compute_node_of(row, blames)
+            for row, blames in rows
+            if state is None or fleet_read_model.node_state(row) == state
+        ]
 
     @strawberry.field(
         description="Advice held past a recovery budget (open ones unless onlyOpen is false), newest first."
