@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from app.domain.rootcause import Finding
 
@@ -79,6 +80,26 @@ def launcher_block_facts(lines_before: Sequence[str]) -> tuple[int | None, str |
     return rank, host
 
 
+_ROOT_CAUSE_HEAD = "Root Cause (first observed failure)"
+_BLOCK_ENTRY = re.compile(r"\[\d+\]:")
+
+
+def under_root_cause_head(lines_before: Sequence[str]) -> bool:
+    """True when a torchrun failure-block line (`exitcode :`, `traceback :`) belongs to the entry under
+    "Root Cause (first observed failure):", the launcher's own word on which process failed first (the
+    "Failures:" entries printed above it are the others)."""
+    entry_seen = False
+    for text in reversed(lines_before[-9:]):
+        stripped = _LABEL.sub("", text, count=1).strip()
+        if entry_seen:
+            return stripped.startswith(_ROOT_CAUSE_HEAD)
+        if _BLOCK_ENTRY.fullmatch(stripped):
+            entry_seen = True  # the entry's "[0]:" line: the head, if any, is just above it
+        elif stripped.startswith((_ROOT_CAUSE_HEAD, "=", "-", "Failures:")):
+            return stripped.startswith(_ROOT_CAUSE_HEAD)
+    return False
+
+
 def process_id(line: str) -> str | None:
     """The PID a launcher line names ("exitcode : -9 (pid: 3832)", "Signal 9 (SIGKILL) received by PID 3832")."""
     found = _PID.search(line)
@@ -149,14 +170,4 @@ def with_line_nodes(
     merged = tuple(nodes)
     if merged == finding.nodes:
         return finding
-    return Finding(
-        category=finding.category,
-        rule=finding.rule,
-        line=finding.line,
-        detail=finding.detail,
-        nodes=merged,
-        rank=finding.rank,
-        xid=finding.xid,
-        source_time=finding.source_time,
-        order=finding.order,
-    )
+    return replace(finding, nodes=merged)

@@ -7,6 +7,7 @@ that occurs on every line (like "loss") would make every line a candidate.
 
 from __future__ import annotations
 
+from app.domain.signature_nodes import NODE_RULES
 from app.domain.signature_realworld import (
     CHECKPOINT_FAILURE_RULES,
     EXCEPTION_LINE_RULES,
@@ -163,6 +164,7 @@ CRASH_RULES: tuple[Rule, ...] = (
         exclude=r"NET/Plugin|Failed to find|Could not find|Unable to open device|Call to ibv_open_device failed|"
         r"Failed to open lib[\w.\[\]]*\.so|NCCL_[A-Z_]+ set by environment",
     ),
+    *NODE_RULES,  # before cuda_error: a GPU the node reports unavailable is the node's, not the program's
     _crash(
         "cuda_error",
         CUDA_ERROR,

@@ -40,6 +40,7 @@ def finding_of(row: Anomaly) -> rootcause.Finding:
         xid=row.xid,
         source_time=row.source_time,
         order=row.id,
+        first_observed=bool(details.get("firstObserved")),
     )
 
 

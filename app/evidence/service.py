@@ -224,6 +224,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
             nodes=signal.nodes,
             rank=signal.rank,
             xid=signal.xid,
+            first_observed=signal.first_observed,
         ),
         allocation,
         attempt.tasks_per_node,
@@ -268,6 +269,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         "signature": signature,
         "fingerprint": rootcause.fingerprint_id(signature),
         **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
+        **({"firstObserved": True} if signal.first_observed else {}),
         **({"attributionNote": attribution.note} if attribution.note else {}),
     }
     if after:
