@@ -411,6 +411,11 @@ _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(pid|PID|tid|TID|Process|process|port|Port)[=: ]+\d+"), r"\1 <n>"),
     (re.compile(r"\b([Rr]ank|local_rank|RANK|[Dd]evice|GPU|gpu|cuda:)([\s:=#]*)\d+"), r"\1\2<n>"),
     (re.compile(r"(\.(?:cc|cpp|c|h|hpp|cu|py)):\d+\b"), r"\1:<n>"),
+    # What differs between two runs failing the same way: memory figures (free bytes, what PyTorch holds),
+    # elapsed times ("ran for 600026 milliseconds"), collective sequence numbers (they restart on a resume).
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]i?B)\b"), "<size>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|seconds?|secs?|s|minutes?|min)\b"), "<duration>"),
+    (re.compile(r"\b((?i:seq(?:uence)?(?:_?num(?:ber)?)?|opSeq))([=:# ]+)\d+"), r"\1\2<n>"),
     (re.compile(r":\d{2,5}\b"), ":<port>"),
 )
 # Peer-loss messages are one cause whatever the transport says (gloo alternates "Read error ... reset by

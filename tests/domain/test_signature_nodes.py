@@ -1,0 +1,122 @@
+"""Structural root-cause rules on real lines: a node that went away, a fabric fault, torchrun's Root Cause entry,
+and the run-to-run parts a fingerprint drops. Every line is read from a corpus file (named in each test)."""
+
+from pathlib import Path
+
+import pytest
+
+from app.authoring.log_check import build_report
+from app.domain import line_nodes as ln
+from app.domain import rootcause as rc
+from app.domain.rootcause import Finding
+from app.domain.signature_defaults import default_ruleset
+from app.domain.signatures import NODE_FAIL, XID, Classifier
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REALWORLD = FIXTURES / "realworld"
+RULES = default_ruleset()
+CLASSIFIER = Classifier(RULES)
+
+
+def line(name: str, number: int) -> str:
+    """Line `number` (1-based) of a tuning-corpus file."""
+    return (REALWORLD / name).read_text(encoding="utf-8").splitlines()[number - 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "rule", "category", "nodes"),
+    [
+        # https://github.com/AMDResearch/hpcfund/issues/69
+        ("slurm-prolog-failure-001.log", 1, "scheduler_prolog_failure", NODE_FAIL, ("k003-006",)),
+        # https://github.com/ray-project/ray/issues/3628 (a client ID, no host)
+        ("ray-node-marked-dead-003.log", 1, "node_lost", NODE_FAIL, ()),
+        # https://github.com/megagonlabs/t5-japanese/issues/1
+        ("tensorflow-tpu-lame-worker-001.log", 12, "lame_workers", NODE_FAIL, ()),
+        # https://github.com/mozilla/translations/issues/964
+        ("gcp-spot-preemption-001.log", 1, "instance_termination_notice", NODE_FAIL, ()),
+        # https://github.com/E3SM-Project/E3SM/issues/8699
+        ("mpich-cuda-devices-unavailable-001.log", 1, "gpu_devices_unavailable", XID, ()),
+    ],
+)
+def test_a_node_that_went_away_is_recognised_by_structure(name, number, rule, category, nodes) -> None:
+    found = CLASSIFIER.crash(line(name, number))
+    assert found is not None
+    assert (found.rule, found.category, found.nodes) == (rule, category, nodes)
+
+
+def test_a_termination_notice_is_transient_and_a_lost_node_is_infrastructure() -> None:
+    assert rc.outlook_of(category=NODE_FAIL, rule="instance_termination_notice") == rc.TRANSIENT
+    assert rc.outlook_of(category=NODE_FAIL, rule="node_lost") == rc.INFRASTRUCTURE
+    assert rc.outlook_of(category=XID, rule="gpu_devices_unavailable") == rc.INFRASTRUCTURE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task.",  # a process
+        "heartbeat timeout: 30 (node is not responding after this many seconds)",  # a setting
+        "--preemptible=true",
+        "NCCL INFO NET/IB : No device found.",
+    ],
+)
+def test_prose_and_settings_about_nodes_are_not_a_lost_node(text) -> None:
+    found = CLASSIFIER.crash(text)
+    assert found is None or found.category != NODE_FAIL
+
+
+def test_a_lost_node_before_the_traceback_it_causes_is_the_root_cause() -> None:
+    # ray-node-marked-dead-003.log: the node is marked dead (line 1), the driver's RayGetError traceback follows
+    report = build_report(str(REALWORLD / "ray-node-marked-dead-003.log"), RULES)
+    assert (report["primary_category"], report["outlook"]) == (NODE_FAIL, rc.INFRASTRUCTURE)
+    assert report["root_cause"]["line"] == 1
+
+
+def test_an_nccl_fabric_fault_is_a_cause_not_a_consequence() -> None:
+    # https://github.com/NVIDIA/nccl-tests/issues/24 (nccl-ib-completion-error-003.log): IB completion errors on
+    # both hosts' proxy threads, then a CUDA failure on gpu5; the RDMA path between the two hosts is the cause.
+    ib = Finding(category="NCCL_ERROR", rule="nccl_error", line=line("nccl-ib-completion-error-003.log", 1), order=1)
+    ib = ln.with_line_nodes(ib, ("gpu4", "gpu5"))
+    cuda = Finding(category="CUDA_ERROR", rule="nccl_cuda_failure", line=line("nccl-ib-completion-error-003.log", 13))
+    cuda = ln.with_line_nodes(Finding(**{**cuda.__dict__, "order": 13}), ("gpu4", "gpu5"))
+    assert rc.fabric_fault(ib) and not rc.fabric_fault(cuda)
+    cause = rc.analyse([ib, cuda], attempt_nodes=("gpu4", "gpu5"))
+    assert cause.primary is ib and cause.outlook == rc.INFRASTRUCTURE
+    assert [b.node for b in cause.blamed] == ["gpu5"]
+    # a plain NCCL error without a fabric word stays a consequence of the CUDA failure
+    plain = Finding(category="NCCL_ERROR", rule="nccl_error", line="NCCL error: unhandled system error", order=1)
+    assert rc.analyse([plain, cuda]).primary is cuda
+
+
+def test_torchrun_s_root_cause_entry_wins_over_the_failures_listed_above_it() -> None:
+    # pytorch-elastic-sigbus-001.log: every local rank got SIGBUS; torchrun lists ranks 6 and 7 under "Failures:"
+    # and rank 0 under "Root Cause (first observed failure):"
+    text = (REALWORLD / "pytorch-elastic-sigbus-001.log").read_text(encoding="utf-8").splitlines()
+    entries = [i for i, t in enumerate(text) if t.lstrip().startswith("exitcode")]
+    assert [ln.under_root_cause_head(text[:i]) for i in entries] == [False, False, True]
+    report = build_report(str(REALWORLD / "pytorch-elastic-sigbus-001.log"), RULES)
+    assert (report["rank"], report["root_cause"]["node"]) == (0, "lexun-1")
+
+
+def test_the_torchrun_lab_log_keeps_its_killed_rank_as_root_cause() -> None:
+    # tests/fixtures/torchrun/ddp-kill.log (real torchrun + gloo): one entry only, under Root Cause
+    report = build_report(str(FIXTURES / "torchrun" / "ddp-kill.log"), RULES, attempt_nodes=("node1", "node2"))
+    assert (report["primary_category"], report["rank"], report["root_cause"]["node"]) == ("HOST_OOM", 1, "node2")
+
+
+def test_a_rerun_s_memory_figures_durations_and_sequence_numbers_do_not_change_the_fingerprint() -> None:
+    # pytorch-nccl-watchdog: two ranks' watchdog lines of one run differ in elapsed time and op; a rerun's SeqNum
+    # restarts after the resume
+    name = next(p.name for p in sorted(REALWORLD.glob("*.log")) if "SeqNum=80078" in p.read_text("utf-8"))
+    watchdog = next(t for t in (REALWORLD / name).read_text("utf-8").splitlines() if "ran for 600026" in t)
+    rerun = watchdog.replace("SeqNum=80078", "SeqNum=1203").replace("600026 milliseconds", "600031 milliseconds")
+    assert rc.fingerprint("NCCL_TIMEOUT", watchdog) == rc.fingerprint("NCCL_TIMEOUT", rerun)
+    assert "<duration>" in rc.normalise_origin(watchdog) and "SeqNum=<n>" in rc.normalise_origin(watchdog)
+    # a CUDA OOM: free and held memory differ from run to run
+    oom = next(
+        t
+        for p in sorted(REALWORLD.glob("*.log"))
+        for t in p.read_text("utf-8").splitlines()
+        if "CUDA out of memory. Tried to allocate" in t and "GiB" in t
+    )
+    assert "<size>" in rc.normalise_origin(oom)
+    assert not any(ch.isdigit() for ch in rc.normalise_origin(oom).split("Tried to allocate")[1].split(".")[0])
