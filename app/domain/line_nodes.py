@@ -20,6 +20,12 @@ _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),  # NCCL
     re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)"),  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
     re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
+    # Prose and key=value host fields ("failed on node cn131", "node=gpu-12", "hostname: a100-3"): a host name
+    # there has a digit, so "on node failure" or "host: the server" names nothing.
+    re.compile(
+        r"(?i:\b(?:on|at|from) (?:node|host)\s+|\b(?:node|host|hostname|nodename|node_name|node name)\s*[=:]\s*)"
+        r"(?P<node>[A-Za-z][\w.\-]*\d[\w.\-]*)"
+    ),
 )
 _ADDRESS = re.compile(r"[\d.]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*")

@@ -252,7 +252,9 @@ BENIGN_RULES: tuple[Rule, ...] = (
     ),
     _benign(
         "torch_warning_prefix",
-        ("[W", "]:W"),
+        # "W1205 ..." without brackets: glog's month digits follow the level (a logged, caught exception's
+        # traceback carries the prefix on every line: torch._dynamo's "WON'T CONVERT ... Traceback").
+        ("[W", "]:W", "W0", "W1"),
         r"(?:^|\]:)\[W(?:\d{4}| )|(?:^|\]:)W\d{4} \d\d:\d\d:\d\d\.\d+ \d+ \S+:\d+\]",
         "[rank0]:[W1130 02:34:15.123456 ProcessGroupNCCL.cpp:4115] Warning: NCCL error handling is enabled",
     ),

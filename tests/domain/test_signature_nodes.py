@@ -120,3 +120,35 @@ def test_a_rerun_s_memory_figures_durations_and_sequence_numbers_do_not_change_t
     )
     assert "<size>" in rc.normalise_origin(oom)
     assert not any(ch.isdigit() for ch in rc.normalise_origin(oom).split("Tried to allocate")[1].split(".")[0])
+
+
+def test_a_traceback_logged_at_warning_level_is_not_a_crash() -> None:
+    # tests/fixtures/torch-dynamo/wont-convert-warning.log (real torch 2.13 run): dynamo logs the backend's
+    # exception with its traceback under glog's W prefix and goes on; the program prints its iterations and ends
+    path = FIXTURES / "torch-dynamo" / "wont-convert-warning.log"
+    text = path.read_text(encoding="utf-8").splitlines()
+    assert any(t.startswith("W1205") and t.endswith("Traceback (most recent call last):") for t in text)
+    report = build_report(str(path), RULES)
+    assert report["crashed"] is False and report["crash_signatures"] == []
+    # the same traceback line without the warning prefix (as an uncaught exception prints it) is still a crash
+    logged = next(t for t in text if t.endswith("Traceback (most recent call last):"))
+    found = CLASSIFIER.crash(logged.split("] ", 1)[1])
+    assert found is not None and found.category == "PYTHON_TRACEBACK"
+    assert CLASSIFIER.crash(logged) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "allocation", "nodes"),
+    [
+        # https://github.com/AMDResearch/hpcfund/issues/69 (slurm-prolog-failure-001.log)
+        (line("slurm-prolog-failure-001.log", 1), (), ("k003-006",)),
+        # slurm-task-launch-failed-001.log: "failed on node cn131"
+        (line("slurm-task-launch-failed-001.log", 1), (), ("cn131",)),
+        # the same against a fully qualified allocation, any case
+        (line("slurm-task-launch-failed-001.log", 1), ("CN131.cluster", "cn132.cluster"), ("CN131.cluster",)),
+        # prose: a word after "on node" is a host only when it has a digit
+        ("srun: error: Unable to create step on node failure", (), ()),
+    ],
+)
+def test_prose_host_fields_name_a_node(text, allocation, nodes) -> None:
+    assert ln.nodes_in_line(text, allocation) == nodes
