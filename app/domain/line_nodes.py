@@ -31,8 +31,12 @@ _ADDRESS = re.compile(r"[\d.]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*")
 
 
+# A node's fabric interface names ("qgpu2018-ib0", "nid001-hsn0"): the same machine as the node.
+_INTERFACE = re.compile(r"-(?:ib|hsn|eth|opa|ipoib|roce)\d*$")
+
+
 def _short(name: str) -> str:
-    return name.split(".", 1)[0].lower()
+    return _INTERFACE.sub("", name.split(".", 1)[0].lower())
 
 
 def match_allocation(name: str, allocation: Sequence[str]) -> str | None:

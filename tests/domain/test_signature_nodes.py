@@ -146,6 +146,13 @@ def test_a_traceback_logged_at_warning_level_is_not_a_crash() -> None:
         (line("slurm-task-launch-failed-001.log", 1), (), ("cn131",)),
         # the same against a fully qualified allocation, any case
         (line("slurm-task-launch-failed-001.log", 1), ("CN131.cluster", "cn132.cluster"), ("CN131.cluster",)),
+        # accelerate-nccl-socket-error-001.log: NCCL's prefix names the node, the peer is named by its IB interface
+        (line("accelerate-nccl-socket-error-001.log", 5), ("qgpu2017", "qgpu2018"), ("qgpu2017",)),
+        (
+            line("accelerate-nccl-socket-error-001.log", 5).replace("qgpu2017-ib0", "qgpu2018-ib0"),
+            ("qgpu2017", "qgpu2018"),
+            ("qgpu2017", "qgpu2018"),
+        ),
         # prose: a word after "on node" is a host only when it has a digit
         ("srun: error: Unable to create step on node failure", (), ()),
     ],
