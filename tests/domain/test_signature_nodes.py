@@ -123,9 +123,9 @@ def test_a_rerun_s_memory_figures_durations_and_sequence_numbers_do_not_change_t
 
 
 def test_a_traceback_logged_at_warning_level_is_not_a_crash() -> None:
-    # tests/fixtures/torch-dynamo/wont-convert-warning.log (real torch 2.13 run): dynamo logs the backend's
+    # tests/fixtures/torch-small/wont-convert-warning.log (real torch 2.13 run): dynamo logs the backend's
     # exception with its traceback under glog's W prefix and goes on; the program prints its iterations and ends
-    path = FIXTURES / "torch-dynamo" / "wont-convert-warning.log"
+    path = FIXTURES / "torch-small" / "wont-convert-warning.log"
     text = path.read_text(encoding="utf-8").splitlines()
     assert any(t.startswith("W1205") and t.endswith("Traceback (most recent call last):") for t in text)
     report = build_report(str(path), RULES)
@@ -159,3 +159,21 @@ def test_a_traceback_logged_at_warning_level_is_not_a_crash() -> None:
 )
 def test_prose_host_fields_name_a_node(text, allocation, nodes) -> None:
     assert ln.nodes_in_line(text, allocation) == nodes
+
+
+@pytest.mark.parametrize("name", ["store-timeout-clients.log", "store-timeout-get.log", "store-timeout-pg.log"])
+def test_a_c10d_store_timeout_is_a_transient_collective_timeout(name) -> None:
+    # tests/fixtures/torch-small/store-timeout-*.log: real TCPStore / init_process_group timeouts (torch 2.13)
+    report = build_report(str(FIXTURES / "torch-small" / name), RULES)
+    assert (report["primary_category"], report["outlook"]) == ("NCCL_TIMEOUT", rc.TRANSIENT)
+
+
+def test_two_store_timeouts_after_different_waits_have_one_fingerprint() -> None:
+    # the same DistStoreError after 3 s (a bare TCPStore) and after 4 s (init_process_group's store)
+    ids = {
+        build_report(str(FIXTURES / "torch-small" / name), RULES)["root_cause"]["fingerprint_id"]
+        for name in ("store-timeout-clients.log", "store-timeout-pg.log")
+    }
+    assert len(ids) == 1
+    other = build_report(str(FIXTURES / "torch-small" / "store-timeout-get.log"), RULES)["root_cause"]
+    assert other["fingerprint_id"] not in ids
