@@ -19,7 +19,11 @@ _GONE = (
     r"|\bis dead\b|\bwas lost\b|\bhas been lost\b|\bwent away\b)"
 )
 # A line that only reports a retry or a recovery, or a setting, is not a loss.
-_NOT_LOST = r"(?i:\b(?:timeout|interval|threshold)\s*[:=]|\breconnect(?:ed|ing)\b|\brejoin(?:ed)?\b|\bhealthy\b)"
+# A socket's "Network is unreachable" (pip, a download) is about a route, not a node of the job.
+_NOT_LOST = (
+    r"(?i:\b(?:timeout|interval|threshold)\s*[:=]|\breconnect(?:ed|ing)\b|\brejoin(?:ed)?\b|\bhealthy\b"
+    r"|\bnetwork is unreachable\b|\[Errno \d+\]|https?://)"
+)
 
 
 def _crash(name: str, category: str, anchors: tuple[str, ...], pattern: str, example: str, exclude: str = "") -> Rule:
