@@ -403,7 +403,20 @@ _LOG_PREFIXES = (
 )
 _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
-    (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
+    # Dates around a time: "2024/12/17", "Fri Aug 28 22:45:13 2026", syslog's "Dec  5"; epoch seconds.
+    (re.compile(r"\b\d{4}[-/]\d\d[-/]\d\d\b"), "<date>"),
+    (
+        re.compile(
+            r"\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?"
+            r"|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?) +\d{1,2}\b"
+        ),
+        "<date>",
+    ),
+    (re.compile(r"\b1[5-9]\d{8}(?:\.\d+)?\b"), "<time>"),
+    # Slurm job and step ids: a resubmission gets new ones.
+    (re.compile(r"\b((?i:job(?:[ _]?id)?|stepid|step)[=: ]*)\d+(?:\.\d+|\.batch|\.extern)?\b"), r"\1<n>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?!\d)"), "<time>"),
+    (re.compile(r"(?<=<time>) \d{4}\b"), ""),  # ctime's year after the time
     (re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?"), "<ip>"),
     (re.compile(r"\[(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}\](?::\d+)?"), "<ip>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),

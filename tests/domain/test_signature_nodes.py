@@ -177,3 +177,20 @@ def test_two_store_timeouts_after_different_waits_have_one_fingerprint() -> None
     assert len(ids) == 1
     other = build_report(str(FIXTURES / "torch-small" / "store-timeout-get.log"), RULES)["root_cause"]
     assert other["fingerprint_id"] not in ids
+
+
+def test_dates_epochs_and_slurm_ids_of_a_rerun_do_not_change_the_fingerprint() -> None:
+    # mpich-cuda-devices-unavailable-001.log line 2 (ctime date, Slurm job id), gcp-spot-preemption-001.log line 1
+    # (syslog date, a Z time, a slashed date), slurm-preemption-001.log line 1 (JOB id, ISO time)
+    for name, number in (
+        ("mpich-cuda-devices-unavailable-001.log", 2),
+        ("gcp-spot-preemption-001.log", 1),
+        ("slurm-preemption-001.log", 1),
+    ):
+        text = line(name, number)
+        normalised = rc.normalise_origin(text)
+        assert not any(part in normalised for part in ("2026", "2024", "2021", "16:03", "57638547", "32391783"))
+    mpich = line("mpich-cuda-devices-unavailable-001.log", 2)
+    rerun = mpich.replace("57638547.0", "57700012.0").replace("Fri Aug 28 22:45:13 2026", "Sat Aug 29 03:12:40 2026")
+    assert rc.fingerprint("XID", mpich) == rc.fingerprint("XID", rerun)
+    assert "[nid004069]" in rc.normalise_origin(mpich)  # a node name is kept: it is not a time
