@@ -194,3 +194,34 @@ def test_dates_epochs_and_slurm_ids_of_a_rerun_do_not_change_the_fingerprint() -
     rerun = mpich.replace("57638547.0", "57700012.0").replace("Fri Aug 28 22:45:13 2026", "Sat Aug 29 03:12:40 2026")
     assert rc.fingerprint("XID", mpich) == rc.fingerprint("XID", rerun)
     assert "[nid004069]" in rc.normalise_origin(mpich)  # a node name is kept: it is not a time
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        # https://github.com/pytorch/pytorch/issues/175431 (ROCm): the accelerator's own name before "out of memory"
+        ("HIP out of memory. Tried to allocate 2.00 MiB. GPU 7 has a total capacity of 287.98 GiB", "CUDA_OOM"),
+        # megatron-nccl-system-error-001.log line 7: older PyTorch spells it "NCCL Error 2"
+        (line("megatron-nccl-system-error-001.log", 7), "NCCL_ERROR"),
+        # ray-tune-slurm-oom-001.log line 5 / swift-checkpoint-rename-race-001.log line 6: an exception class line
+        # whose traceback the excerpt lost is still an uncaught exception
+        (line("ray-tune-slurm-oom-001.log", 5), "PYTHON_TRACEBACK"),
+        (line("swift-checkpoint-rename-race-001.log", 6), "PYTHON_TRACEBACK"),
+    ],
+)
+def test_categories_by_structure(text, category) -> None:
+    found = CLASSIFIER.crash(text)
+    assert found is not None and found.category == category
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "    raise ValueError: not at the start of a line",  # code, indented
+        "Note: ValueError: is raised when the input is empty",  # prose
+        "UserWarning: something is deprecated",
+    ],
+)
+def test_an_exception_class_only_counts_at_the_start_of_a_line(text) -> None:
+    found = CLASSIFIER.crash(text)
+    assert found is None or found.rule != "python_exception_class_line"
