@@ -14,11 +14,12 @@ from app.domain.rootcause import Finding
 _PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
 
 
+_IP_FIELD = re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)")  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
     re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),  # NCCL
-    re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)"),  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
+    _IP_FIELD,
     re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
     # Prose and key=value host fields ("failed on node cn131", "node=gpu-12", "hostname: a100-3"): a host name
     # there has a digit, so "on node failure" or "host: the server" names nothing.
@@ -39,11 +40,19 @@ def _short(name: str) -> str:
     return _INTERFACE.sub("", name.split(".", 1)[0].lower())
 
 
+_IPV4 = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})")
+
+
 def match_allocation(name: str, allocation: Sequence[str]) -> str | None:
-    """The allocated node `name` denotes (same name, or same short name; case-insensitive), as allocated."""
+    """The allocated node `name` denotes (same name, or same short name; case-insensitive), as allocated; an IPv4
+    address denotes a node whose name spells it with dashes (EC2/GKE style "ip-10-1-73-87")."""
     lowered, short = name.lower(), _short(name)
+    address = _IPV4.fullmatch(name)
+    dashed = "-".join(address.groups()) if address else None
     for node in allocation:
         if node.lower() == lowered or _short(node) == short and not short.isdigit():
+            return node
+        if dashed is not None and re.search(rf"(?<!\d){dashed}$", _short(node)):
             return node
     return None
 
@@ -58,8 +67,8 @@ def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
                 allocated = match_allocation(name, allocation)
                 if allocated is not None:
                     found.setdefault(allocated, None)
-            elif not _ADDRESS.fullmatch(name):
-                found.setdefault(name, None)
+            elif not _ADDRESS.fullmatch(name) or pattern is _IP_FIELD:
+                found.setdefault(name, None)  # Ray names a node by its address: with no node list it is the name
     if allocation:
         for match in _TOKEN.finditer(line):
             allocated = match_allocation(match.group(0), allocation)

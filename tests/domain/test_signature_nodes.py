@@ -153,6 +153,10 @@ def test_a_traceback_logged_at_warning_level_is_not_a_crash() -> None:
             ("qgpu2017", "qgpu2018"),
             ("qgpu2017", "qgpu2018"),
         ),
+        # other-nccl-internal-error-001.log line 4: Ray names the node by address; an EC2-style node list spells it
+        # (the line names two actors' addresses, .15 and .18)
+        (line("other-nccl-internal-error-001.log", 4), ("ip-10-58-226-15", "ip-10-58-226-99"), ("ip-10-58-226-15",)),
+        (line("other-nccl-internal-error-001.log", 4), (), ("10.58.226.15", "10.58.226.18")),  # no list: address
         # prose: a word after "on node" is a host only when it has a digit
         ("srun: error: Unable to create step on node failure", (), ()),
     ],
