@@ -147,6 +147,8 @@ def _block_facts(crash: dict[str, Any], lines: list[str]) -> None:
     if not _BLOCK_FIELD.match(crash["text"]):
         return
     rank, host = line_nodes.launcher_block_facts(lines[max(0, crash["line"] - 7) : crash["line"] - 1])
+    if line_nodes.under_root_cause_head(lines[max(0, crash["line"] - 10) : crash["line"] - 1]):
+        crash["first_observed"] = True
     if crash["rank"] is None:
         crash["rank"] = rank
     if host is not None and host not in crash["nodes"]:

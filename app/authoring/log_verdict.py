@@ -31,6 +31,7 @@ def _finding(entry: dict[str, Any]) -> rootcause.Finding:
         xid=entry.get("xid"),
         source_time=dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else None,
         order=int(entry.get("line") or 0),
+        first_observed=bool(entry.get("first_observed")),
     )
 
 

@@ -41,11 +41,25 @@ def finding_of(row: Anomaly) -> rootcause.Finding:
         xid=row.xid,
         source_time=row.source_time,
         order=row.id,
+        first_observed=bool(details.get("firstObserved")),
     )
 
 
-def blamed_nodes(row: Anomaly, *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None) -> set[str]:
-    """Nodes a crash anomaly blames: its stored attribution, or (the attempt's node list arrived later) derived now."""
+def process_lines_of(row: Anomaly) -> tuple[str, ...]:
+    """Lines naming the failed process kept with a crash recorded before the attempt's node list was known."""
+    lines = (row.details or {}).get("processLines")
+    return tuple(str(line) for line in lines) if isinstance(lines, list) else ()
+
+
+def blamed_nodes(
+    row: Anomaly,
+    *,
+    attempt_nodes: Sequence[str] = (),
+    tasks_per_node: str | None = None,
+    finding: rootcause.Finding | None = None,
+) -> set[str]:
+    """Nodes a crash anomaly blames: its stored attribution, or (the attempt's node list arrived later) derived now
+    from `finding` (the row's finding with the nodes its lines name in the allocation), else from the row."""
     if row.blamed_nodes:
         return {str(entry.get("node")) for entry in row.blamed_nodes if entry.get("node")}
     if row.blamed_nodes is None and row.outlook is None:
@@ -53,7 +67,9 @@ def blamed_nodes(row: Anomaly, *, attempt_nodes: Sequence[str] = (), tasks_per_n
         named = {part.strip() for part in (row.node or "").split(",") if part.strip()}
         nodes = (row.details or {}).get("nodes")
         return named | ({str(n) for n in nodes} if isinstance(nodes, list) else set())
-    attribution = rootcause.attribute(finding_of(row), attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
+    attribution = rootcause.attribute(
+        finding or finding_of(row), attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node
+    )
     return {node.node for node in attribution.blamed}
 
 
@@ -88,18 +104,19 @@ def attempt_cause(
     crashes = [row for row in rows if row.kind == "CRASH"]
     if not crashes:
         return AttemptCause()
-    findings = [line_nodes.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node) for row in crashes]
+    findings = [
+        line_nodes.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node, process_lines_of(row))
+        for row in crashes
+    ]
     cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
     first = cause.primary
     blamed: set[str] = set()
     derived: dict[int, list[dict[str, str]]] = {}
-    for row in crashes:
-        found = blamed_nodes(row, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
+    for row, finding in zip(crashes, findings, strict=True):
+        found = blamed_nodes(row, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node, finding=finding)
         blamed |= found
         if found and row.blamed_nodes == [] and row.outlook is not None:
-            attribution = rootcause.attribute(
-                finding_of(row), attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node
-            )
+            attribution = rootcause.attribute(finding, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
             derived[row.id] = [node.to_json() for node in attribution.blamed]
     if first is None:
         return AttemptCause(blamed=tuple(sorted(blamed)), derived=derived)

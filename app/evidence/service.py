@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -205,6 +206,14 @@ def _after(line_time: dt.datetime, acted: dt.datetime) -> bool:
     return aware >= sent
 
 
+PROCESS_LINES = 5  # lines naming the failed PID or rank kept with an anomaly recorded before the node list was known
+
+
+def process_lines(context: Sequence[str]) -> list[str]:
+    """The lines naming the failed process, bounded, for matching against the node list once Slurm reports it."""
+    return [line[:300] for line in context[:PROCESS_LINES]]
+
+
 async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | None:
     """A crash line becomes a CRASH anomaly (first line per category, node and Xid of the attempt).
 
@@ -225,6 +234,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
             nodes=signal.nodes,
             rank=signal.rank,
             xid=signal.xid,
+            first_observed=signal.first_observed,
         ),
         allocation,
         attempt.tasks_per_node,
@@ -269,6 +279,8 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         "signature": signature,
         "fingerprint": rootcause.fingerprint_id(signature),
         **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
+        **({"firstObserved": True} if signal.first_observed else {}),
+        **({"processLines": process_lines(event.context)} if event.context and not allocation else {}),
         **({"attributionNote": attribution.note} if attribution.note else {}),
     }
     if after:

@@ -133,11 +133,13 @@ def _launcher_blocks(
         rank = signal.rank
         if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text):
             before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset, access)
-            block_rank, host = line_nodes.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            above = [decode_line(raw) for raw in before.split(b"\n")[:-1]]
+            block_rank, host = line_nodes.launcher_block_facts(above)
             nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
             rank = rank if rank is not None else block_rank
-            if (rank, nodes) != (signal.rank, signal.nodes):
-                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes))
+            first = line_nodes.under_root_cause_head(above)
+            if (rank, nodes, first) != (signal.rank, signal.nodes, signal.first_observed):
+                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes, first_observed=first))
         pid = line_nodes.process_id(event.text) if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text) else None
         if pid is None and rank is None:
             continue

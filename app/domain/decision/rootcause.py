@@ -67,6 +67,7 @@ CATEGORY_OUTLOOK: dict[str, str] = {
 # Rules whose outlook differs from their category's.
 RULE_OUTLOOK: dict[str, str] = {
     "slurm_preempted": TRANSIENT,
+    "instance_termination_notice": TRANSIENT,  # the cloud takes the machine back; the next one is fine
     "filesystem_stale_handle": TRANSIENT,
     "filesystem_io_error": TRANSIENT,
     "nccl_duplicate_gpu": APPLICATION,
@@ -142,6 +143,7 @@ class Finding:
     xid: int | None = None
     source_time: dt.datetime | None = None
     order: int = 0  # reading order (line number, or anomaly id)
+    first_observed: bool = False  # in torchrun's "Root Cause (first observed failure)" entry
 
 
 @dataclass(frozen=True)
@@ -234,9 +236,17 @@ def tier_of(finding: Finding) -> int:
         return TIER_SUMMARY
     if finding.category == CHECKPOINT_WRITE_FAILURE:
         return TIER_CHECKPOINT
+    if fabric_fault(finding):
+        return TIER_CAUSE
     if finding.category in CONSEQUENCE_CATEGORIES or name == "slurm_preempted":
         return TIER_CONSEQUENCE
     return TIER_CAUSE
+
+
+def fabric_fault(finding: Finding) -> bool:
+    """An NCCL error about the fabric of a named host (an IB completion error, a link down): a cause in its own
+    right, where other NCCL errors are what a rank prints after something else failed."""
+    return finding.category == NCCL_ERROR and outlook_of_finding(finding) == INFRASTRUCTURE
 
 
 def _earlier(a: Finding, b: Finding) -> bool:
@@ -266,6 +276,7 @@ def primary(findings: Iterable[Finding]) -> Finding | None:
         tier, best_tier = tier_of(finding), tier_of(best)
         if tier < best_tier or (tier == best_tier and _earlier(finding, best)):
             best = finding
+    best = _launcher_first_observed(best, candidates)
     if best is not None and (not best.nodes or best.rank is None) and _pid(best) is not None:
         same = [
             f
@@ -278,6 +289,15 @@ def primary(findings: Iterable[Finding]) -> Finding | None:
         if same:
             return min(same, key=lambda f: f.order)
     return best
+
+
+def _launcher_first_observed(best: Finding | None, candidates: Sequence[Finding]) -> Finding | None:
+    """torchrun lists the other failures before its "Root Cause (first observed failure)" entry: when the best
+    finding is a launcher summary, the entry the launcher itself calls first wins among summaries of that tier."""
+    if best is None or best.first_observed or tier_of(best) < TIER_SUMMARY:
+        return best
+    named = [f for f in candidates if f.first_observed and tier_of(f) == tier_of(best)]
+    return min(named, key=lambda f: f.order) if named else best
 
 
 def parse_tasks_per_node(value: str | None) -> tuple[int, ...] | None:
@@ -383,7 +403,20 @@ _LOG_PREFIXES = (
 )
 _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
-    (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
+    # Dates around a time: "2024/12/17", "Fri Aug 28 22:45:13 2026", syslog's "Dec  5"; epoch seconds.
+    (re.compile(r"\b\d{4}[-/]\d\d[-/]\d\d\b"), "<date>"),
+    (
+        re.compile(
+            r"\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?"
+            r"|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?) +\d{1,2}\b"
+        ),
+        "<date>",
+    ),
+    (re.compile(r"\b1[5-9]\d{8}(?:\.\d+)?\b"), "<time>"),
+    # Slurm job and step ids: a resubmission gets new ones.
+    (re.compile(r"\b((?i:job(?:[ _]?id)?|stepid|step)[=: ]*)\d+(?:\.\d+|\.batch|\.extern)?\b"), r"\1<n>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?!\d)"), "<time>"),
+    (re.compile(r"(?<=<time>) \d{4}\b"), ""),  # ctime's year after the time
     (re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?"), "<ip>"),
     (re.compile(r"\[(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}\](?::\d+)?"), "<ip>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
@@ -391,6 +424,11 @@ _VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(pid|PID|tid|TID|Process|process|port|Port)[=: ]+\d+"), r"\1 <n>"),
     (re.compile(r"\b([Rr]ank|local_rank|RANK|[Dd]evice|GPU|gpu|cuda:)([\s:=#]*)\d+"), r"\1\2<n>"),
     (re.compile(r"(\.(?:cc|cpp|c|h|hpp|cu|py)):\d+\b"), r"\1:<n>"),
+    # What differs between two runs failing the same way: memory figures (free bytes, what PyTorch holds),
+    # elapsed times ("ran for 600026 milliseconds"), collective sequence numbers (they restart on a resume).
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:bytes|[KMGTP]i?B)\b"), "<size>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|seconds?|secs?|s|minutes?|min)\b"), "<duration>"),
+    (re.compile(r"\b((?i:seq(?:uence)?(?:_?num(?:ber)?)?|opSeq))([=:# ]+)\d+"), r"\1\2<n>"),
     (re.compile(r":\d{2,5}\b"), ":<port>"),
 )
 # Peer-loss messages are one cause whatever the transport says (gloo alternates "Read error ... reset by

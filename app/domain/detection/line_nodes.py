@@ -7,32 +7,52 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from app.domain.decision.rootcause import Finding
 
 _PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
 
 
+_IP_FIELD = re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)")  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
     re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),  # NCCL
-    re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)"),  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
+    _IP_FIELD,
     re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
+    # Prose and key=value host fields ("failed on node cn131", "node=gpu-12", "hostname: a100-3"): a host name
+    # there has a digit, so "on node failure" or "host: the server" names nothing.
+    re.compile(
+        r"(?i:\b(?:on|at|from) (?:node|host)\s+|\b(?:node|host|hostname|nodename|node_name|node name)\s*[=:]\s*)"
+        r"(?P<node>[A-Za-z][\w.\-]*\d[\w.\-]*)"
+    ),
 )
 _ADDRESS = re.compile(r"[\d.]+")
 _TOKEN = re.compile(r"[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*")
 
 
+# A node's fabric interface names ("qgpu2018-ib0", "nid001-hsn0"): the same machine as the node.
+_INTERFACE = re.compile(r"-(?:ib|hsn|eth|opa|ipoib|roce)\d*$")
+
+
 def _short(name: str) -> str:
-    return name.split(".", 1)[0].lower()
+    return _INTERFACE.sub("", name.split(".", 1)[0].lower())
+
+
+_IPV4 = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})")
 
 
 def match_allocation(name: str, allocation: Sequence[str]) -> str | None:
-    """The allocated node `name` denotes (same name, or same short name; case-insensitive), as allocated."""
+    """The allocated node `name` denotes (same name, or same short name; case-insensitive), as allocated; an IPv4
+    address denotes a node whose name spells it with dashes (EC2/GKE style "ip-10-1-73-87")."""
     lowered, short = name.lower(), _short(name)
+    address = _IPV4.fullmatch(name)
+    dashed = "-".join(address.groups()) if address else None
     for node in allocation:
         if node.lower() == lowered or _short(node) == short and not short.isdigit():
+            return node
+        if dashed is not None and re.search(rf"(?<!\d){dashed}$", _short(node)):
             return node
     return None
 
@@ -47,8 +67,8 @@ def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
                 allocated = match_allocation(name, allocation)
                 if allocated is not None:
                     found.setdefault(allocated, None)
-            elif not _ADDRESS.fullmatch(name):
-                found.setdefault(name, None)
+            elif not _ADDRESS.fullmatch(name) or pattern is _IP_FIELD:
+                found.setdefault(name, None)  # Ray names a node by its address: with no node list it is the name
     if allocation:
         for match in _TOKEN.finditer(line):
             allocated = match_allocation(match.group(0), allocation)
@@ -77,6 +97,26 @@ def launcher_block_facts(lines_before: Sequence[str]) -> tuple[int | None, str |
         if named and host is None:
             host = named.group(1)
     return rank, host
+
+
+_ROOT_CAUSE_HEAD = "Root Cause (first observed failure)"
+_BLOCK_ENTRY = re.compile(r"\[\d+\]:")
+
+
+def under_root_cause_head(lines_before: Sequence[str]) -> bool:
+    """True when a torchrun failure-block line (`exitcode :`, `traceback :`) belongs to the entry under
+    "Root Cause (first observed failure):", the launcher's own word on which process failed first (the
+    "Failures:" entries printed above it are the others)."""
+    entry_seen = False
+    for text in reversed(lines_before[-9:]):
+        stripped = _LABEL.sub("", text, count=1).strip()
+        if entry_seen:
+            return stripped.startswith(_ROOT_CAUSE_HEAD)
+        if _BLOCK_ENTRY.fullmatch(stripped):
+            entry_seen = True  # the entry's "[0]:" line: the head, if any, is just above it
+        elif stripped.startswith((_ROOT_CAUSE_HEAD, "=", "-", "Failures:")):
+            return stripped.startswith(_ROOT_CAUSE_HEAD)
+    return False
 
 
 def process_id(line: str) -> str | None:
@@ -149,14 +189,4 @@ def with_line_nodes(
     merged = tuple(nodes)
     if merged == finding.nodes:
         return finding
-    return Finding(
-        category=finding.category,
-        rule=finding.rule,
-        line=finding.line,
-        detail=finding.detail,
-        nodes=merged,
-        rank=finding.rank,
-        xid=finding.xid,
-        source_time=finding.source_time,
-        order=finding.order,
-    )
+    return replace(finding, nodes=merged)

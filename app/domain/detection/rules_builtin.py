@@ -7,6 +7,7 @@ that occurs on every line (like "loss") would make every line a candidate.
 
 from __future__ import annotations
 
+from app.domain.detection.rules_nodes import NODE_RULES
 from app.domain.detection.rules_realworld import (
     CHECKPOINT_FAILURE_RULES,
     EXCEPTION_LINE_RULES,
@@ -147,6 +148,7 @@ CRASH_RULES: tuple[Rule, ...] = (
         NCCL_ERROR,
         (
             "NCCL error",
+            "NCCL Error",
             "ncclInternalError",
             "ncclSystemError",
             "ncclUnhandledCudaError",
@@ -155,7 +157,7 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL WARN",
         ),
-        r"NCCL WARN NET/IB : Got completion from peer|NCCL error|nccl(?:Internal|System|UnhandledCuda|"
+        r"NCCL WARN NET/IB : Got completion from peer|NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|"
         r"Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|"
         r"[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
         "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
@@ -163,6 +165,7 @@ CRASH_RULES: tuple[Rule, ...] = (
         exclude=r"NET/Plugin|Failed to find|Could not find|Unable to open device|Call to ibv_open_device failed|"
         r"Failed to open lib[\w.\[\]]*\.so|NCCL_[A-Z_]+ set by environment",
     ),
+    *NODE_RULES,  # before cuda_error: a GPU the node reports unavailable is the node's, not the program's
     _crash(
         "cuda_error",
         CUDA_ERROR,
@@ -250,7 +253,9 @@ BENIGN_RULES: tuple[Rule, ...] = (
     ),
     _benign(
         "torch_warning_prefix",
-        ("[W", "]:W"),
+        # "W1205 ..." without brackets: glog's month digits follow the level (a logged, caught exception's
+        # traceback carries the prefix on every line: torch._dynamo's "WON'T CONVERT ... Traceback").
+        ("[W", "]:W", "W0", "W1"),
         r"(?:^|\]:)\[W(?:\d{4}| )|(?:^|\]:)W\d{4} \d\d:\d\d:\d\d\.\d+ \d+ \S+:\d+\]",
         "[rank0]:[W1130 02:34:15.123456 ProcessGroupNCCL.cpp:4115] Warning: NCCL error handling is enabled",
     ),

@@ -423,4 +423,13 @@ EXCEPTION_LINE_RULES: tuple[Rule, ...] = (
         r"^(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+: )?(?:[\w.]+\.)?(?:" + "|".join(_EXCEPTIONS) + r"):",
         "ModuleNotFoundError: No module named 'project'",
     ),
+    # By structure: a line that starts (after a launcher's rank label) with a dotted exception class name and a
+    # message is the last line of an uncaught exception whose traceback the excerpt or the buffer lost.
+    _crash(
+        "python_exception_class_line",
+        PYTHON_TRACEBACK,
+        ("Error: ", "Exception: "),
+        r"^(?:\[?[Rr]ank\s?\d+\]?:\s?|\[default\d+\]:\s?|\d+: )?(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception): \S",
+        "torch.distributed.elastic.rendezvous.api.RendezvousClosedError: rendezvous closed",
+    ),
 )

@@ -114,6 +114,15 @@ STRUCTURE_CRASH_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "crash",
+        "accelerator_out_of_memory",
+        CUDA_OOM,
+        ("out of memory", "OutOfMemory", "ErrorMemoryAllocation"),
+        r"\b(?:CUDA|HIP|ROCm|NPU|XPU|MPS|GPU|TPU|HBM|[Dd]evice)\b[^\n]{0,40}?\b[Oo]ut of memory\b"
+        r"|\b(?:hip|cuda)Error(?:OutOfMemory|MemoryAllocation)\b|\b(?:HIP|NPU|XPU)?OutOfMemoryError\b",
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 7 has a total capacity of 287.98 GiB",  # noqa: E501 - quoted as printed
+    ),
+    _rule(
+        "crash",
         "memory_pressure_kill",
         HOST_OOM,
         ("due to memory pressure", "killed due to memory"),

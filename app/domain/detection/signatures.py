@@ -129,6 +129,7 @@ class CrashSignature:
     rank: int | None = None
     xid: int | None = None
     detail: str = ""
+    first_observed: bool = False  # a line of torchrun's "Root Cause (first observed failure)" block
 
 
 @dataclass(frozen=True)
