@@ -39,6 +39,7 @@ _EPOCH = re.compile(
 _FRACTION = re.compile(r"(?<![\w./:-])(?P<n>\d+)\s*/\s*(?P<total>\d+)(?![\w./:-])")
 _DIGIT = re.compile(r"\d")
 _NONFINITE_WORD = re.compile(r"(?i:nan|inf)")
+_SOURCE_FILE = re.compile(r"\w\.(?:py|pyx|cu|cuh|cc|cpp|cxx|c|h|hpp|lua|rs|go|java|js|ts|sh)$")
 # A metric field: a key of up to four words (`lm loss`, `'train_loss'`, `elapsed time per iteration (ms)`,
 # `TFLOP/s/device`), then `:`, `=` or a space, then a number, nan or inf (`loss: 2.3`, `loss=0.36`,
 # `'loss': 0.3`, `loss 2.3 |`, `loss: nan`). Fields are read from the line's segments (split at `|`, `,`,
@@ -114,7 +115,7 @@ def parse_fields(line: str, bar_at: int | None = None) -> tuple[tuple[str, float
             continue
         for match in _FIELD.finditer(segment):
             key = match["key"].strip("'\" ")
-            if key.endswith(".py") or len(found) >= MAX_FIELDS:
+            if _SOURCE_FILE.search(key) or len(found) >= MAX_FIELDS:
                 continue
             try:
                 value = float(match["value"].replace(",", ""))
@@ -194,8 +195,8 @@ def parse_metrics(line: str) -> StepReading | None:
     if len(line) > 4096:
         line = line[-4096:]
     fields = parse_fields(line)
-    if len(fields) < 2 or not _metric_line(fields):
-        return None
+    if len(fields) < 2 or not any(_METRIC_KEY.search(key) and not value.is_integer() for key, value in fields):
+        return None  # a metric printed as a whole number ("Loss.cu:455") is more likely a line number or a count
     names = ",".join(sorted({key.lower() for key, _ in fields}))[:200]
     values = float(zlib.crc32(repr([value for _, value in fields]).encode()))  # tells a new line from a repeat
     return StepReading(f"metrics:{names}", values, source="metrics", fields=fields)
