@@ -45,11 +45,14 @@ _SOURCE_FILE = re.compile(r"\w\.(?:py|pyx|cu|cuh|cc|cpp|cxx|c|h|hpp|lua|rs|go|ja
 # `'loss': 0.3`, `loss 2.3 |`, `loss: nan`). Fields are read from the line's segments (split at `|`, `,`,
 # `;`, tabs, brackets, not at a thousands comma `1,234`); a list value `loss: [0.05 0.06]` gives its first
 # number; a key is never a file name (`hooks.py:260`).
-_SEGMENTS = re.compile(r"\s*(?:[|;\t{}\]]|,(?!\d{3}(?!\d))|(?<![:=])(?<![:=] )\[|\s-\s)\s*")
-_FIELD = re.compile(
-    r"['\"]?(?P<key>[A-Za-z_][\w./%()-]*(?: [A-Za-z_(][\w./%()-]*){0,5})['\"]?\s*(?:[:=]\s*|\s)\s*['\"\[]?"
-    r"(?P<value>[-+]?(?:\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|(?i:nan|inf))(?![\w./-]|:\S))['\"]?(?P<unit>[a-zA-Z/%]*)"
+_SEGMENTS = re.compile(r"[|;\t{}\]]|,(?!\d{3}(?!\d))|(?<![:=])(?<![:=] )\[| - ")
+_VALUE = re.compile(
+    r"(?:[:=]|(?<=[A-Za-z_'\")%]) )\s*['\"\[]?"
+    r"(?P<value>[-+]?(?:\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|(?i:nan|inf)(?!\s+[a-z]{2,}))(?![\w./-]|:\S))"
+    r"['\"]?(?P<unit>[a-zA-Z/%]*)"
 )
+_KEY_WORD = re.compile(r"\(?[A-Za-z_][\w./%()-]*")
+MAX_KEY_WORDS = 6
 # tqdm's rate in its bracket: "5.41it/s", "639.50s/it", "1.2 batch/s" (unit from `unit=`).
 _BAR_RATE = re.compile(r"(?P<value>\d+(?:\.\d+)?)\s?(?P<unit>s/\w+|\w+/s)\b")
 # The metric words that make a counter line a training-loop line (one is enough).
@@ -113,9 +116,11 @@ def parse_fields(line: str, bar_at: int | None = None) -> tuple[tuple[str, float
     for segment in _SEGMENTS.split(line):
         if not segment or _DIGIT.search(segment) is None and not _NONFINITE_WORD.search(segment):
             continue
-        for match in _FIELD.finditer(segment):
-            key = match["key"].strip("'\" ")
-            if _SOURCE_FILE.search(key) or len(found) >= MAX_FIELDS:
+        taken = 0
+        for match in _VALUE.finditer(segment):  # values first, then the words before each: linear in the line
+            key = _key_before(segment[taken : match.start()])
+            taken = match.end()
+            if not key or _SOURCE_FILE.search(key) or len(found) >= MAX_FIELDS:
                 continue
             try:
                 value = float(match["value"].replace(",", ""))
@@ -124,6 +129,17 @@ def parse_fields(line: str, bar_at: int | None = None) -> tuple[tuple[str, float
             unit = match["unit"]
             found.append((f"{key} {unit}" if "/" in unit else key, value))
     return tuple(found)
+
+
+def _key_before(text: str) -> str:
+    """The key of a field: the last words (at most MAX_KEY_WORDS) before its value that start with a letter."""
+    words: list[str] = []
+    for word in reversed(text.split()):
+        word = word.strip("'\"")
+        if len(words) >= MAX_KEY_WORDS or not _KEY_WORD.fullmatch(word):
+            break
+        words.append(word)
+    return " ".join(reversed(words))
 
 
 def _metric_line(fields: tuple[tuple[str, float], ...]) -> bool:
@@ -135,10 +151,9 @@ def parse_step(line: str) -> StepReading | None:
     if len(line) > 4096:
         line = line[-4096:]
     if "<" in line and "/" in line and "[" in line:  # a tqdm bar always prints "[elapsed<remaining"
-        bar = None
-        for bar in _TQDM.finditer(line):  # the last bar on the line is the newest state
-            pass
-        if bar is not None:
+        bars = list(_TQDM.finditer(line))
+        if bars:
+            bar = bars[-1]  # the last bar on the line is the newest state
             total = int(bar["total"])
             fields = parse_fields(line, bar.end())
             return StepReading(f"bar/{total}", float(bar["n"]), total, fields=fields, strong=True)

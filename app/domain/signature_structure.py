@@ -23,7 +23,8 @@ _CKPT_ANCHORS = ("heckpoint", "HECKPOINT", "ckpt")
 _CKPT_NOT = (
     r"(?i:\b(?:fail(?:s|ed|ure)?|error|unable|cannot|can't|could not|couldn't|not found|no checkpoint|"
     r"does not exist|doesn't exist|skip(?:s|ping|ped)?|will be|every\s+\d+|interval|frequency|deprecat\w*|"
-    r"missing keys|unexpected keys|checkpoint shards|pretrained|warning|not supported|unsupported|(?:not|no) resum\w*)\b)|\w\(|^\s*File \""
+    r"missing keys|unexpected keys|checkpoint shards|pretrained|warning|"
+    r"not supported|unsupported|(?:not|no) resum\w*)\b)|\w\(|^\s*File \""
 )
 
 STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
@@ -46,7 +47,8 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:loaded|restored|resumed)\b"
         r"|\bresum(?:ed|ing)\b[^\n]{0,30}?\b(?:from|at)\b[^\n]{0,40}?(?:step|iter|epoch)[\s_=:-]*\d"
         r"|\bresum(?:e|ed|ing)\s+(?:training\s+)?from\s+\S*[/\\]|\bresum(?:ed|ing) training\b"
-        r"|\b(?:initiali[sz](?:e|ed|ing)|init|warm[- ]?start(?:ed|ing)?)(?:[_ ]from|\s+\w+\s+from)\b[^\n]{0,80}?(?:checkpoint|ckpt))",
+        r"|\b(?:initiali[sz](?:e|ed|ing)|init|warm[- ]?start(?:ed|ing)?)(?:[_ ]from|\s+\w+\s+from)\b"
+        r"[^\n]{0,80}?(?:checkpoint|ckpt))",
         "loaded checkpoint from /ckpt/iter_15.pt at iteration 15",
         exclude=_CKPT_NOT,
     ),

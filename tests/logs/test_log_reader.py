@@ -330,7 +330,7 @@ def test_live_reads_arm_on_the_first_strong_counter_line(tmp_path, tailer):
 def test_live_reads_never_arm_on_a_bare_counter_line(tmp_path, tailer):
     # realworld pytorch-save-cannot-open-001.log: "Start from epoch 0" (line 4) is a counter with no total and no
     # metric: no marker; "Epoch 0, time usage: ..., average loss: ..." (line 9) prints a metric and arms.
-    lines = (Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "pytorch-save-cannot-open-001.log")
+    lines = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "pytorch-save-cannot-open-001.log"
     raw_lines = lines.read_bytes().split(b"\n")
     log = tmp_path / "job.out"
     log.write_bytes(b"\n".join(raw_lines[:8]) + b"\n")
