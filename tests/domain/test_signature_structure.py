@@ -32,12 +32,38 @@ def test_a_plain_pytorch_load_line_is_a_load_with_its_iteration():
         ("/out/checkpoint-10", 10),
         ("/ckpt/step_10", 10),
         ("/ckpt/epoch=3-step=10.ckpt", 10),
+        ("/tmp/model/model.ckpt-10", 10),  # TensorFlow's checkpoint prefix
     ],
 )
 def test_the_iteration_comes_from_the_path_when_the_line_names_none(path, iteration):
     # the torchlab program's load line, without its "at iteration N" tail
     event = CLASSIFIER.checkpoint(f"loaded checkpoint from {path}")
     assert event is not None and (event.kind, event.iteration) == ("loaded", iteration)
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "iteration"),
+    [
+        # Lua torch-rnn: "    Initializing from \tcv/checkpoint_20.t7" (the step from the path)
+        ("torch-rnn-checkpoint-load-001.log", 3, 20),
+        # a torchvision detection script: "RESUMING TRAINING..." (a load that names no step)
+        ("fasterrcnn-resume-keyerror-001.log", 7, None),
+    ],
+)
+def test_generic_load_verbs_of_real_scripts(name, number, iteration):
+    event = CLASSIFIER.checkpoint(line("realworld", name, number))
+    assert event is not None and (event.kind, event.iteration) == ("loaded", iteration)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Not resuming: no checkpoint found",
+        "Resuming training is not supported with this optimizer",
+    ],
+)
+def test_a_resume_that_does_not_happen_is_no_load(text):
+    assert CLASSIFIER.checkpoint(text) is None
 
 
 def test_a_resume_line_of_deepspeed_under_hf_is_a_load():
@@ -100,6 +126,7 @@ def test_hf_saves_are_one_event_per_checkpoint():
         ("torchlab", "ddp-nan.log", 9),  # iteration 6 | loss nan | grad norm nan | ...
         ("torchlab", "hf-nan.log", 0),  # tqdm bar then {'loss': '0', 'grad_norm': 'nan', ...}
         ("realworld", "pytorch-nan-loss-001.log", 1),  # [epoch  3][iter    0/ 110] loss: nan, lr: ...
+        ("realworld", "megatron-nan-grad-norm-002.log", 7),  # a table cell: "loss scale: 1.0 | grad norm: nan |"
     ],
 )
 def test_nan_in_a_metric_field(corpus, name, number):
