@@ -178,9 +178,9 @@ def parse_step(line: str) -> StepReading | None:
     if found is None and "poch" in lowered:
         match = _EPOCH.search(line)
         if match is not None:
-            total = int(match["total"]) if match["total"] else None
-            if total is None or float(match["n"]) <= total:
-                found = StepReading("epoch", float(match["n"]), total)
+            epochs = int(match["total"]) if match["total"] else None
+            if epochs is None or float(match["n"]) <= epochs:
+                found = StepReading("epoch", float(match["n"]), epochs)
     if found is None:
         return None
     fields = parse_fields(line)

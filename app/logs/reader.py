@@ -692,14 +692,14 @@ class LogTailer:
                 if line_end > line_start:
                     raw = buf[max(line_start, line_end - self.line_cap) : line_end]
                     text = decode_line(raw)
-                    seen = watch.observe(text)
-                    if seen is not None:
-                        marker, reading = seen
+                    observed = watch.observe(text)
+                    if observed is not None:
+                        marker, counter = observed
                         number = lines_before + index + 1
                         event = self._step_event(
                             raw, text, line_start, line_end, number, marker, base, position, st, read_at
                         )
-                        found.append((event, rates_of(reading.fields)))
+                        found.append((event, rates_of(counter.fields)))
             return found
         spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
         # Newest first: the newest counter line and the one before it of the same counter (in a log that
