@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.domain import chunkscan
+from app.domain.signature_config import parse_signature_config
 from app.domain.signatures import CheckpointEvent, CrashSignature
 from app.logs.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
 
@@ -379,3 +380,21 @@ def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, t
         position = result.position
         armed.append(result.latest_progress.signal.iteration if result.latest_progress else None)
     assert armed == [None, None, 30, 40]
+
+
+def test_an_operator_progress_rule_wins_a_strong_counter_line(tmp_path):
+    # The operator says torchlab's "iteration N | loss X" lines are pretraining (say, a warm-up loop): their rule
+    # decides the phase of the marker on that line; structure does not add a second marker for it.
+    ruleset = parse_signature_config(
+        "[[progress]]\nname = 'warmup_iterations'\nphase = 'pretraining'\nanchors = ['iteration ']\n"
+        "pattern = '^iteration (?P<iteration>\\d+) \\|'\n"
+    )
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()
+    log = tmp_path / "job.out"
+    log.write_bytes(b"\n".join(source.split(b"\n")[:4]) + b"\n")
+    with LogTailer(ruleset, tz=UTC, traceback_wait=0.0, all_progress=True) as tailer:
+        result = tailer.read(FilePosition(path=str(log)))
+    assert [(e.line_number, e.signal.rule, e.signal.phase) for e in result.progress] == [
+        (3, "warmup_iterations", "pretraining"),
+        (4, "warmup_iterations", "pretraining"),
+    ]
