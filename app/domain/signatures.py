@@ -173,8 +173,8 @@ _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
 _ITERATION_IN_PATH = re.compile(
-    r"(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|step[=_-]?|iteration[=_-]?)(\d+)"
-    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|step[=_-]?)\d)"
+    r"(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|model[-_]|step[=_-]?|iteration[=_-]?)(\d+)"
+    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|model[-_]|step[=_-]?)\d)"
 )
 # "at iteration 15", "for step 10", "global_step=10", "step: 7" in a checkpoint line without an iteration group.
 # fairseq counts optimizer updates: "(epoch 70 @ 2162 updates"; TensorFlow "Saving checkpoints for 2000 into ...".

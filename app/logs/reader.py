@@ -542,7 +542,10 @@ class LogTailer:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
-                if isinstance(signal, CheckpointEvent) and self._repeated(position.path, signal, lines_before + 1):
+                if isinstance(signal, CheckpointEvent) and (
+                    self._names_its_step(position.path, signal, lines_before + 1, batch)
+                    or self._repeated(position.path, signal, lines_before + 1)
+                ):
                     continue
                 batch.events.append(
                     self._event(
@@ -631,6 +634,26 @@ class LogTailer:
         stamp = self._last_timestamp(buf, start, read_at)
         if stamp is not None and (batch.last_source_time is None or stamp >= batch.last_source_time):
             batch.last_source_time = stamp
+
+    def _names_its_step(self, path: str, event: CheckpointEvent, line_number: int, batch: _Batch) -> bool:
+        """True when this line names the step of the checkpoint event just before it, still in this read's batch.
+
+        mmcv prints "load checkpoint from .../epoch_17.pth" then "resumed epoch 7, iter 49231": one load, whose
+        step only the second line names. The first line's event gets the iteration; the second is not another load.
+        """
+        previous = self._last_checkpoint.get(path)
+        if event.iteration is None or previous is None:
+            return False
+        kind, iteration, line = previous
+        if kind != event.kind or iteration is not None or not 0 <= line_number - line <= CHECKPOINT_REPEAT_LINES:
+            return False
+        for index in range(len(batch.events) - 1, -1, -1):
+            earlier = batch.events[index]
+            if earlier.line_number == line and isinstance(earlier.signal, CheckpointEvent):
+                batch.events[index] = replace(earlier, signal=replace(earlier.signal, iteration=event.iteration))
+                self._last_checkpoint[path] = (kind, event.iteration, line_number)
+                return True
+        return False
 
     def _repeated(self, path: str, event: CheckpointEvent, line_number: int) -> bool:
         """True when this line is one more line about the checkpoint event just recorded for this path.

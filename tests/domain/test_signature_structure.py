@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import NAN_LOSS, NCCL_TIMEOUT, Classifier
+from app.domain.signatures import NAN_LOSS, NCCL_TIMEOUT, CheckpointEvent, Classifier
 from app.logs.reader import FilePosition, LogEvent, LogTailer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -179,3 +179,23 @@ def test_a_gloo_timeout_is_a_collective_timeout():
 def test_updates_numbered_paths_and_epochs_name_the_step(text, iteration):
     event = CLASSIFIER.checkpoint(text)
     assert event is not None and event.iteration == iteration
+
+
+# Lines copied from tuning files the "corpus" branch adds to tests/fixtures/realworld/ (not on this branch yet):
+# benign-tensorpack-progress-save-001.log line 12 and mmdetection-resume-mismatch-002.log lines 1 and 3.
+TENSORPACK_SAVE = "[0601 22:55:10 @saver.py:66] Model saved to train_log_pretrain_10epoch390_/model-2340."
+MMDET_LOAD = "2021-07-02 10:24:28,325 - mmdet - INFO - load checkpoint from work_dirs/model/epoch_76.pth"
+MMDET_OTHER = "2021-07-02 10:24:28,325 - mmdet - INFO - Use load_from_local loader"
+MMDET_RESUMED = "2021-07-02 10:24:30,810 - mmdet - INFO - resumed epoch 64, iter 156416"
+
+
+def test_a_model_saved_to_a_numbered_path_is_a_save_with_its_step():
+    event = CLASSIFIER.checkpoint(TENSORPACK_SAVE)
+    assert event is not None and (event.kind, event.iteration) == ("saved", 2340)
+
+
+def test_a_load_whose_step_the_next_line_names_is_one_load_with_that_step(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([MMDET_LOAD, MMDET_OTHER, MMDET_RESUMED]) + "\n")
+    loads = [e for e in read_all(log) if isinstance(e.signal, CheckpointEvent)]
+    assert [(e.line_number, e.signal.kind, e.signal.iteration) for e in loads] == [(1, "loaded", 156416)]
