@@ -23,7 +23,8 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
   (``report["checkpoint_iteration"]``, when the report has it, overrides the iteration).
 * ``progress``: {phase: {...}}; non-empty means progress markers were seen.
 * ``hang_detector.armed`` (bool): the hang detector armed on a progress marker; the arming rate is the share of files
-  labelled ``progress = true`` where it did.
+  labelled ``progress = true`` where it did; ``false_arming`` lists the crash-free files labelled ``progress = false``
+  (logs that show no training progress) where it armed all the same.
 * a ``checkpoints`` entry of kind "loaded": the load a file labelled ``checkpoint_load = true`` carries was seen.
 * ``primary_category`` (str): the root-cause category of the failure.
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
@@ -78,6 +79,7 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("xid_number", "%", ">=", 95.0),
     ("checkpoint_iteration", "%", ">=", 95.0),
     ("hang_armed", "%", ">=", 90.0),
+    ("false_arming", "count", "<=", 0),
     ("checkpoint_load", "%", ">=", 95.0),
 )
 
@@ -215,6 +217,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
     outlook, rank, progress, armed, loads = Score(), Score(), Score(), Score(), Score()
     false_crash: list[str] = []
+    false_arming: list[str] = []
     false_blame: list[str] = []
     per_cat: dict[str, Counter[str]] = {}
     for r in results:
@@ -255,6 +258,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         progress.add(r.progress == bool(lab.get("progress")), r.name)
         if lab.get("progress"):
             armed.add(r.armed, r.name)
+        elif r.armed and not crashed:
+            false_arming.append(r.name)
         if lab.get("checkpoint_load"):
             loads.add(r.loaded, r.name)
     return {
@@ -278,6 +283,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "hang_armed": armed,
         "checkpoint_load": loads,
         "false_crash_verdicts": false_crash,
+        "false_arming": false_arming,
         "per_category": per_cat,
     }
 
@@ -313,6 +319,9 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
     w(f"{'false_crash_verdicts':<34} {len(figures['false_crash_verdicts']):>5}\n")
     if figures["false_crash_verdicts"]:
         w(f"    {', '.join(figures['false_crash_verdicts'])}\n")
+    w(f"{'false_arming':<34} {len(figures['false_arming']):>5}\n")
+    if figures["false_arming"]:
+        w(f"    {', '.join(figures['false_arming'])}\n")
     w(f"{'false_node_blames':<34} {len(figures['false_node_blames']):>5}\n")
     if verbose and figures["false_node_blames"]:
         w(f"    {', '.join(figures['false_node_blames'])}\n")

@@ -19,7 +19,7 @@ from typing import cast
 
 from app.domain.detection.chunkscan import ChunkScanner, Span
 from app.domain.detection.line_facts import attempt_label, decode_line, event_identity, parse_timestamp
-from app.domain.detection.progress import StepReading, parse_bar_line
+from app.domain.detection.progress import StepReading, parse_bar_line, rates_of
 from app.domain.detection.rules_builtin import default_ruleset
 from app.domain.detection.signatures import (
     PYTHON_TRACEBACK,
@@ -158,6 +158,19 @@ def _last_spans(buf: bytes, start: int, count: int) -> list[Span]:
         end = line_start - 1
     spans.reverse()
     return spans
+
+
+def _arms(event: LogEvent) -> bool:
+    """A progress event that arms the hang detector (a step counter seen once without an advance does not)."""
+    return isinstance(event.signal, ProgressMarker) and event.signal.arms
+
+
+def _merged(configured: list[LogEvent], structural: list[LogEvent]) -> list[LogEvent]:
+    """Configured events plus structural ones on other lines, in file order (a configured rule wins its line)."""
+    if not structural:
+        return configured
+    taken = {event.offset for event in configured}
+    return sorted(configured + [e for e in structural if e.offset not in taken], key=lambda e: e.offset)
 
 
 def _head_digest(data: bytes) -> str:
@@ -529,7 +542,10 @@ class LogTailer:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
-                if isinstance(signal, CheckpointEvent) and self._repeated(position.path, signal, lines_before + 1):
+                if isinstance(signal, CheckpointEvent) and (
+                    self._names_its_step(position.path, signal, lines_before + 1, batch)
+                    or self._repeated(position.path, signal, lines_before + 1)
+                ):
                     continue
                 batch.events.append(
                     self._event(
@@ -588,15 +604,6 @@ class LogTailer:
             st,
             read_at,
         )
-        if self.structure:
-            found_steps = self._steps(buf, start, complete_end, base, line_number, known_at, position, st, read_at)
-            if found_steps:
-                # A configured marker on the same line wins (the operator's rule says which phase it is).
-                configured = {event.offset for event in found_progress}
-                found_progress = sorted(
-                    found_progress + [e for e in found_steps if e.offset not in configured], key=lambda e: e.offset
-                )
-        batch.progress.extend(found_progress)
         found_rate = self._latest(
             self.throughput_scanner,
             self._throughput_of,
@@ -611,6 +618,14 @@ class LogTailer:
             read_at,
             every=self.all_throughput,
         )
+        if self.structure:
+            found_steps = self._steps(buf, start, complete_end, base, line_number, known_at, position, st, read_at)
+            # A configured marker or rate rule on the same line wins (the operator's rule says what it is).
+            shown = [event for event, _ in found_steps if self.all_progress or _arms(event)]
+            found_progress = _merged(found_progress, shown)
+            samples = [replace(e, signal=ThroughputSample(rates, ("structure",))) for e, rates in found_steps if rates]
+            found_rate = _merged(found_rate, samples if self.all_throughput else samples[-1:])
+        batch.progress.extend(found_progress)
         batch.throughput.extend(found_rate)
         if not self.all_progress and len(batch.progress) > 1:
             del batch.progress[:-1]
@@ -619,6 +634,26 @@ class LogTailer:
         stamp = self._last_timestamp(buf, start, read_at)
         if stamp is not None and (batch.last_source_time is None or stamp >= batch.last_source_time):
             batch.last_source_time = stamp
+
+    def _names_its_step(self, path: str, event: CheckpointEvent, line_number: int, batch: _Batch) -> bool:
+        """True when this line names the step of the checkpoint event just before it, still in this read's batch.
+
+        mmcv prints "load checkpoint from .../epoch_17.pth" then "resumed epoch 7, iter 49231": one load, whose
+        step only the second line names. The first line's event gets the iteration; the second is not another load.
+        """
+        previous = self._last_checkpoint.get(path)
+        if event.iteration is None or previous is None:
+            return False
+        kind, iteration, line = previous
+        if kind != event.kind or iteration is not None or not 0 <= line_number - line <= CHECKPOINT_REPEAT_LINES:
+            return False
+        for index in range(len(batch.events) - 1, -1, -1):
+            earlier = batch.events[index]
+            if earlier.line_number == line and isinstance(earlier.signal, CheckpointEvent):
+                batch.events[index] = replace(earlier, signal=replace(earlier.signal, iteration=event.iteration))
+                self._last_checkpoint[path] = (kind, event.iteration, line_number)
+                return True
+        return False
 
     def _repeated(self, path: str, event: CheckpointEvent, line_number: int) -> bool:
         """True when this line is one more line about the checkpoint event just recorded for this path.
@@ -663,38 +698,31 @@ class LogTailer:
         position: FilePosition,
         st: os.stat_result,
         read_at: datetime,
-    ) -> list[LogEvent]:
-        """Progress by structure: step counters that advanced (offline: every counter line, `arms` telling which).
+    ) -> list[tuple[LogEvent, dict[str, float]]]:
+        """Progress by structure: counter lines with their rates (one parse gives both), oldest first.
 
-        Live reads look at the last STRUCTURE_TAIL_LINES lines of the chunk only (partial last line
-        included: a bar may never end its line); the counters' last values persist per path, so an
-        advance is seen across reads. Offline reads (all_progress) look at every complete line.
+        Offline reads (all_progress) look at every complete line and give every counter line (`arms` says
+        which arm). Live reads look at the last STRUCTURE_TAIL_LINES lines of the chunk only (partial last
+        line included: a bar may never end its line) and give the newest counter line; the counters' last
+        values persist per path, so an advance is seen across reads.
         """
         watch = self._watch(position.path)
         if self.all_progress:
             spans = _line_spans(buf, start, complete_end)
             lines_before = line_number - count_newlines(buf, start, known_at)
-            found: list[LogEvent] = []
+            found: list[tuple[LogEvent, dict[str, float]]] = []
             for index, (line_start, line_end) in enumerate(spans):
                 if line_end > line_start:
                     raw = buf[max(line_start, line_end - self.line_cap) : line_end]
                     text = decode_line(raw)
-                    seen = watch.observe(text)
-                    if seen is not None:
-                        found.append(
-                            self._step_event(
-                                raw,
-                                text,
-                                line_start,
-                                line_end,
-                                lines_before + index + 1,
-                                seen,
-                                base,
-                                position,
-                                st,
-                                read_at,
-                            )
+                    observed = watch.observe(text)
+                    if observed is not None:
+                        marker, counter = observed
+                        number = lines_before + index + 1
+                        event = self._step_event(
+                            raw, text, line_start, line_end, number, marker, base, position, st, read_at
                         )
+                        found.append((event, rates_of(counter.fields)))
             return found
         spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
         # Newest first: the newest counter line and the one before it of the same counter (in a log that
@@ -714,30 +742,31 @@ class LogTailer:
             elif reading.key == newest[4].key:
                 older = reading
                 break
-        marker: ProgressMarker | None = None
+        seen: tuple[ProgressMarker, StepReading] | None = None
         if newest is not None:
             if older is not None:
                 watch.tracker.advanced(older)
             line_start, line_end, raw, text, reading = newest
-            marker = marker_of(reading, arms=watch.tracker.advanced(reading))
-        elif watch.miner is not None:
-            # No counter a parser knows: the template miner learns from the tail lines, oldest first.
+            seen = marker_of(reading, arms=watch.arms(reading)), reading
+        else:
+            # No counter a parser knows: the template miner and metrics lines learn from the tail, oldest first.
             for span_start, span_end in spans:
                 if span_end <= span_start:
                     continue
                 span_raw = buf[max(span_start, span_end - self.line_cap) : span_end]
                 span_text = decode_line(span_raw)
-                mined = watch.miner.observe(span_text.rsplit("\r", 1)[-1])
-                if mined is not None:
-                    line_start, line_end, raw, text = span_start, span_end, span_raw, span_text
-                    marker = marker_of(mined, arms=True)
-        if marker is None or not marker.arms:
+                found_here = watch.without_counter(span_text.rsplit("\r", 1)[-1])
+                if found_here is not None:
+                    line_start, line_end, raw, text, seen = span_start, span_end, span_raw, span_text, found_here
+        if seen is None:
             return []
         if line_start < known_at:
             number = line_number - count_newlines(buf, line_start, known_at) + 1
         else:
             number = line_number + count_newlines(buf, known_at, line_start) + 1
-        return [self._step_event(raw, text, line_start, line_end, number, marker, base, position, st, read_at)]
+        marker, reading = seen
+        event = self._step_event(raw, text, line_start, line_end, number, marker, base, position, st, read_at)
+        return [(event, rates_of(reading.fields))]
 
     def _step_event(
         self,

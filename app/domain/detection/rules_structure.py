@@ -23,7 +23,8 @@ _CKPT_ANCHORS = ("heckpoint", "HECKPOINT", "ckpt")
 _CKPT_NOT = (
     r"(?i:\b(?:fail(?:s|ed|ure)?|error|unable|cannot|can't|could not|couldn't|not found|no checkpoint|"
     r"does not exist|doesn't exist|skip(?:s|ping|ped)?|will be|every\s+\d+|interval|frequency|deprecat\w*|"
-    r"missing keys|unexpected keys|checkpoint shards|pretrained|warning)\b)|\w\(|^\s*File \""
+    r"missing keys|unexpected keys|checkpoint shards|pretrained|warning|"
+    r"not supported|unsupported|(?:not|no) resum\w*)\b)|\w\(|^\s*File \""
 )
 
 STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
@@ -31,9 +32,10 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         "checkpoint",
         "generic_checkpoint_saved",
         "saved",
-        _CKPT_ANCHORS,
+        (*_CKPT_ANCHORS, "odel saved ", "eights saved ", "napshot saved "),
         r"(?i:\b(?:sav(?:e|ed|ing)|stor(?:ed|ing)|wr(?:ote|iting|itten))\b[^\n]{0,60}?(?:checkpoint|ckpt)"
-        r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:saved|written|stored)\b)",
+        r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:saved|written|stored)\b"
+        r"|\b(?:[Mm]odel|[Ww]eights|[Ss]napshot) (?:saved|written|stored) (?:to|in|at|into) \S)",
         "Saving checkpoint for step 1200",
         exclude=_CKPT_NOT,
     ),
@@ -41,11 +43,14 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         "checkpoint",
         "generic_checkpoint_loaded",
         "loaded",
-        (*_CKPT_ANCHORS, "esum", "estor", "ESUM"),
+        (*_CKPT_ANCHORS, "esum", "estor", "ESUM"),  # "Initializing from cv/checkpoint_20.t7": "heckpoint"
         r"(?i:\b(?:load(?:ed|ing)?|resum(?:e|ed|ing)|restor(?:e|ed|ing))\b[^\n]{0,60}?(?:checkpoint|ckpt)"
         r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:loaded|restored|resumed)\b"
         r"|\bresum(?:ed|ing)\b[^\n]{0,30}?\b(?:from|at)\b[^\n]{0,40}?(?:step|iter|epoch)[\s_=:-]*\d"
-        r"|\bresum(?:e|ed|ing)\s+(?:training\s+)?from\s+\S*[/\\])",
+        r"|\bresum(?:e|ed|ing)\s+(?:training\s+)?from\s+\S*[/\\]|\bresum(?:ed|ing) training\b"
+        r"|\bresumed\b[^\n]{0,30}?\b(?:iter|iteration|step|global_step)\s*[:=]?\s*\d"
+        r"|\b(?:initiali[sz](?:e|ed|ing)|init|warm[- ]?start(?:ed|ing)?)(?:[_ ]from|\s+\w+\s+from)\b"
+        r"[^\n]{0,80}?(?:checkpoint|ckpt))",
         "loaded checkpoint from /ckpt/iter_15.pt at iteration 15",
         exclude=_CKPT_NOT,
     ),

@@ -174,13 +174,14 @@ _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
 _ITERATION_IN_PATH = re.compile(
-    r"(?:iter_|global_step|checkpoint[-_]?|step[=_-]?|iteration[=_-]?)(\d+)"
-    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|step[=_-]?)\d)"
+    r"(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|model[-_]|step[=_-]?|iteration[=_-]?)(\d+)"
+    r"(?!.*(?:iter_|global_step|checkpoint[-_]?|ckpt[-_]|model[-_]|step[=_-]?)\d)"
 )
 # "at iteration 15", "for step 10", "global_step=10", "step: 7" in a checkpoint line without an iteration group.
-# fairseq counts optimizer updates: "(epoch 70 @ 2162 updates".
+# fairseq counts optimizer updates: "(epoch 70 @ 2162 updates"; TensorFlow "Saving checkpoints for 2000 into ...".
 _ITERATION_IN_LINE = re.compile(
     r"(?<![\w/.-])(?i:iteration|iter|global[_ ]step|step)s?\s*[:=#]?\s*(\d+)\b(?!\.\d)|\b(\d+) updates\b"
+    r"|(?i:checkpoints?) for (\d+)\b(?!\.\d)"
 )
 # The last resort of a checkpoint line that names no step: its epoch ("=> loaded checkpoint 'x.pth' (epoch 1)").
 _EPOCH_IN_LINE = re.compile(r"(?<![\w/.-])(?i:epoch)\s*[:=#]?\s*(\d+)\b(?!\.\d)")
@@ -349,7 +350,7 @@ class Classifier:
                 if said is not None and (
                     not path or said.start() < line.find(path) or said.start() >= line.find(path) + len(path)
                 ):
-                    iteration = int(said.group(1) or said.group(2))
+                    iteration = int(next(group for group in said.groups() if group is not None))
                 else:
                     hint = path or _group(match, "tag") or line
                     found = _ITERATION_IN_PATH.search(hint) or _EPOCH_IN_LINE.search(line)

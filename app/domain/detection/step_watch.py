@@ -1,8 +1,13 @@
-"""Per log: read step counters by structure (parser, then the template miner) and say when one advanced."""
+"""Per log: read step counters by structure (parser, metric lines, then the template miner) and say when one arms.
+
+A counter line arms when its reading is strong (a total or a metric field on the line) or when the counter
+advanced; a metrics-only line (fields, no counter) arms when a line of the same fields recurs with other
+values; the template miner reports only counters that advanced.
+"""
 
 from __future__ import annotations
 
-from app.domain.detection.progress import StepReading, StepTracker, parse_bar_line
+from app.domain.detection.progress import StepReading, StepTracker, parse_bar_line, parse_metrics
 from app.domain.detection.signatures import TRAININGLOOP, ProgressMarker
 from app.domain.detection.templates import TemplateMiner
 
@@ -10,27 +15,44 @@ STRUCTURE_FRAMEWORK = "structure"
 
 
 class StepWatch:
-    """One log's counters: `observe` gives a marker for every counter line, arming only on an advance."""
+    """One log's counters: `observe` gives a marker for every counter line (`arms` says which arm)."""
 
     def __init__(self, *, templates: bool = True) -> None:
         self.tracker = StepTracker()
         self.miner: TemplateMiner | None = TemplateMiner() if templates else None
 
-    def observe(self, text: str) -> ProgressMarker | None:
-        """Feed one line (oldest first); a marker when it carries a counter (`arms` when the counter grew)."""
+    def observe(self, text: str) -> tuple[ProgressMarker, StepReading] | None:
+        """Feed one line (oldest first); its marker and reading when it carries a counter (`arms`: strong, or grew).
+
+        The reading's fields are the line's metrics: throughput samples come from them (`rates_of`).
+        """
         reading = parse_bar_line(text)
         if reading is not None:
-            return marker_of(reading, arms=self.tracker.advanced(reading))
+            return marker_of(reading, arms=self.arms(reading)), reading
+        return self.without_counter(text.rsplit("\r", 1)[-1])
+
+    def without_counter(self, text: str) -> tuple[ProgressMarker, StepReading] | None:
+        """A line no parser reads a counter from: the template miner, then a recurring metrics line (both arm)."""
         if self.miner is not None:
-            mined = self.miner.observe(text.rsplit("\r", 1)[-1])
+            mined = self.miner.observe(text)
             if mined is not None:
-                return marker_of(mined, arms=True)  # the miner reports only fields that advanced
+                return marker_of(mined, arms=True), mined  # the miner reports only fields that advanced
+        metrics = parse_metrics(text)
+        if metrics is not None and self.arms(metrics):
+            return marker_of(metrics, arms=True), metrics  # a metrics line is progress once its shape recurs
         return None
+
+    def arms(self, reading: StepReading) -> bool:
+        """Whether this reading arms the hang detector (the tracker remembers it either way)."""
+        if reading.source == "metrics":
+            return self.tracker.recurred(reading)
+        advanced = self.tracker.advanced(reading)
+        return advanced or reading.strong
 
 
 def marker_of(reading: StepReading, *, arms: bool) -> ProgressMarker:
     """The progress marker of a counter reading (rule `structure:<counter>`, phase trainingloop)."""
-    kind = reading.key.split("/", 1)[0] if reading.source == "parser" else reading.key
+    kind = {"parser": reading.key.split("/", 1)[0], "metrics": "metrics"}.get(reading.source, reading.key)
     return ProgressMarker(
         phase=TRAININGLOOP,
         rule=f"structure:{kind}",
