@@ -511,7 +511,7 @@ class Zoom:
 
     start: dt.datetime | None = None
     end: dt.datetime | None = None
-    mode: str = "all"  # all | attempt | range
+    scope: str = "all"  # all | attempt | range
     error: str | None = None
     links: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> query
     start_text: str = ""
@@ -536,7 +536,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
             end = check_time(_parse_utc(q["to"][:64]), "to") if q.get("to") else full[1]
             if end <= start:
                 raise ValueError("To must be later than From")
-            zoom.start, zoom.end, zoom.mode = start, end, "range"
+            zoom.start, zoom.end, zoom.scope = start, end, "range"
         except (ValueError, OverflowError) as exc:
             zoom.error = (
                 f"That time range cannot be used ({str(exc)[:80]}); showing the whole job. "
@@ -545,7 +545,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
     elif q.get("zoom") == "attempt":
         own = [r for r in rows if r.focus]
         zoom.start, zoom.end = time_window(own, now=now) if own else full
-        zoom.mode = "attempt"
+        zoom.scope = "attempt"
     elif q.get("zoom") not in (None, "", "all"):
         zoom.error = "zoom is 'attempt' or 'all'; showing the whole job."
     start, end = (zoom.start, zoom.end) if zoom.start and zoom.end else full

@@ -155,7 +155,7 @@ class Drainer(Service):
                     command=command,
                 )
                 return
-            row.drain_message = f"sent in {took:.0f} ms; waiting for Slurm to show it drained"
+            await fleet_service.note_drain_sent(session, row=row, took_ms=took)
             await self._verify(session, row)
 
     async def _refusal(self, session: Any, *, node: str, partition: str | None) -> str | None:

@@ -228,16 +228,18 @@ class Observer(Service):
             record = await jobs.register_job(session, registration=registration)
             latest = None
         if record.enrolment != ENROLLED:
-            record.last_seen_at = utcnow()  # a refused job seen again (it changed in squeue): its "last seen" moves on
+            await jobs.note_seen_again(session, job=record, at=utcnow())
             return
         await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
-        if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
-            record.submit_time, record.restart_count = job.submit_time, job.restart_count
-            record.updated_at = utcnow()
-        if record.requeue_eligible != job.requeue:
-            record.requeue_eligible = job.requeue
-        if record.user_id is None and job.user_id is not None:  # a row from before 0012: learn whose files these are
-            record.user_id, record.group_id = job.user_id, job.group_id
+        await jobs.update_from_squeue(
+            session,
+            job=record,
+            submit_time=job.submit_time,
+            restart_count=job.restart_count,
+            requeue_eligible=job.requeue,
+            user_id=job.user_id,
+            group_id=job.group_id,
+        )
         await self._track_attempts(session, job, record, latest)
 
     def _registration(self, job: SlurmJob, *, incarnation: int) -> jobs.JobRegistration | None:

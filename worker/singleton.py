@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.audit import service as audit
 from app.domain.control.planner import AdviceState, Step, StepKind
 from app.domain.control.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
 from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, may_send
@@ -119,17 +118,8 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
             )
             twin = choose_twin(identity, (job_view(j) for j in snapshot.jobs))
             if twin is not None:
-                advice.successor_job_id = twin.job_id
-                await audit.record(
-                    session,
-                    component="controller",
-                    event_type="singleton.twin_found",
-                    message=f"Advice {advice.id}: held twin job {twin.job_id} (name {twin.name!r}, "
-                    f"dependency {twin.dependency}) will be the retry of job {advice.slurm_job_id}",
-                    payload={"adviceId": advice.id, "twinJobId": twin.job_id, "dependency": twin.dependency},
-                    cluster=advice.cluster,
-                    slurm_job_id=advice.slurm_job_id,
-                    attempt_index=advice.attempt_index,
+                await advice_service.record_twin(
+                    session, advice=advice, twin_job_id=twin.job_id, twin_name=twin.name, dependency=twin.dependency
                 )
         twin_id = advice.successor_job_id
         twin_seen = snapshot.get(twin_id) if twin_id is not None else None

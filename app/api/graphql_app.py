@@ -73,7 +73,7 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
             async for result in result_source:
                 errors = getattr(result, "errors", None)
                 if errors:
-                    result.errors = [masked(error) for error in errors]
+                    errors[:] = [masked(error) for error in errors]
                 yield result
 
         await super()._send_result_stream(operation, masked_results())

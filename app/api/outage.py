@@ -36,7 +36,7 @@ class DatabaseOutageErrors(SchemaExtension):
             )
         if found is None:
             return
-        result.errors = replaced  # type: ignore[union-attr]
+        errors[:] = replaced  # in place: the executor returns this result object
         response = getattr(self.execution_context.context, "response", None)
         if response is not None and not getattr(self.execution_context.context, "websocket", False):
             response.status_code = 503

@@ -20,14 +20,21 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
+from app.domain.control import states
 from app.domain.decision import rootcause
+from app.domain.detection import association as assoc
 from app.domain.detection import line_nodes, slowdown
-from app.domain.detection.signatures import CheckpointEvent, CrashSignature
+from app.domain.detection.hang import ProgressState
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker
+from app.evidence import queries as evidence_queries
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.evidence.queries import AFTER_RECOVERY_ACTED
 from app.feed import service as feed
 from app.infra import metrics
 from app.infra.db import dialect_of, utcnow
+from app.jobfiles.reader import FilePosition, LogEvent
+from app.jobs import queries as job_queries
+from app.jobs import service as job_service
 from app.jobs.models import Attempt, Job
 
 CRASH = "CRASH"
@@ -621,3 +628,224 @@ async def note_refusal(
         workflow_id=job.workflow_id if job else None,
     )
     return True
+
+
+async def reopen_log_source(session: AsyncSession, *, source: LogSource) -> None:
+    """Read a shared file again: the job it belongs to runs again."""
+    source.closed_at = None
+
+
+async def start_hang_delay(session: AsyncSession, *, source: LogSource, episode: str, at: dt.datetime) -> None:
+    """The file's silence passed the hang threshold: keep the episode and when its query delay started."""
+    source.hang_episode, source.hang_delay_started_at, source.hang_checked_at = episode, at, None
+
+
+async def note_hang_check(session: AsyncSession, *, source: LogSource, episode: str, at: dt.datetime) -> None:
+    """The delayed hang check of this silence episode ran (once per episode, also across restarts)."""
+    source.hang_episode, source.hang_checked_at = episode, at
+
+
+# ---- one read of a log source -----------------------------------------------------------------
+
+LAST_READ_TOUCH = dt.timedelta(seconds=60)  # how stale last_read_at may get while a file is idle
+
+
+@dataclass(frozen=True)
+class MarkerSeen:
+    """A progress marker of a read, with the attempt it belongs to (`attempt_known` False: its job is not tracked)."""
+
+    marker: LogEvent
+    attempt_id: int | None = None
+    attempt_known: bool = True
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """What one read of a log source found, as its row keeps it."""
+
+    position: FilePosition
+    bytes_read: bool
+    last_output_at: dt.datetime | None  # the newest output time of the read (None: no new bytes)
+    replaced: bool  # truncated, rotated or deleted: the latest marker's place is gone
+    markers: tuple[MarkerSeen, ...] = ()
+    close: bool = False  # the final read: stop reading the file
+
+
+async def store_read(session: AsyncSession, *, source: LogSource, read: SourceRead, now: dt.datetime) -> None:
+    """Keep a read's position, output time and progress markers on its log source (and an attempt's first progress)."""
+    changed = _store_position(source, read.position)
+    if read.last_output_at is not None and (
+        source.last_output_at is None or read.last_output_at > source.last_output_at
+    ):
+        source.last_output_at = read.last_output_at
+        changed = True
+    if read.replaced:
+        source.progress_offset = None
+    for seen in read.markers:
+        armed_for = source.progress_attempt_id if source.progress_phase is not None else None
+        if _observe_progress(source, seen):
+            changed = True
+            if source.progress_attempt_id not in (None, armed_for):  # goodput: an attempt's first progress
+                await job_service.note_first_progress(
+                    session, attempt_id=source.progress_attempt_id, at=source.progress_at
+                )
+    if changed or read.bytes_read or source.last_read_at is None or now - source.last_read_at > LAST_READ_TOUCH:
+        source.last_read_at = now
+    if read.close:
+        source.closed_at = now
+
+
+def _store_position(source: LogSource, position: FilePosition) -> bool:
+    """Keep the reader's position whole (it resumes from it after a restart); True when it moved."""
+    values = {
+        "offset": position.offset,
+        "inode": position.inode,
+        "device": position.device,
+        "head_digest": position.head_digest or None,
+        "head_length": position.head_length,
+        "line_number": position.line_number,
+        "skipping": position.skipping,
+    }
+    changed = False
+    for name, value in values.items():
+        if getattr(source, name) != value:
+            setattr(source, name, value)
+            changed = True
+    return changed
+
+
+def _observe_progress(source: LogSource, seen: MarkerSeen) -> bool:
+    """Arm the hang detector for the file (and the attempt the marker belongs to); True when that changed."""
+    marker = seen.marker
+    state = ProgressState(
+        armed=source.progress_phase is not None,
+        phase=source.progress_phase,
+        marker_offset=source.progress_offset,
+        marker_at=source.progress_at,
+    )
+    at = marker.source_time or marker.read_at
+    assert isinstance(marker.signal, ProgressMarker)  # callers pass a progress marker
+    new = state.observe(marker.signal, line_number=marker.line_number, offset=marker.offset, at=at)
+    if new is state:
+        return False
+    source.progress_phase, source.progress_offset, source.progress_line_number = (
+        new.phase,
+        new.marker_offset,
+        new.marker_line,
+    )
+    source.progress_at, source.progress_line = new.marker_at, marker.text[:2000]
+    if source.attempt_id is not None:
+        source.progress_attempt_id = source.attempt_id
+    elif seen.attempt_known:
+        source.progress_attempt_id = seen.attempt_id
+    return True
+
+
+@dataclass(frozen=True)
+class LinesRecorded:
+    """What became of a read's crash and checkpoint lines."""
+
+    anomalies: int = 0  # new crash anomalies
+    next_try_at: dt.datetime | None = None  # the earliest retry of a line kept waiting (None: none waits)
+
+
+async def record_lines(
+    session: AsyncSession,
+    *,
+    source: LogSource,
+    owner: Attempt | None,
+    windows: list[assoc.AttemptWindow] | None,
+    events: list[LineEvent],
+    now: dt.datetime,
+    foreign: bool = False,
+) -> LinesRecorded:
+    """Record a read's lines on their attempt, keep the undecided ones waiting, drop the rest with an audit event.
+
+    `owner`: the file's own attempt (None: a shared file, whose lines are attributed by label or time
+    among `windows`, the job's attempts; None: read them). `foreign`: the file was truncated after its
+    attempt ended, so its new lines are someone else's.
+    """
+    anomalies, next_try_at = 0, None
+    for event in events:
+        if owner is not None:
+            ended = owner.state not in states.ACTIVE
+            if foreign or (ended and assoc.written_after_end(source_time=event.source_time, end=owner.end_time)):
+                job = await job_queries.get_job(session, job_id=owner.job_id)
+                await drop_event(
+                    session,
+                    job=job,
+                    log_path=source.path,
+                    event=event,
+                    reason=assoc.AFTER_ATTEMPT_END,
+                    tries=0,
+                    attempt_index=owner.attempt_index,
+                )
+                continue
+            anomalies += await _record_on(session, owner, event)
+            continue
+        if windows is None:
+            windows = await _windows_of(session, source.job_id)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+        )
+        if decision.decided:
+            attempt = await job_queries.attempt_at(session, job_id=source.job_id, attempt_index=decision.attempt_index)
+            if attempt is not None:
+                anomalies += await _record_on(session, attempt, event)
+                continue
+        retry_at = now + dt.timedelta(seconds=assoc.next_retry_delay(0) or 0.0)
+        await defer_event(
+            session, source=source, event=event, reason=decision.reason or assoc.NO_ATTEMPTS, next_try_at=retry_at
+        )
+        next_try_at = retry_at if next_try_at is None else min(next_try_at, retry_at)
+    return LinesRecorded(anomalies, next_try_at)
+
+
+async def redeliver_pending(session: AsyncSession, *, now: dt.datetime, free: bool, limit: int) -> tuple[int, int]:
+    """(new crash anomalies, events looked at): redeliver waiting events, counting a try on each one that was due.
+
+    `free` retries every waiting event without counting a try (a new attempt was registered). An event
+    that still has no attempt is tried again later, or dropped with an audit event after its last try.
+    """
+    anomalies = 0
+    due = await evidence_queries.due_pending(session, now=None if free else now, limit=limit)
+    for pending, source in due:
+        scheduled = pending.next_try_at <= now
+        event = pending_to_event(pending, source.path)
+        windows = await _windows_of(session, source.job_id)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+        )
+        if decision.decided:
+            attempt = await job_queries.attempt_at(session, job_id=source.job_id, attempt_index=decision.attempt_index)
+            if attempt is not None:
+                anomalies += await _record_on(session, attempt, event)
+                await delete_pending(session, pending=pending)
+                continue
+        if not scheduled:
+            continue
+        pending.tries += 1
+        pending.reason = decision.reason
+        delay = assoc.next_retry_delay(pending.tries)
+        if delay is None:
+            job = await job_queries.get_job(session, job_id=source.job_id) if source.job_id is not None else None
+            await drop_event(
+                session, job=job, log_path=source.path, event=event, reason=decision.reason, tries=pending.tries
+            )
+            await delete_pending(session, pending=pending)
+        else:
+            pending.next_try_at = now + dt.timedelta(seconds=delay)
+    return anomalies, len(due)
+
+
+async def _record_on(session: AsyncSession, attempt: Attempt, event: LineEvent) -> int:
+    """Record a line event on its attempt: 1 when that is a new crash anomaly."""
+    recorded = await record_line_event(session, attempt=attempt, event=event)
+    return int(recorded is not None and isinstance(event.signal, CrashSignature))
+
+
+async def _windows_of(session: AsyncSession, job_id: int | None) -> list[assoc.AttemptWindow]:
+    if job_id is None:
+        return []
+    rows = await job_queries.attempts_of(session, job_id=job_id)
+    return [assoc.AttemptWindow(a.attempt_index, a.start_time, a.end_time) for a in rows]

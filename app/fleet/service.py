@@ -487,6 +487,11 @@ async def set_node(
 # ---------------------------------------------------------------- drain (behind RECOVERY_NODE_DRAIN)
 
 
+async def note_drain_sent(session: AsyncSession, *, row: NodeStanding, took_ms: float) -> None:
+    """Slurm took the drain command: say how long it took while the drain waits to be seen."""
+    row.drain_message = f"sent in {took_ms:.0f} ms; waiting for Slurm to show it drained"
+
+
 async def record_drain(
     session: AsyncSession,
     *,

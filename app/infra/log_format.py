@@ -48,11 +48,11 @@ def component_of(record: logging.LogRecord) -> str:
 
 
 class ContextFilter(logging.Filter):
-    """Puts the component and the bound context on each record (record.context), masking secrets in the message."""
+    """Puts the component and the bound context on each record (`recovery_component`, `context`), masking secrets."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         bound = {**_defaults, **(_context.get() or {})}
-        record.component = bound.pop("component", None) or component_of(record)
+        record.recovery_component = bound.pop("component", None) or component_of(record)
         record.context = {k: bound[k] for k in FIELDS if k in bound}
         message = record.getMessage()
         masked = mask_url(message)
@@ -65,7 +65,7 @@ class TextFormatter(logging.Formatter):
     """`time LEVEL component: message [cluster=.. job_id=..]`."""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(component)s: %(message)s")
+        super().__init__("%(asctime)s %(levelname)-7s %(recovery_component)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -83,7 +83,7 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
-            "component": getattr(record, "component", component_of(record)),
+            "component": getattr(record, "recovery_component", component_of(record)),
             "logger": record.name,
             "message": record.getMessage(),
             **getattr(record, "context", {}),

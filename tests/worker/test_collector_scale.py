@@ -146,7 +146,7 @@ def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_
     reads, left = read_files(tailer, tracked, lambda _: mine)  # first look: every file has news
     assert (len(reads), left) == (8, [])
     for read in reads:
-        read.tracked.position = read.position
+        read.tracked.read_from = read.position
     for n in (1, 4, 6):
         with open(tracked[n].path, "a") as handle:
             handle.write("step 2\n")
@@ -154,7 +154,7 @@ def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_
     # the unchanged files cost a stat each; of the three changed, two are read and one waits for the next tick
     assert [r.tracked.source_id for r in reads] == [1, 4] and left == [tracked[6].path]
     for read in reads:
-        read.tracked.position = read.position
+        read.tracked.read_from = read.position
     reads, left = read_files(tailer, tracked, lambda _: mine, max_files=2)
     assert [r.tracked.source_id for r in reads] == [6] and left == []
     tailer.close()

@@ -91,7 +91,7 @@ class Tracked:
     job_id: int | None
     attempt_id: int | None
     shared: bool
-    position: FilePosition
+    read_from: FilePosition  # where the next read starts (the stored position once its read is stored)
     mtime: float | None = None
     closing: bool = False  # final read pending, then stop tracking
     # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading._unchanged
@@ -372,7 +372,7 @@ class Discovery:
                 row = await evidence.add_log_source(session, path=path, job_id=job_id, attempt_id=attempt_id)
                 existing[(path, job_id)] = row
             elif row.closed_at is not None and row.attempt_id is None:
-                row.closed_at = None  # a shared file of a job that runs again
+                await evidence.reopen_log_source(session, source=row)  # a shared file of a job that runs again
         await session.flush()
         live_ids: set[int] = set()
         for key, row in existing.items():

@@ -85,7 +85,7 @@ def read_files(
             continue
         results: list[ReadResult] = []
         context: dict[str, tuple[str, ...]] = {}
-        position = tracked.position
+        position = tracked.read_from
         while True:
             try:
                 result = tailer.read(position, access=access_of(tracked))
@@ -180,7 +180,7 @@ def _identity(path: str, st: os.stat_result | None = None) -> tuple[int, ...] | 
 
 def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tracked], AccessRule]) -> bool:
     """The path was refused and neither it nor the job's rule changed since (looked at again every REFUSED_RETRY)."""
-    if tracked.refused is None or tracked.position.inode is not None or tracked.closing:
+    if tracked.refused is None or tracked.read_from.inode is not None or tracked.closing:
         return False
     identity, rule, at = tracked.refused
     return (
@@ -190,7 +190,7 @@ def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tr
 
 def _unchanged(tracked: Tracked, access_of: Callable[[Tracked], AccessRule]) -> bool:
     """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
-    position = tracked.position
+    position = tracked.read_from
     try:
         st = os.lstat(tracked.path)  # never follows a symlink: the job controls the path
     except OSError:

@@ -180,7 +180,7 @@ class Collector(Service):
         anomalies, applied = await self.recorder.apply(reads, self.jobs, now)
         for read in applied:
             tracked = read.tracked
-            tracked.position = read.position
+            tracked.read_from = read.position
             if tracked.closing:
                 self.discovery.forget(tracked.source_id)
         return anomalies

@@ -77,6 +77,10 @@ class Breakdown:
         wall = self.wall
         return round(100.0 * self.productive / wall, 2) if wall > 0 else None
 
+    def count(self, bucket: str, seconds: float) -> None:
+        """Add seconds to one bucket."""
+        setattr(self, bucket, getattr(self, bucket) + seconds)
+
     def add(self, other: Breakdown) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
@@ -133,8 +137,8 @@ def run_goodput(attempts: Sequence[AttemptTimes], *, now: dt.datetime) -> RunGoo
             out.segments.append(Segment(index, bucket, cursor, point))
             seconds = (point - cursor).total_seconds()
             per = out.attempts.setdefault(index, Breakdown())
-            setattr(per, bucket, getattr(per, bucket) + seconds)
-            setattr(out.total, bucket, getattr(out.total, bucket) + seconds)
+            per.count(bucket, seconds)
+            out.total.count(bucket, seconds)
         cursor = point
 
     for position, attempt in enumerate(ordered):
