@@ -8,8 +8,11 @@ with COPY, starts `recovery serve` (real uvicorn, dev auth on loopback) and time
 100 events of one job (`auditEvents(filter: {jobId})` and `GET /v1/audit/events?jobId=`) and a page
 after N pages of cursors. The floor, measured in the same run: a minimal Starlette JSON route under
 the same uvicorn that runs the same keyset query with the same driver (asyncpg, a pool) and returns
-the rows as JSON. Also the raw keyset SQL alone. Prints medians and ratios, then `figure` lines; no
-timed assertions.
+the rows as JSON. Also the raw keyset SQL alone. Two more servers answer the same first pages in the same turns:
+one with RECOVERY_FAST_PATHS=off, one with only the GraphQL executor's fast path (the direct asyncpg reads of
+app.records turned off in that process), so each fast path is measured against its normal path in the same run:
+the executor on the GraphQL page, the direct reads on the REST page (latency and server CPU per request). Prints
+medians and ratios, then `figure` lines; no timed assertions.
 """
 
 from __future__ import annotations
@@ -196,16 +199,27 @@ async def serve_floor(url: str, port: int) -> None:
     await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info", lifespan="on")).serve()
 
 
-def start_server(url: str, tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+# `recovery serve` with the fast paths on but app.records' direct reads off: the executor's fast path alone
+EXECUTOR_ONLY = (
+    "import sys, app.context as c; f = c.read_session_factory; "
+    "c.read_session_factory = lambda e, s, fast_paths: f(e, s, fast_paths=False); "
+    "from app.cli import main; sys.exit(main(['serve']))"
+)
+
+
+def start_server(url: str, tmp: str, fast_paths: str = "on") -> tuple[subprocess.Popen[bytes], str]:
+    """`recovery serve` with RECOVERY_FAST_PATHS=`fast_paths` (`executor`: on, without the direct reads)."""
     port = free_port()
     env = {
         **os.environ,
+        "RECOVERY_FAST_PATHS": "on" if fast_paths == "executor" else fast_paths,
         "RECOVERY_DATABASE_URL": url,
         "RECOVERY_DEV_NO_AUTH": "true",
         "RECOVERY_BIND": f"127.0.0.1:{port}",
         "RECOVERY_DATA_DIR": tmp,
     }
-    return start([sys.executable, "-m", "app.cli", "serve"], port, "/healthz", env)
+    argv = ["-c", EXECUTOR_ONLY] if fast_paths == "executor" else ["-m", "app.cli", "serve"]
+    return start([sys.executable, *argv], port, "/healthz", env)
 
 
 async def time_raw(conn: asyncpg.Connection, job_id: int, bound: tuple[dt.datetime, int] | None, repeats: int) -> float:
@@ -237,24 +251,27 @@ async def walk_pages(http: httpx.AsyncClient, pages: int) -> tuple[str | None, t
 
 
 async def interleaved(
-    http: httpx.AsyncClient, floor: httpx.AsyncClient, job_id: int, repeats: int
-) -> tuple[float, float, float]:
-    """Median ms of the GraphQL, REST and floor first page of one job, timed in turns (shared-machine noise)."""
-    graphql: list[float] = []
-    rest: list[float] = []
+    servers: list[httpx.AsyncClient], floor: httpx.AsyncClient, job_id: int, repeats: int
+) -> tuple[list[float], list[float], float]:
+    """Median ms of the GraphQL and REST first page of one job on each server, and of the floor's, timed in turns
+    (shared-machine noise)."""
+    graphql: list[list[float]] = [[] for _ in servers]
+    rest: list[list[float]] = [[] for _ in servers]
     floor_samples: list[float] = []
     variables = {"filter": {"jobId": job_id}, "first": 100, "after": None}
     for _ in range(repeats):
-        started = time.perf_counter()
-        (await http.post("/graphql", json={"query": QUERY, "variables": variables})).raise_for_status()
-        graphql.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        (await http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100})).raise_for_status()
-        rest.append(time.perf_counter() - started)
+        for http, graphql_samples, rest_samples in zip(servers, graphql, rest, strict=True):
+            started = time.perf_counter()
+            (await http.post("/graphql", json={"query": QUERY, "variables": variables})).raise_for_status()
+            graphql_samples.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            (await http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100})).raise_for_status()
+            rest_samples.append(time.perf_counter() - started)
         started = time.perf_counter()
         (await floor.get("/events", params={"jobId": job_id, "limit": 100})).raise_for_status()
         floor_samples.append(time.perf_counter() - started)
-    return tuple(statistics.median(x) * 1000 for x in (graphql, rest, floor_samples))  # type: ignore[return-value]
+    medians = [[statistics.median(x) * 1000 for x in samples] for samples in (graphql, rest)]
+    return medians[0], medians[1], statistics.median(floor_samples) * 1000
 
 
 def cpu_seconds(pid: int) -> float:
@@ -295,27 +312,46 @@ async def main() -> None:
                 processes.append(process)
                 floor_process, floor_base = start_floor(url)
                 processes.append(floor_process)
+                off_process, off_base = start_server(url, tmp, fast_paths="off")
+                processes.append(off_process)
+                executor_process, executor_base = start_server(url, tmp, fast_paths="executor")
+                processes.append(executor_process)
                 conn = await asyncpg.connect(dsn(url))
                 async with (
                     httpx.AsyncClient(base_url=base, timeout=60) as http,
+                    httpx.AsyncClient(base_url=off_base, timeout=60) as http_off,
+                    httpx.AsyncClient(base_url=executor_base, timeout=60) as http_executor,
                     httpx.AsyncClient(base_url=floor_base, timeout=60) as floor,
                 ):
                     job_id = 100_000 + 7
-                    await interleaved(http, floor, job_id, 5)  # warm up
-                    http_first, rest_first, floor_first = await interleaved(http, floor, job_id, repeats)
+                    servers = [http, http_off, http_executor]
+                    await interleaved(servers, floor, job_id, 5)  # warm up
+                    graphql_ms, rest_ms, floor_first = await interleaved(servers, floor, job_id, repeats)
+                    (http_first, http_first_off, http_first_executor) = graphql_ms
+                    (rest_first, rest_first_off, _) = rest_ms
                     raw_first = await time_raw(conn, job_id, None, repeats)
                     cpu_repeats = max(repeats, 200)
                     first_page = {"filter": {"jobId": job_id}, "first": 100, "after": None}
-                    cpu_graphql = await cpu_per_request(
-                        process.pid,
-                        lambda: http.post("/graphql", json={"query": QUERY, "variables": first_page}),
-                        cpu_repeats,
-                    )
-                    cpu_rest = await cpu_per_request(
-                        process.pid,
-                        lambda: http.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
-                        cpu_repeats,
-                    )
+                    cpu: dict[tuple[str, str], float] = {}
+                    for _ in range(3):  # in turns, the smallest of three (CPU time only grows with interference)
+                        for mode, server, client in (
+                            ("on", process, http),
+                            ("off", off_process, http_off),
+                            ("executor", executor_process, http_executor),
+                        ):
+                            for kind, call in (
+                                (
+                                    "graphql",
+                                    lambda c=client: c.post("/graphql", json={"query": QUERY, "variables": first_page}),
+                                ),
+                                (
+                                    "rest",
+                                    lambda c=client: c.get("/v1/audit/events", params={"jobId": job_id, "limit": 100}),
+                                ),
+                            ):
+                                spent = await cpu_per_request(server.pid, call, cpu_repeats)
+                                cpu[kind, mode] = min(cpu.get((kind, mode), spent), spent)
+                    cpu_graphql, cpu_rest = cpu["graphql", "on"], cpu["rest", "on"]
                     cpu_floor = await cpu_per_request(
                         floor_process.pid,
                         lambda: floor.get("/events", params={"jobId": job_id, "limit": 100}),
@@ -364,12 +400,29 @@ async def main() -> None:
                 f"  {'REST GET /v1/audit/events?jobId=':<44} {rest_first:8.2f} ms  "
                 f"{rest_first / floor_first:5.2f}x floor"
             )
+            print(
+                f"  {'GraphQL, RECOVERY_FAST_PATHS=off':<44} {http_first_off:8.2f} ms  "
+                f"{http_first_off / floor_first:5.2f}x floor"
+            )
+            print(
+                f"  {'GraphQL, executor fast path only':<44} {http_first_executor:8.2f} ms  "
+                f"{http_first_executor / floor_first:5.2f}x floor"
+            )
+            print(
+                f"  {'REST, RECOVERY_FAST_PATHS=off':<44} {rest_first_off:8.2f} ms  "
+                f"{rest_first_off / floor_first:5.2f}x floor"
+            )
             print(f"  {'floor: Starlette route + asyncpg + JSON':<44} {floor_first:8.2f} ms")
             print(f"  {'raw keyset SQL (asyncpg, no HTTP)':<44} {raw_first:8.2f} ms")
             print(
                 f"server CPU per request (load-independent): GraphQL {cpu_graphql:.2f} ms "
                 f"({cpu_graphql / cpu_floor:.2f}x), "
                 f"REST {cpu_rest:.2f} ms ({cpu_rest / cpu_floor:.2f}x), floor {cpu_floor:.2f} ms"
+            )
+            print(
+                f"server CPU per request with RECOVERY_FAST_PATHS=off: GraphQL {cpu['graphql', 'off']:.2f} ms, "
+                f"REST {cpu['rest', 'off']:.2f} ms; the executor's fast path alone: GraphQL "
+                f"{cpu['graphql', 'executor']:.2f} ms"
             )
             print(f"{'page':<38} {'HTTP GraphQL ms':>16} {'raw SQL ms':>11} {'ratio':>7}")
             print(f"{'first page of all events':<38} {http_top:>16.2f} {raw_top:>11.2f} {http_top / raw_top:>7.1f}")
@@ -384,6 +437,10 @@ async def main() -> None:
             figure("graphql_first_page_vs_floor", http_first / floor_first, "x", "<=", 2)
             figure("rest_first_page_vs_floor", rest_first / floor_first, "x", "<=", 1.3)
             figure("graphql_deep_page_vs_first_page", http_deep / http_top, "x", "<=", 1.1)
+            # What each fast path saves of its figure (first page vs floor) against its normal path: the executor on
+            # the GraphQL page, the direct reads on the REST page (docs/fast-paths.md: kept at 20 % or more).
+            figure("graphql_executor_fast_path_saved", 100 * (1 - http_first_executor / http_first_off), "%", ">=", 20)
+            figure("rest_direct_reads_fast_path_saved", 100 * (1 - rest_first / rest_first_off), "%", ">=", 20)
         finally:
             for process in processes:
                 process.terminate()
