@@ -43,7 +43,6 @@ SMOKE = [
             "rest_first_page_vs_floor",
             "graphql_deep_page_vs_first_page",
             "graphql_executor_fast_path_saved",
-            "rest_direct_reads_fast_path_saved",
         ],
         marks=pytest.mark.postgres,
     ),
