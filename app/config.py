@@ -384,8 +384,9 @@ class Settings:
     fast_paths: bool = setting(
         True,
         _bool,
-        "Fast paths that serve the same answers for less time (docs/fast-paths.md): `off` runs every request and "
-        "tick the ordinary way (for diagnosis; CI runs the API and worker tests both ways).",
+        "The fast paths, which give the same answers for less time (docs/fast-paths.md): the GraphQL executor's "
+        "compiled completion of plain objects and the observer's batch registration of new jobs. `off` runs the "
+        "normal paths (to rule them out while diagnosing).",
     )
     audit_views_enabled: bool = setting(True, _bool, "Show the Timeline and Audit Events dashboard views.")
     dev_no_auth: bool = setting(

@@ -25,6 +25,8 @@ def test_every_default_shown_as_text_reads_back_as_the_typed_default() -> None:
     for setting in SETTINGS:
         assert setting.parse(setting.default_text) == setting.default, setting.attr
     assert Settings.from_env({}, data_dir="/d") == Settings.build(data_dir="/d")
+    assert Settings.from_env({"RECOVERY_FAST_PATHS": "off"}).fast_paths is False
+    assert Settings.from_env({"RECOVERY_FAST_PATHS": "on"}).fast_paths is True
 
 
 def test_values_are_parsed_and_validated() -> None:
