@@ -212,7 +212,21 @@ class Observer(Service):
                 values.update(self._paths_for(job, registration, latest_index=job.restart_count, previous=None))
                 first = jobs.NewAttempt(attempt_index=job.restart_count, state=state, values=values)
             items.append((registration, first))
-        await jobs.register_jobs(session, items=items, watching_since=self.state.watching_since)
+        if self.settings.fast_paths:
+            await jobs.register_jobs(session, items=items, watching_since=self.state.watching_since)
+            return len(new)
+        for registration, first in items:  # RECOVERY_FAST_PATHS=off: the same rows, one job at a time
+            record = await jobs.register_job(session, registration=registration)
+            if first is not None:
+                await jobs.create_attempt(
+                    session,
+                    job=record,
+                    attempt_index=first.attempt_index,
+                    state=first.state,
+                    check_adoption=True,
+                    watching_since=self.state.watching_since,
+                    **first.values,
+                )
         return len(new)
 
     async def _observe(self, session: Session, job: SlurmJob, record: Job, latest: Attempt | None) -> None:

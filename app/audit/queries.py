@@ -115,21 +115,15 @@ async def query(
     descending: bool = True,
 ) -> Page[Any]:
     """One keyset page of matching events ordered by (produced_at, id), as Core rows (the columns as attributes)."""
-    given = _given(filter)
-    # Each filter but the family binds its one value: which filters apply is the statement's shape (the family's
-    # escaped pattern is not its text, so those pages are built each time).
-    names = tuple(name for name, _, _ in given)
-    shape = None if "event_type_family" in names else (("audit", names), [value for _, _, value in given])
     return await paginate(
         session,
-        lambda: _filtered(_PAGE, filter),
+        _filtered(_PAGE, filter),
         kind="audit",
         columns=(_C.produced_at, _C.id),
         descending=descending,
         request=page,
         key_of=lambda e: (e.produced_at, e.id),
         rows=True,
-        shape=shape,
     )
 
 

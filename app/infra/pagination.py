@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -113,7 +113,7 @@ def _ordering(columns: tuple[Any, ...], descending: bool) -> tuple[Any, ...]:
 
 async def paginate(
     session: AsyncSession,
-    query: Select[Any] | Callable[[], Select[Any]],
+    query: Select[Any],
     *,
     kind: str,
     columns: Sequence[Any],
@@ -121,16 +121,12 @@ async def paginate(
     request: PageRequest,
     key_of: Any,
     rows: bool = False,
-    shape: tuple[Hashable, Sequence[Any]] | None = None,
 ) -> Page[Any]:
     """Run `query` (which selects one entity, or columns with `rows=True`) as one keyset page ordered by `columns`.
 
     `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
     index ending in its sort key, so a deep page costs the same as the first one (no OFFSET). With
-    `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build);
-    then `shape` may name the structure of `query`'s conditions with their parameter values in order, and
-    `query` may be a function that builds it: a page of a known shape is neither built nor compiled again
-    (see app.infra.records).
+    `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build).
     """
     backward = request.last is not None
     size = request.last if backward else request.first
@@ -143,22 +139,15 @@ async def paginate(
             # "toward_end" means rows that come after the cursor in the list's order.
             bounds.append((decode_cursor(kind, cursor, len(columns)), toward_end != descending))
 
-    def build() -> Select[Any]:
-        statement = query() if callable(query) else query
-        key = tuple_(*columns)
-        for values, greater in bounds:
-            statement = statement.where(key > tuple_(*values) if greater else key < tuple_(*values))
-        return statement.order_by(*_ordering(tuple(columns), scan_descending)).limit(size + 1)
-
-    if rows:  # Core: records of the columns, no ORM result processing (on asyncpg directly, see app.infra.records)
-        if shape is None:
-            found = await select_records(session, build, None, ())
-        else:
-            structure = (shape[0], tuple(columns), scan_descending, tuple(greater for _, greater in bounds))
-            values = [*shape[1], *(v for values, _ in bounds for v in values), size + 1]
-            found = await select_records(session, build, structure, values)
+    statement = query
+    key = tuple_(*columns)
+    for values, greater in bounds:
+        statement = statement.where(key > tuple_(*values) if greater else key < tuple_(*values))
+    statement = statement.order_by(*_ordering(tuple(columns), scan_descending)).limit(size + 1)
+    if rows:  # Core: records of the columns, no ORM result processing (app.infra.records)
+        found = await select_records(session, statement)
     else:
-        found = list((await session.scalars(build())).all())
+        found = list((await session.scalars(statement)).all())
     more = len(found) > size
     found = found[:size]
     if backward:

@@ -33,10 +33,8 @@ from dataclasses import dataclass
 
 OWNER = "owner"
 READABLE = "readable"
-ACCESS_MODES = (OWNER, READABLE)
 REFUSE = "refuse"
 WORLD_READABLE = "world-readable"
-UNKNOWN_UID_MODES = (REFUSE, WORLD_READABLE)
 
 # Refusal reasons (the `reason` of a log.refused event)
 SYMLINK = "symlink"

@@ -157,30 +157,6 @@ async def watchdog_released(session: AsyncSession, *, advice: Any, action_id: in
     )
 
 
-async def restart_storm(session: AsyncSession, *, cluster: str, key: str, summary: str) -> bool:
-    """Hook for the restart-storm event (a later change detects storms and calls this)."""
-    return await record(
-        session,
-        event=rules.RESTART_STORM,
-        dedup_key=f"{rules.RESTART_STORM}:{cluster}:{key}",
-        cluster=cluster,
-        title=f"Recovery: restart storm on cluster {cluster}",
-        body=summary,
-    )
-
-
-async def node_suspect(session: AsyncSession, *, cluster: str, node: str, key: str, summary: str) -> bool:
-    """Hook for the node-became-suspect event (a later change detects it and calls this)."""
-    return await record(
-        session,
-        event=rules.NODE_SUSPECT,
-        dedup_key=f"{rules.NODE_SUSPECT}:{cluster}:{node}:{key}",
-        cluster=cluster,
-        title=f"Recovery: node {node} on cluster {cluster} is suspect",
-        body=summary,
-    )
-
-
 async def fan_out(session: AsyncSession, *, cluster: str, targets: Sequence[Target]) -> int:
     """Give new outbox rows of the cluster one delivery per target that wants their event; returns rows fanned out."""
     rows = (

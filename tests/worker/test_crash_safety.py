@@ -1,7 +1,7 @@
 """Kill -9 of a real `recovery worker` at every step boundary of a reconciliation, on the real Slurm lab.
 
 For each of requeue_hold, update_exclusions and release, the worker is started with the
-test-only RECOVERY_FAULT_INJECT hook (worker/controller.py) so that it SIGKILLs itself right
+test-only RECOVERY_FAULT_INJECT hook (tests/fault_worker.py) so that it SIGKILLs itself right
 before sending the command (its STARTED milestone committed) or right after the command
 returned (before SUCCEEDED is recorded). A second worker without the hook then finishes the
 job. Slurm must show each command's effect exactly once (restart count 1, exclusions set,
@@ -81,10 +81,9 @@ def start_worker(ctx: AppContext, lab: SlurmLab, log: Path, *, fault: str | None
     env.pop("RECOVERY_FAULT_INJECT", None)
     if fault:
         env["RECOVERY_FAULT_INJECT"] = fault
+    command = ["-m", "tests.fault_worker"] if fault else ["-m", "app.cli", "worker"]
     with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
-        )
+        return subprocess.Popen([sys.executable, *command], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def wait_exit(process: subprocess.Popen[bytes], timeout: float, log: Path) -> int:

@@ -68,7 +68,7 @@ def start_worker(ctx: AppContext, lab: SlurmLab, log: Path) -> subprocess.Popen[
     )
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "tests.fault_worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
         )
 
 

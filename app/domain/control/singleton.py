@@ -189,8 +189,3 @@ def twin_shadow_plan(advice: AdviceState, first: JobView | None, twin: JobView |
         if twin.held:
             plan.append((Step(StepKind.RELEASE, f"release twin job {twin.job_id}"), twin.job_id))
     return plan
-
-
-def chain_offset(predecessor_attempts: Sequence[int]) -> int:
-    """How many attempts the jobs before this one in the twin chain used (each job's attempt count)."""
-    return sum(max(0, n) for n in predecessor_attempts)

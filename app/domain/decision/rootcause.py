@@ -47,7 +47,6 @@ OUTLOOKS: tuple[str, ...] = (INFRASTRUCTURE, TRANSIENT, APPLICATION)
 FROM_LINE = "line"  # the line names the host (NCCL [host:pid], srun: error: node:, syslog host, Slurm step line)
 FROM_RANK = "rank"  # a rank mapped to a node through the attempt's node list and task layout
 FROM_ALLOCATION = "allocation"  # the attempt ran on exactly one node
-PROVENANCES: tuple[str, ...] = (FROM_LINE, FROM_RANK, FROM_ALLOCATION)
 
 CATEGORY_OUTLOOK: dict[str, str] = {
     XID: INFRASTRUCTURE,

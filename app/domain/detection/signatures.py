@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-RuleKind = Literal["crash", "checkpoint", "progress", "throughput", "benign"]
 RULE_KINDS: tuple[str, ...] = ("crash", "checkpoint", "progress", "throughput", "benign")
 
 # Crash categories of SPEC §5 (operators may add their own upper-case names).
@@ -48,15 +47,6 @@ PRETRAINING = "pretraining"
 TRAININGLOOP = "trainingloop"
 PHASES: tuple[str, ...] = (PRETRAINING, TRAININGLOOP)
 CHECKPOINT_KINDS: tuple[str, ...] = ("saved", "loaded")
-THROUGHPUT_METRICS: tuple[str, ...] = (
-    "tflops",
-    "tflops_per_gpu",
-    "samples_per_s",
-    "tokens_per_s",
-    "iter_ms",
-    "it_per_s",
-    "mfu_pct",
-)
 
 TRACEBACK_START = "Traceback (most recent call last):"
 

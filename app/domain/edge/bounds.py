@@ -78,14 +78,6 @@ def check_text(value: str | None, name: str, *, maximum: int = MAX_FILTER_LENGTH
     return value
 
 
-def check_required_text(value: str | None, name: str, *, maximum: int = MAX_FILTER_LENGTH) -> str:
-    """check_text for a value that must be given: present and not blank."""
-    checked = check_text(value, name, maximum=maximum)
-    if checked is None or not checked.strip():
-        raise BoundsError(f"{name} must not be empty")
-    return checked
-
-
 def check_search(value: str | None, name: str = "search") -> str | None:
     """Search text, capped like the dashboard's search box."""
     return check_text(value, name, maximum=MAX_SEARCH_LENGTH)

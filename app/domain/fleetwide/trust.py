@@ -18,7 +18,6 @@ from app.domain.decision.rootcause import INFRASTRUCTURE
 # Disposition reasons of Advice held by these rules (PENDING, still active, not carried out).
 BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
 STORM_PAUSED = "STORM_PAUSED"
-HOLD_REASONS = (BUDGET_EXCEEDED, STORM_PAUSED)
 # Which budget held an Advice.
 WORKFLOW_BUDGET, CLUSTER_BUDGET = "workflow", "cluster"
 
