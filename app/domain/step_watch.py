@@ -15,12 +15,29 @@ class StepWatch:
     def __init__(self, *, templates: bool = True) -> None:
         self.tracker = StepTracker()
         self.miner: TemplateMiner | None = TemplateMiner() if templates else None
+        self.resumed_from: tuple[int, float] | None = None  # (file offset, iteration) of the newest checkpoint load
 
-    def observe(self, text: str) -> ProgressMarker | None:
-        """Feed one line (oldest first); a marker when it carries a counter (`arms` when the counter grew)."""
+    def resumed(self, iteration: float, *, offset: int) -> None:
+        """A checkpoint of `iteration` was loaded at `offset`: the run goes on from there."""
+        if self.resumed_from is None or offset >= self.resumed_from[0]:
+            self.resumed_from = (offset, iteration)
+
+    def advanced(self, reading: StepReading, *, offset: int = -1) -> bool:
+        """The counter grew: past its previous value, or (first seen after a checkpoint load at `offset` or
+        before) past the loaded iteration, so a resumed run arms on its first step, as a fresh one on its second."""
+        first = not self.tracker.seen(reading)
+        grew = self.tracker.advanced(reading)
+        if grew or not first or self.resumed_from is None:
+            return grew
+        loaded_at, iteration = self.resumed_from
+        return offset > loaded_at and reading.value > iteration
+
+    def observe(self, text: str, *, offset: int = -1) -> ProgressMarker | None:
+        """Feed one line (oldest first, `offset` where it starts); a marker when it carries a counter (`arms`
+        when the counter grew)."""
         reading = parse_bar_line(text)
         if reading is not None:
-            return marker_of(reading, arms=self.tracker.advanced(reading))
+            return marker_of(reading, arms=self.advanced(reading, offset=offset))
         if self.miner is not None:
             mined = self.miner.observe(text.rsplit("\r", 1)[-1])
             if mined is not None:

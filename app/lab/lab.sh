@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lab.sh - the `recovery lab` development/CI Slurm cluster: a REAL Slurm on this one machine,
 # without systemd: munged -> [slurmdbd] -> slurmctld -> N emulated slurmd (node1..nodeN, each
-# its own NodeHostname and port on 127.0.0.1) -> [slurmrestd with JWT].
+# its own NodeHostname, port on 127.0.0.1 and host name in a UTS namespace) -> [slurmrestd with JWT].
 #
 # Which Slurm: the host's packages (Debian 12: 22.05), or a newer release run from a Debian root
 # built once with debootstrap (24.11 = Debian 13 trixie, 26.05 = Debian testing forky) and
@@ -504,9 +504,25 @@ start_slurm() {
     mkdir -p "$DIR/spool/node$i"
     if ! alive "$RUN/slurmd-node$i.pid" slurmd; then
       log "starting slurmd node$i (port $((NODE_PORT_BASE + i)))"
-      R /usr/sbin/slurmd -N "node$i"
+      start_slurmd "node$i"
     fi
   done
+}
+
+# start_slurmd NODE -> one emulated node's slurmd, in a UTS namespace of its own named NODE when unshare(1)
+# can make one: what runs there (job steps, torchrun's `host :`, NCCL's `host:pid:tid`) sees its node's
+# host name, as on a real cluster, instead of this machine's name on every node.
+start_slurmd() {
+  local node=$1
+  if command -v unshare >/dev/null && unshare --uts true 2>/dev/null; then
+    if [ "$MODE" = root ]; then
+      unshare --uts sh -c 'hostname "$1" && exec chroot "$2" /usr/sbin/slurmd -N "$1"' sh "$node" "$ROOT"
+    else
+      unshare --uts sh -c 'hostname "$1" && exec /usr/sbin/slurmd -N "$1"' sh "$node"
+    fi
+  else
+    R /usr/sbin/slurmd -N "$node"
+  fi
 }
 
 restd_answers() { # any HTTP answer (401 without a token) means it listens

@@ -529,6 +529,8 @@ class LogTailer:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
+                if isinstance(signal, CheckpointEvent) and signal.kind == "loaded" and signal.iteration is not None:
+                    self._watch(position.path).resumed(signal.iteration, offset=base + line_start)
                 if isinstance(signal, CheckpointEvent) and self._repeated(position.path, signal, lines_before + 1):
                     continue
                 batch.events.append(
@@ -679,7 +681,7 @@ class LogTailer:
                 if line_end > line_start:
                     raw = buf[max(line_start, line_end - self.line_cap) : line_end]
                     text = decode_line(raw)
-                    seen = watch.observe(text)
+                    seen = watch.observe(text, offset=base + line_start)
                     if seen is not None:
                         found.append(
                             self._step_event(
@@ -719,7 +721,7 @@ class LogTailer:
             if older is not None:
                 watch.tracker.advanced(older)
             line_start, line_end, raw, text, reading = newest
-            marker = marker_of(reading, arms=watch.tracker.advanced(reading))
+            marker = marker_of(reading, arms=watch.advanced(reading, offset=base + line_start))
         elif watch.miner is not None:
             # No counter a parser knows: the template miner learns from the tail lines, oldest first.
             for span_start, span_end in spans:

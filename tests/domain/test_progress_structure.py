@@ -91,6 +91,19 @@ def test_step_watch_arms_on_the_second_iteration_line():
     assert markers[3].rule == "structure:iteration" and markers[3].phase == "trainingloop"
 
 
+def test_step_watch_arms_on_the_first_counter_past_a_loaded_checkpoint():
+    watch = StepWatch()
+    watch.resumed(5, offset=100)
+    assert not watch.observe("iteration 3 | loss 1.0", offset=50).arms  # before the load: one line arms nothing
+    fresh = StepWatch()
+    fresh.resumed(5, offset=100)
+    assert not fresh.observe("iteration 5 | loss 1.0", offset=200).arms  # not past the loaded iteration
+    again = StepWatch()
+    again.resumed(5, offset=100)
+    marker = again.observe("iteration 6 | loss 1.0", offset=200)
+    assert marker is not None and marker.arms and marker.iteration == 6
+
+
 # The template miner learns formats no parser knows. These lines are of our own made-up format
 # (no library prints them): a counter with no keyword, then metric values.
 OWN_FORMAT = "train {n}: 2.{n:02d}31 0.0010 ok"

@@ -337,6 +337,23 @@ def test_live_reads_never_arm_on_a_single_counter_line(tmp_path, tailer):
     assert text.count("iteration ") == 1 and result.latest_progress is None
 
 
+def test_live_reads_arm_a_resumed_run_on_its_first_counter_past_the_loaded_checkpoint(tmp_path, tailer):
+    # The retry of torchlab's DDP job (its own file) loads iter_5.pt and prints "iteration 6 | ...": one counter
+    # line past the loaded iteration is an advance, so a retry that hangs or fails one step later is armed.
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-kill.log").read_text()
+    lines = source.splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith("loaded checkpoint from"))
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(lines[start - 2 : start + 2]) + "\n")  # start-up lines, the load, iteration 6
+    result = tailer.read(FilePosition(path=str(log)))
+    marker = result.latest_progress
+    assert marker is not None and marker.signal.arms and marker.signal.iteration == 6
+    # without the load line the same single counter line arms nothing
+    other = tmp_path / "other.out"
+    other.write_text("\n".join([*lines[start - 2 : start], lines[start + 1]]) + "\n")
+    assert tailer.read(FilePosition(path=str(other))).latest_progress is None
+
+
 def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, tailer):
     # a format of our own (no library prints it): a counter without a keyword, then metric values
     log = tmp_path / "job.out"
