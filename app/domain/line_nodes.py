@@ -123,6 +123,7 @@ def _split_label(line: str) -> tuple[str, str]:
 
 
 CONTEXT_SOURCE = "a line naming the failed process's rank or PID"
+BLOCK_SOURCE = "the host line of the launcher's failure block"
 
 
 def context_line(node: str, context: Sequence[str], allocation: Sequence[str]) -> str | None:

@@ -226,9 +226,12 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     )
     finding = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node, event.context)
     node = finding.nodes[0] if finding.nodes else None
-    # A node the line itself does not name came from a line naming the failed process: say which.
+    # A node the line itself does not name came from the launcher's block around it or a line naming the failed
+    # process: say which.
     own = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node).nodes
     source = line_nodes.context_line(node, event.context, allocation) if node and not own else None
+    block = bool(node and node not in line_nodes.nodes_in_line(event.line, allocation))
+    block = block and bool(line_nodes.LAUNCHER_BLOCK_FIELD.match(event.line)) and node in own
     acted = await recovery_acted_at(session, attempt_id=attempt.id)
     after = acted is not None and _after(event.source_time or event.read_at, acted[0])
     kind = AFTER_RECOVERY_ACTED if after else CRASH
@@ -268,6 +271,7 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         "fingerprint": rootcause.fingerprint_id(signature),
         **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
         **({"nodeFrom": line_nodes.CONTEXT_SOURCE, "nodeFromLine": source} if source else {}),
+        **({"nodeFrom": line_nodes.BLOCK_SOURCE} if block else {}),
         **({"attributionNote": attribution.note} if attribution.note else {}),
     }
     await name_root_cause_node(session, attempt=attempt, finding=finding, after=after)

@@ -509,17 +509,22 @@ start_slurm() {
   done
 }
 
-# start_slurmd NODE -> one emulated node's slurmd, in a UTS namespace of its own named NODE when unshare(1)
-# can make one: what runs there (job steps, torchrun's `host :`, NCCL's `host:pid:tid`) sees its node's
-# host name, as on a real cluster, instead of this machine's name on every node.
+# start_slurmd NODE -> one emulated node's slurmd, when unshare(1) can make them, in UTS and mount namespaces
+# of its own: its host name is NODE and its /etc/hosts (every lab node on a loopback address of its own,
+# 127.0.10.N, then this machine's) resolves the others. What runs there (job steps; torchrun's `host :` and rendezvous address, NCCL's
+# `host:pid:tid`) sees its node's name, as on a real cluster, not this machine's name on every node.
 start_slurmd() {
-  local node=$1
-  if command -v unshare >/dev/null && unshare --uts true 2>/dev/null; then
-    if [ "$MODE" = root ]; then
-      unshare --uts sh -c 'hostname "$1" && exec chroot "$2" /usr/sbin/slurmd -N "$1"' sh "$node" "$ROOT"
-    else
-      unshare --uts sh -c 'hostname "$1" && exec /usr/sbin/slurmd -N "$1"' sh "$node"
-    fi
+  local node=$1 hosts=$DIR/etc/hosts.nodes i
+  if command -v unshare >/dev/null && unshare --uts --mount true 2>/dev/null; then
+    # a loopback address of its own per node, so that a reverse lookup (Python's getfqdn) gives the node's name
+    { for i in $(seq 1 "$NODES"); do echo "127.0.10.$i node$i"; done; cat /etc/hosts; } > "$hosts.new"
+    mv "$hosts.new" "$hosts"
+    local target=/etc/hosts
+    [ "$MODE" = root ] && target=$ROOT/etc/hosts
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    unshare --uts --mount --propagation private sh -c \
+      'hostname "$1" && mount --bind "$2" "$3" && if [ -n "$4" ]; then exec chroot "$4" /usr/sbin/slurmd -N "$1"; else exec /usr/sbin/slurmd -N "$1"; fi' \
+      sh "$node" "$hosts" "$target" "$ROOT"
   else
     R /usr/sbin/slurmd -N "$node"
   fi
