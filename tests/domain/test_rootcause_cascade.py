@@ -93,6 +93,8 @@ def test_only_consequences_still_name_one() -> None:
         ("ddp-raise.log", "PYTHON_TRACEBACK", "node2", 0, "[rank0]: Traceback"),  # rank 0 ran on node2
         # with Recovery acting, srun's first `Exited with exit code 1` is the survivor's (node1): not used
         ("ddp-kill-recovered.log", "HOST_OOM", "node2", 0, "exitcode  : -9"),
+        # nodes with host names of their own: torchrun's block says `host : node2`
+        ("ddp-kill-hostnames.log", "HOST_OOM", "node2", 1, "exitcode  : -9"),
     ],
 )
 def test_check_log_names_the_process_that_failed_first(capture, category, node, rank, text) -> None:

@@ -2,7 +2,9 @@
 
 The jobs are the examples job authors copy (examples/ddp.sbatch + ddp_train.py: torchrun, DistributedDataParallel
 over gloo on CPU, 2 nodes x 1 torchrun; examples/hf.sbatch + hf_train.py: a Hugging Face Trainer), submitted with
-the user guide's directives (`--requeue`, the APS policy in act mode). Every line the service reads is what torch,
+the user guide's directives (`--requeue`, the APS policy in act mode), on a lab of their own (`slurm_framework_lab`,
+its own xdist group: minutes of training do not hold up the shared lab's tests) whose nodes have host names of
+their own, as on a real cluster. Every line the service reads is what torch,
 torchrun, gloo, srun, tqdm and transformers print. The assertions are issue 24's: the root cause is the process
 that failed first (its node, not a survivor's `Connection reset by peer`), the story cites the evidence the
 Advice was decided on, the hang detector arms on the program's own progress lines (the hang is found before the
@@ -306,6 +308,13 @@ def check_cites_the_decided_anomaly(checks: Checks, run: Run, index: int) -> Non
     checks.expect(
         all(a["id"] != said for a in after), f"attempt {index}'s story cites no line after Recovery acted", None
     )
+    checks.expect(
+        all(a["role"] == "after Recovery acted" and a["outlook"] is None for a in after),
+        f"attempt {index}'s lines after Recovery acted are kept apart (role, no outlook)",
+        [(a["role"], a["outlook"], a["line"]) for a in after],
+    )
+    if after:
+        print(f"attempt {index}: {len(after)} line(s) kept apart as after Recovery acted")
 
 
 def check_consequences_marked(checks: Checks, run: Run, index: int, root: dict[str, Any] | None) -> None:
