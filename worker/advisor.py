@@ -421,8 +421,10 @@ class Advisor(Service):
         if cause.primary_anomaly_id is not None:
             crash_ids = [row.id for row in seen if row.kind == "CRASH"]
             await evidence_service.store_roles(session, root_cause_id=cause.primary_anomaly_id, crash_ids=crash_ids)
-            if cause.node is not None:
-                await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
+            if cause.node is not None and cause.node_from is not None:
+                await evidence_service.store_failed_node(
+                    session, anomaly_id=cause.primary_anomaly_id, node=cause.node, provenance=cause.node_from
+                )
         for row in seen:
             if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)

@@ -40,8 +40,15 @@ class Told:
 def _anomaly_fact(x: Anomaly | None) -> AnomalyFact | None:
     if x is None:
         return None
+    node_from = (x.details or {}).get("nodeFrom")
     return AnomalyFact(
-        kind=x.kind, category=x.category, node=x.node, xid=x.xid, line_number=x.line_number, log_path=x.log_path
+        kind=x.kind,
+        category=x.category,
+        node=x.node,
+        xid=x.xid,
+        line_number=x.line_number,
+        log_path=x.log_path,
+        node_from=str(node_from) if node_from and x.node else None,
     )
 
 

@@ -11,6 +11,7 @@ from app.domain.detection import line_nodes
 from app.domain.detection.progress import parse_bar_line
 from app.domain.detection.signatures import Classifier
 from app.evidence.models import Anomaly
+from app.evidence.queries import AFTER_RECOVERY_ACTED
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class AttemptCause:
     blamed: tuple[str, ...] = ()
     primary_anomaly_id: int | None = None
     node: str | None = None  # where the failed process ran (rootcause.failed_node), when the evidence says
+    node_from: str | None = None  # how `node` was found, when the root cause's own line does not name it
     # Blame derived now for anomalies recorded before the attempt's node list was known: id -> blamed nodes.
     derived: dict[int, list[dict[str, str]]] = field(default_factory=dict)
 
@@ -108,7 +110,10 @@ def attempt_cause(
         line_nodes.with_line_nodes(finding_of(row), attempt_nodes, tasks_per_node, process_lines_of(row))
         for row in crashes
     ]
-    cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
+    # Lines printed after Recovery acted are never a cause, but srun's exit line among them says where the
+    # failed task ran (Recovery often acts before srun reports the first task's exit).
+    hints = [finding_of(row) for row in rows if row.kind == AFTER_RECOVERY_ACTED]
+    cause = rootcause.analyse(findings, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node, node_hints=hints)
     first = cause.primary
     blamed: set[str] = set()
     derived: dict[int, list[dict[str, str]]] = {}
@@ -131,5 +136,6 @@ def attempt_cause(
         blamed=tuple(sorted(blamed)),
         primary_anomaly_id=row.id,
         node=cause.node,
+        node_from=cause.node_from,
         derived=derived,
     )

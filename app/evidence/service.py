@@ -232,22 +232,24 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     signal = event.signal
     assert isinstance(signal, CrashSignature)
     allocation = tuple(attempt.nodes or ())
-    finding = line_nodes.with_line_nodes(
-        rootcause.Finding(
-            category=signal.category,
-            rule=signal.rule,
-            line=event.line,
-            detail=signal.detail,
-            nodes=signal.nodes,
-            rank=signal.rank,
-            xid=signal.xid,
-            first_observed=signal.first_observed,
-        ),
-        allocation,
-        attempt.tasks_per_node,
-        event.context,
+    line_finding = rootcause.Finding(
+        category=signal.category,
+        rule=signal.rule,
+        line=event.line,
+        detail=signal.detail,
+        nodes=signal.nodes,
+        rank=signal.rank,
+        xid=signal.xid,
+        first_observed=signal.first_observed,
     )
+    finding = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node, event.context)
     node = finding.nodes[0] if finding.nodes else None
+    # A node the line itself does not name came from the launcher's block around it or a line naming the failed
+    # process: say which.
+    own = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node).nodes
+    source = line_nodes.context_line(node, event.context, allocation) if node and not own else None
+    block = bool(node and node not in line_nodes.nodes_in_line(event.line, allocation))
+    block = block and bool(line_nodes.LAUNCHER_BLOCK_FIELD.match(event.line)) and node in own
     acted = await recovery_acted_at(session, attempt_id=attempt.id)
     after = acted is not None and _after(event.source_time or event.read_at, acted[0])
     kind = AFTER_RECOVERY_ACTED if after else CRASH
@@ -288,8 +290,11 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
         **({"firstObserved": True} if signal.first_observed else {}),
         **({"processLines": process_lines(event.context)} if event.context and not allocation else {}),
+        **({"nodeFrom": line_nodes.CONTEXT_SOURCE, "nodeFromLine": source} if source else {}),
+        **({"nodeFrom": line_nodes.BLOCK_SOURCE} if block else {}),
         **({"attributionNote": attribution.note} if attribution.note else {}),
     }
+    await name_root_cause_node(session, attempt=attempt, finding=finding, after=after)
     if after:
         assert acted is not None
         details["afterRecoveryActed"] = {"step": acted[1], "sentAt": acted[0].isoformat()}
@@ -497,12 +502,38 @@ async def store_roles(session: AsyncSession, *, root_cause_id: int, crash_ids: l
             row.details = {**(row.details or {}), "role": role}
 
 
-async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str) -> None:
-    """Name the node of a root-cause anomaly whose own line did not (srun's first non-zero exit said it)."""
+async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str, provenance: str) -> None:
+    """Name the node of a root-cause anomaly whose own line did not, saying how it was found (`nodeFrom`)."""
     row = await session.get(Anomaly, anomaly_id)
     if row is not None and row.node is None:
         row.node = node
-        row.details = {**(row.details or {}), "nodeFrom": "srun exit of the failed task"}
+        row.details = {**(row.details or {}), "nodeFrom": provenance}
+
+
+async def name_root_cause_node(
+    session: AsyncSession, *, attempt: Attempt, finding: rootcause.Finding, after: bool
+) -> None:
+    """A line read after the attempt's root cause was decided names the root cause's node when nothing did yet:
+    the launcher's report of the same rank (its host), or, before Recovery acted, srun's first failed task
+    (Recovery often decides before either is printed)."""
+    task = rootcause.srun_failed_task(finding.line)
+    reports_rank = finding.rank is not None and bool(finding.nodes) and not rootcause.srun_task_line(finding.line)
+    if after:
+        task = None  # srun's exit order after Recovery acted is Recovery's doing
+    if task is None and not reports_rank:
+        return
+    rows = list(await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id, Anomaly.kind == CRASH)))
+    root = next((row for row in rows if (row.details or {}).get("role") == ROOT_CAUSE), None)
+    if root is None or root.node is not None:
+        return
+    rank = (root.details or {}).get("rank")
+    if reports_rank and rank == finding.rank:
+        provenance = f"the launcher's report of rank {rank} names its host"
+        await store_failed_node(session, anomaly_id=root.id, node=finding.nodes[0], provenance=provenance)
+    elif task is not None and not any(rootcause.srun_failed_task(row.line or "") for row in rows):
+        await store_failed_node(
+            session, anomaly_id=root.id, node=task[0], provenance=rootcause.srun_provenance(task[1])
+        )
 
 
 # ---- events that wait for their attempt -------------------------------------------------------

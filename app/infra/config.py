@@ -142,8 +142,8 @@ class Settings:
         True,
         _bool,
         "TERMINATE instead of retrying an `application` failure (outlook of its root cause) when the "
-        "previous attempt failed with the same exception at the same iteration (give or take 5); false "
-        "retries it like any other failure.",
+        "previous attempt failed with the same failure fingerprint at the same iteration (give or take 5; "
+        "when either iteration is unknown the fingerprint alone decides); false retries it like any other failure.",
     )
     acknowledge_scheduler_actions: bool = setting(
         False,

@@ -542,6 +542,8 @@ class LogTailer:
                 # Line numbers only for lines that become events: most candidates are benign.
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
+                if isinstance(signal, CheckpointEvent) and signal.kind == "loaded" and signal.iteration is not None:
+                    self._watch(position.path).resumed(signal.iteration, offset=base + line_start)
                 if isinstance(signal, CheckpointEvent) and (
                     self._names_its_step(position.path, signal, lines_before + 1, batch)
                     or self._repeated(position.path, signal, lines_before + 1)
@@ -715,7 +717,7 @@ class LogTailer:
                 if line_end > line_start:
                     raw = buf[max(line_start, line_end - self.line_cap) : line_end]
                     text = decode_line(raw)
-                    observed = watch.observe(text)
+                    observed = watch.observe(text, offset=base + line_start)
                     if observed is not None:
                         marker, counter = observed
                         number = lines_before + index + 1
@@ -747,7 +749,7 @@ class LogTailer:
             if older is not None:
                 watch.tracker.advanced(older)
             line_start, line_end, raw, text, reading = newest
-            seen = marker_of(reading, arms=watch.arms(reading)), reading
+            seen = marker_of(reading, arms=watch.arms(reading, offset=base + line_start)), reading
         else:
             # No counter a parser knows: the template miner and metrics lines learn from the tail, oldest first.
             for span_start, span_end in spans:

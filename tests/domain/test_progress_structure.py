@@ -174,6 +174,26 @@ def test_lines_that_are_not_metric_lines(text):
     assert parse_metrics(text) is None
 
 
+def test_step_watch_arms_on_the_first_counter_past_a_loaded_checkpoint():
+    """A bare counter (no total, no metric) arms on an advance, or past the loaded checkpoint's iteration."""
+
+    def arms(watch: StepWatch, text: str, offset: int) -> bool:
+        observed = watch.observe(text, offset=offset)
+        return observed is not None and observed[0].arms
+
+    watch = StepWatch()
+    watch.resumed(5, offset=100)
+    assert not arms(watch, "iteration 3", 50)  # before the load: one line arms nothing
+    fresh = StepWatch()
+    fresh.resumed(5, offset=100)
+    assert not arms(fresh, "iteration 5", 200)  # not past the loaded iteration
+    again = StepWatch()
+    again.resumed(5, offset=100)
+    observed = again.observe("iteration 6", offset=200)
+    assert observed is not None and observed[0].arms and observed[0].iteration == 6
+    assert not arms(StepWatch(), "iteration 6", 200)  # with no load, one bare counter line arms nothing
+
+
 # The template miner learns formats no parser knows. These lines are of our own made-up format
 # (no library prints them): a counter with no keyword, then metric values.
 OWN_FORMAT = "train {n}: 2.{n:02d}31 0.0010 ok"

@@ -368,6 +368,33 @@ def test_a_configured_rate_rule_wins_its_line(tmp_path, tailer):
     assert [event.signal.rules for event in result.throughput] == [("it_per_s",)]
 
 
+def test_live_reads_arm_a_resumed_run_on_its_first_counter_past_the_loaded_checkpoint(tmp_path, tailer):
+    # The retry of torchlab's DDP job (its own file) loads iter_5.pt and prints "iteration 6 | ...": one counter
+    # line past the loaded iteration is an advance, so a retry that hangs or fails one step later is armed.
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-kill.log").read_text()
+    lines = source.splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith("loaded checkpoint from"))
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(lines[start - 2 : start + 2]) + "\n")  # start-up lines, the load, iteration 6
+    result = tailer.read(FilePosition(path=str(log)))
+    marker = result.latest_progress
+    assert marker is not None and marker.signal.arms and marker.signal.iteration == 6
+    # without the load line that line still arms: it carries a metric (loss), a training loop's mark
+    other = tmp_path / "other.out"
+    other.write_text("\n".join([*lines[start - 2 : start], lines[start + 1]]) + "\n")
+    alone = tailer.read(FilePosition(path=str(other))).latest_progress
+    assert alone is not None and alone.signal.arms
+    # a bare counter (no metric, no total) arms on its first line only past a loaded checkpoint
+    bare = tmp_path / "bare.out"
+    bare.write_text("\n".join([lines[start], "iteration 6"]) + "\n")
+    resumed = tailer.read(FilePosition(path=str(bare))).latest_progress
+    assert resumed is not None and resumed.signal.arms and resumed.signal.iteration == 6
+    fresh = tmp_path / "fresh.out"
+    fresh.write_text("iteration 6\n")
+    first = tailer.read(FilePosition(path=str(fresh))).latest_progress
+    assert first is None or not first.signal.arms
+
+
 def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, tailer):
     # a format of our own (no library prints it): a counter without a keyword, then metric values
     log = tmp_path / "job.out"

@@ -210,7 +210,7 @@ def decide(
 
     repeated = repeated_application_failure(failure, earlier) if site.stop_repeated_application_failures else None
     if repeated is not None:
-        where = f" at iteration {failure.iteration}" if failure.iteration is not None else " before any progress marker"
+        where = f" at iteration {failure.iteration}" if failure.iteration is not None else ", no iteration read"
         return verdict(
             stop_operation,
             Rule.APPLICATION_FAILURE_REPEATED,

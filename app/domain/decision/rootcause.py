@@ -178,6 +178,7 @@ class RootCause:
     consequences: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     node: str | None = None  # where the failed process ran, when the evidence says (see failed_node)
+    node_from: str | None = None  # how `node` was found when the root cause's own line does not name it
 
     @property
     def category(self) -> str | None:
@@ -350,8 +351,8 @@ def analyse(
 ) -> RootCause:
     """Primary cause, its outlook and every node infrastructure evidence blames.
 
-    `node_hints` are lines kept apart (printed after Recovery acted): never a cause, but srun's exit line
-    among them still says where the failed process ran."""
+    `node_hints` are lines kept apart (printed after Recovery acted): never a cause, but the launcher's report of
+    the failed rank among them still says where it ran (srun's exit lines there do not: Recovery ended the tasks)."""
     first = primary(findings)
     if first is None:
         return RootCause(primary=None, outlook=None)
@@ -363,30 +364,65 @@ def analyse(
             blamed.setdefault(node.node, node)
         if attribution.note and attribution.note not in notes:
             notes.append(attribution.note)
+    failed, failed_from = failed_node(first, findings, node_hints)
     return RootCause(
         primary=first,
         outlook=outlook_of_finding(first),
         blamed=tuple(blamed.values()),
         consequences=tuple(f for f in findings if f is not first),
         notes=tuple(notes),
-        node=failed_node(first, [*findings, *node_hints]),
+        node=failed,
+        node_from=failed_from,
     )
 
 
-_SRUN_EXITED = re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? [\d,\-]+: Exited with exit code [1-9]")
+_SRUN_EXITED = re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? (?P<task>[\d,\-]+): Exited with exit code [1-9]")
 
 
-def failed_node(first: Finding, findings: Sequence[Finding]) -> str | None:
-    """The node the failed process ran on: the root cause's own node, else the node of srun's first
-    `Exited with exit code N` (the task whose launcher saw its process die; the others are `Terminated`)."""
+_SRUN_TASK = re.compile(r"srun: error: [\w.\-]+: tasks? \d")  # its number is a Slurm task, not a process's rank
+
+
+def srun_task_line(text: str) -> bool:
+    """Whether this is srun's line about a task (`srun: error: node2: task 1: ...`): its number is no rank."""
+    return bool(_SRUN_TASK.search(text))
+
+
+def srun_failed_task(text: str) -> tuple[str, str] | None:
+    """(node, task) of srun's `srun: error: <node>: task <n>: Exited with exit code N` line: Slurm's task layout
+    says where that task ran, whatever the hosts are called inside the job (all `localhost` in the lab)."""
+    found = _SRUN_EXITED.search(text)
+    return (found.group("node"), found.group("task")) if found else None
+
+
+def srun_provenance(task: str) -> str:
+    """How a root cause's node was found from srun's exit line (shown with the node)."""
+    return f"srun: task {task} was the first to exit with an error"
+
+
+def failed_node(
+    first: Finding, findings: Sequence[Finding], hints: Sequence[Finding] = ()
+) -> tuple[str | None, str | None]:
+    """(node, how it was found) of the failed process: the root cause's own node (its line named it), else the
+    node another line gives the same rank (the launcher's failure report: torchrun's `rank :` with its `host :`),
+    else the node of srun's first `Exited with exit code N` (the task whose launcher saw its process die; the
+    others are `Terminated`). `hints` (printed after Recovery acted) count for the rank, not for srun's order."""
     if first.nodes:
-        return first.nodes[0]
+        return first.nodes[0], None
+    if first.rank is not None:
+        same = [
+            f
+            for f in [*findings, *hints]
+            if f is not first and f.rank == first.rank and f.nodes and not srun_task_line(f.line)
+        ]
+        if same:
+            report = min(same, key=lambda f: f.order)
+            return report.nodes[0], f"the launcher's report of rank {first.rank} names its host"
     exited = [f for f in findings if _SRUN_EXITED.search(f.line) or _SRUN_EXITED.search(f.detail)]
     if not exited:
-        return None
+        return None, None
     earliest = min(exited, key=lambda f: f.order)
-    found = _SRUN_EXITED.search(earliest.line) or _SRUN_EXITED.search(earliest.detail)
-    return found.group("node") if found else None
+    found = srun_failed_task(earliest.line) or srun_failed_task(earliest.detail)
+    return (found[0], srun_provenance(found[1])) if found else (None, None)
 
 
 # ---------------------------------------------------------------- fingerprints
@@ -479,20 +515,21 @@ def same_place(
     *,
     tolerance: int = ITERATION_TOLERANCE,
 ) -> bool:
-    """The same exception (type and message) at the same iteration, give or take `tolerance`."""
+    """The same failure: equal fingerprints (the failure's identity) and, when both attempts' iterations are
+    known, the same iteration give or take `tolerance`. An unknown iteration (no step counter read in that attempt,
+    e.g. a resumed attempt that failed one step after its checkpoint) is no evidence of another place."""
     if not signature or signature != earlier_signature:
         return False
-    if iteration is None and earlier_iteration is None:
-        return True  # both failed before any progress marker: e.g. an ImportError at start-up
     if iteration is None or earlier_iteration is None:
-        return False
+        return True
     return abs(iteration - earlier_iteration) <= tolerance
 
 
 def decided_anomaly(refs: Sequence[str]) -> int | None:
-    """The anomaly an Advice's evidence refs say it rests on: the crash's root cause, else the signal's anomaly."""
+    """The anomaly an Advice's evidence refs say it rests on: the crash's root cause, else the signal's anomaly;
+    the newest of each (an Advice's refs accumulate as later lines move the root cause)."""
     for prefix in ("root_cause:anomaly:", "anomaly:"):
-        for ref in refs:
+        for ref in reversed(refs):
             if ref.startswith(prefix) and ref[len(prefix) :].isdigit():
                 return int(ref[len(prefix) :])
     return None

@@ -162,6 +162,19 @@ def _split_label(line: str) -> tuple[str, str]:
     return (match.group(0), line[match.end() :]) if match else ("", line)
 
 
+CONTEXT_SOURCE = "a line naming the failed process's rank or PID"
+BLOCK_SOURCE = "the host line of the launcher's failure block"
+
+
+def context_line(node: str, context: Sequence[str], allocation: Sequence[str]) -> str | None:
+    """The context line (naming the failed process's PID or rank) that gave `node`, if one did."""
+    for line in context:
+        named = nodes_in_line(line, allocation)
+        if named and named[0] == node:
+            return " ".join(line.split())[:300]
+    return None
+
+
 def with_line_nodes(
     finding: Finding,
     allocation: Sequence[str] = (),

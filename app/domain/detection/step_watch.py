@@ -20,15 +20,32 @@ class StepWatch:
     def __init__(self, *, templates: bool = True) -> None:
         self.tracker = StepTracker()
         self.miner: TemplateMiner | None = TemplateMiner() if templates else None
+        self.resumed_from: tuple[int, float] | None = None  # (file offset, iteration) of the newest checkpoint load
 
-    def observe(self, text: str) -> tuple[ProgressMarker, StepReading] | None:
-        """Feed one line (oldest first); its marker and reading when it carries a counter (`arms`: strong, or grew).
+    def resumed(self, iteration: float, *, offset: int) -> None:
+        """A checkpoint of `iteration` was loaded at `offset`: the run goes on from there."""
+        if self.resumed_from is None or offset >= self.resumed_from[0]:
+            self.resumed_from = (offset, iteration)
+
+    def advanced(self, reading: StepReading, *, offset: int = -1) -> bool:
+        """The counter grew: past its previous value, or (first seen after a checkpoint load at `offset` or
+        before) past the loaded iteration, so a resumed run arms on its first step, as a fresh one on its second."""
+        first = not self.tracker.seen(reading)
+        grew = self.tracker.advanced(reading)
+        if grew or not first or self.resumed_from is None:
+            return grew
+        loaded_at, iteration = self.resumed_from
+        return offset > loaded_at and reading.value > iteration
+
+    def observe(self, text: str, *, offset: int = -1) -> tuple[ProgressMarker, StepReading] | None:
+        """Feed one line (oldest first, `offset` where it starts); its marker and reading when it carries a counter
+        (`arms`: strong, or grew).
 
         The reading's fields are the line's metrics: throughput samples come from them (`rates_of`).
         """
         reading = parse_bar_line(text)
         if reading is not None:
-            return marker_of(reading, arms=self.arms(reading)), reading
+            return marker_of(reading, arms=self.arms(reading, offset=offset)), reading
         return self.without_counter(text.rsplit("\r", 1)[-1])
 
     def without_counter(self, text: str) -> tuple[ProgressMarker, StepReading] | None:
@@ -42,12 +59,11 @@ class StepWatch:
             return marker_of(metrics, arms=True), metrics  # a metrics line is progress once its shape recurs
         return None
 
-    def arms(self, reading: StepReading) -> bool:
+    def arms(self, reading: StepReading, *, offset: int = -1) -> bool:
         """Whether this reading arms the hang detector (the tracker remembers it either way)."""
         if reading.source == "metrics":
             return self.tracker.recurred(reading)
-        advanced = self.tracker.advanced(reading)
-        return advanced or reading.strong
+        return self.advanced(reading, offset=offset) or reading.strong
 
 
 def marker_of(reading: StepReading, *, arms: bool) -> ProgressMarker:

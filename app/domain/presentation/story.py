@@ -44,6 +44,7 @@ class AnomalyFact:
     xid: int | None = None
     line_number: int | None = None
     log_path: str | None = None
+    node_from: str | None = None  # how the node was found when the line itself does not name it
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _happened(facts: AttemptFacts) -> str:
         redundant = category.lower() in {"hang", "no progress", "slowdown", "straggler"}
         text = f"{head} {what}" if redundant else f"{head} {what} ({category})"
         if x.node:
-            text += f" on {x.node}"
+            text += f" on {x.node}" + (f" ({x.node_from})" if x.node_from else "")
         if x.line_number:
             text += f" at line {x.line_number}"
             if x.log_path:
