@@ -1,4 +1,4 @@
-"""Build hook: the wheel carries the top-level data folders as app/bundled/<name> (see app/resources.py).
+"""Build hook: the wheel carries the top-level data folders as app/bundled/<name> (see app/infra/resources.py).
 
 Everything else about the package is declared in pyproject.toml. The source tree keeps its layout
 (migrations/, static/, graphql/, examples/ at the top); an editable install reads them from there.

@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.auth import check_auth_configuration
-from app.config import Settings, SettingsError
-from app.logfilter import install_access_log_filter, mask_url
+from app.infra.config import Settings, SettingsError
+from app.infra.log_masking import install_access_log_filter, mask_url
 
 log = logging.getLogger("recovery")
 
 
 def _configure_logging(verbose: bool, settings: Settings | None = None) -> None:
-    from app.logformat import configure
+    from app.infra.log_format import configure
 
     configure(
         fmt=settings.log_format if settings else "text",
@@ -30,7 +30,7 @@ def _configure_logging(verbose: bool, settings: Settings | None = None) -> None:
 
 def start_metrics(settings: Settings) -> None:
     """Start the /metrics listener when RECOVERY_METRICS_BIND is set (a bad address is a settings error)."""
-    from app.metrics import start_listener
+    from app.infra.metrics import start_listener
 
     try:
         start_listener(settings.metrics_bind)
@@ -39,8 +39,8 @@ def start_metrics(settings: Settings) -> None:
 
 
 async def _upgrade(settings: Settings) -> str | None:
-    from app.context import AppContext
-    from app.migrate import current_revision, upgrade
+    from app.infra.context import AppContext
+    from app.infra.migrate import current_revision, upgrade
 
     ctx = AppContext.open(settings)
     try:
@@ -51,8 +51,8 @@ async def _upgrade(settings: Settings) -> str | None:
 
 
 async def _require_head(settings: Settings) -> None:
-    from app.context import AppContext
-    from app.migrate import current_revision, head_revision
+    from app.infra.context import AppContext
+    from app.infra.migrate import current_revision, head_revision
 
     ctx = AppContext.open(settings)
     try:
@@ -67,7 +67,7 @@ async def _require_head(settings: Settings) -> None:
 
 async def _run_alone(settings: Settings, role: str, clusters: Sequence[Settings] | None = None) -> None:
     """Run worker services without HTTP, under each cluster's lease for `role`, until SIGINT/SIGTERM."""
-    from app.context import AppContext
+    from app.infra.context import AppContext
     from worker.registry import cluster_runners
 
     start_metrics(settings)
@@ -98,8 +98,8 @@ async def _run_alone(settings: Settings, role: str, clusters: Sequence[Settings]
 async def _serve(settings: Settings, *, with_worker: bool) -> None:
     import uvicorn
 
-    from app.clusters import every_cluster
-    from app.context import AppContext
+    from app.infra.clusters import every_cluster
+    from app.infra.context import AppContext
     from app.main import create_app
     from worker.registry import cluster_runners
 
@@ -112,7 +112,7 @@ async def _serve(settings: Settings, *, with_worker: bool) -> None:
         await asyncio.gather(*(runner.run() for runner in runners))
 
     app = create_app(settings, ctx=ctx, background=background if runners else None)
-    # log_config=None: uvicorn's loggers go through the one handler app.logformat installs (text or json).
+    # log_config=None: uvicorn's loggers go through the one handler app.infra.log_format installs (text or json).
     config = uvicorn.Config(
         app, host=settings.bind_host, port=settings.bind_port, log_level="info", lifespan="on", log_config=None
     )
@@ -156,7 +156,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _selected_clusters(args: argparse.Namespace, settings: Settings) -> list[Settings]:
     """--cluster NAME (its table of RECOVERY_CLUSTERS_FILE), --all-clusters, or RECOVERY_CLUSTER alone."""
-    from app.clusters import cluster_settings, every_cluster
+    from app.infra.clusters import cluster_settings, every_cluster
 
     if getattr(args, "all_clusters", False):
         if not settings.clusters_file:
@@ -190,8 +190,8 @@ def _cmd_watchdog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
-    from app.context import AppContext
-    from app.migrate import current_revision, head_revision
+    from app.infra.context import AppContext
+    from app.infra.migrate import current_revision, head_revision
 
     if args.db_action == "upgrade":
         revision = asyncio.run(_upgrade(settings))

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from app.config import Settings
-from app.domain.terminal import terminal_text
+from app.domain.edge.terminal import terminal_text
+from app.infra.config import Settings
 
 SERVER_ENV = "RECOVERY_HTTP_URL"  # the user guide's names
 TOKEN_ENV = "RECOVERY_ACCESS_TOKEN"

@@ -21,11 +21,11 @@ from typing import Any, TextIO
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.logfilter import mask_url
-from app.logformat import set_cluster as set_log_cluster
-from app.resources import resource_dir
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.log_format import set_cluster as set_log_cluster
+from app.infra.log_masking import mask_url
+from app.infra.resources import resource_dir
 
 EXAMPLES = resource_dir("examples")
 OPERATIONS = resource_dir("graphql") / "operations"
@@ -124,7 +124,7 @@ def _prepare_run_dir(lab_dir: str) -> Path:
 
 async def _first_look(runner: Any, bound: float = 60.0) -> None:
     """Wait (bounded) for the observer's first complete look at Slurm: a job that ended before it is adopted as
-    history, not recovered (app/domain/adoption.py), so the examples are submitted after it."""
+    history, not recovered (app/domain/admission/adoption.py), so the examples are submitted after it."""
     from worker.observer import Observer  # lazily, like the other worker imports of the demo
 
     observer = next((s for s in runner.services if isinstance(s, Observer)), None)
@@ -286,8 +286,8 @@ async def run_demo(
     import uvicorn
 
     from app.auth import check_auth_configuration
+    from app.infra.migrate import upgrade
     from app.main import create_app
-    from app.migrate import upgrade
     from worker.registry import build_services
     from worker.runner import WorkerRunner
 

@@ -17,12 +17,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api.routes import api_routes
-from app.config import Settings
-from app.context import AppContext
-from app.errors import database_error_text, database_problem, outage_response
-from app.guards import EdgeGuard
-from app.metrics import RequestMetrics
-from app.migrate import current_revision, head_revision
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.errors import database_error_text, database_problem, outage_response
+from app.infra.http_guards import EdgeGuard
+from app.infra.metrics import RequestMetrics
+from app.infra.migrate import current_revision, head_revision
 from views.find import not_found as not_found_page
 from views.routes import dashboard_routes
 

@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import event, select  # noqa: E402
 
-from app.config import Settings  # noqa: E402
-from app.context import AppContext  # noqa: E402
+from app.infra.config import Settings  # noqa: E402
+from app.infra.context import AppContext  # noqa: E402
+from app.infra.migrate import upgrade  # noqa: E402
 from app.jobs import service as jobs  # noqa: E402
 from app.jobs.models import Attempt  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
 from worker.collector import Collector  # noqa: E402
 from worker.observer import Observer  # noqa: E402
 

@@ -9,10 +9,11 @@ default rule set) on every excerpt and compares with the labels:
     .venv/bin/python bench/detection.py --only xid # files whose name contains "xid"
     .venv/bin/python bench/detection.py --corpus tests/fixtures/realworld-holdout2   # one corpus only
 
-The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout`` and ``realworld-holdout2`` (held out: their
-README records the figures measured before anyone tuned on them). With several corpora the figure lines of the first
-keep their plain names and the others' carry the corpus tag (``crash_recall_holdout2``); a corpus summary line
-counts frameworks, blamed-node files, distinct progress formats and checkpoint loads over all of them.
+The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout``, ``realworld-holdout2`` and
+``realworld-holdout3`` (held out: each README records the figures measured before anyone tuned on it). With several
+corpora the figure lines of the first keep their plain names and the others' carry the corpus tag
+(``crash_recall_holdout2``); a corpus summary line (``corpora:``) counts excerpts, frameworks, blamed-node files,
+distinct progress formats and checkpoint loads over all of them.
 
 What it reads from the report dict (`recovery check-log --json` prints the same dict):
 
@@ -22,7 +23,8 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
   (``report["checkpoint_iteration"]``, when the report has it, overrides the iteration).
 * ``progress``: {phase: {...}}; non-empty means progress markers were seen.
 * ``hang_detector.armed`` (bool): the hang detector armed on a progress marker; the arming rate is the share of files
-  labelled ``progress = true`` where it did.
+  labelled ``progress = true`` where it did; ``false_arming`` lists the crash-free files labelled ``progress = false``
+  (logs that show no training progress) where it armed all the same.
 * a ``checkpoints`` entry of kind "loaded": the load a file labelled ``checkpoint_load = true`` carries was seen.
 * ``primary_category`` (str): the root-cause category of the failure.
 * ``outlook`` (str): "infrastructure" | "transient" | "application" | "none".
@@ -55,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.authoring.log_check import build_report  # noqa: E402
-from app.domain.signature_defaults import default_ruleset  # noqa: E402
+from app.domain.detection.rules_builtin import default_ruleset  # noqa: E402
 from app.slurm.names import expand_hostlist  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -65,6 +67,7 @@ CORPORA: dict[str, Path] = {
     "realworld": CORPUS,
     "holdout": FIXTURES / "realworld-holdout",
     "holdout2": FIXTURES / "realworld-holdout2",
+    "holdout3": FIXTURES / "realworld-holdout3",
 }
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (
@@ -76,6 +79,7 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("xid_number", "%", ">=", 95.0),
     ("checkpoint_iteration", "%", ">=", 95.0),
     ("hang_armed", "%", ">=", 90.0),
+    ("false_arming", "count", "<=", 0),
     ("checkpoint_load", "%", ">=", 95.0),
 )
 
@@ -213,6 +217,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
     outlook, rank, progress, armed, loads = Score(), Score(), Score(), Score(), Score()
     false_crash: list[str] = []
+    false_arming: list[str] = []
     false_blame: list[str] = []
     per_cat: dict[str, Counter[str]] = {}
     for r in results:
@@ -253,6 +258,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         progress.add(r.progress == bool(lab.get("progress")), r.name)
         if lab.get("progress"):
             armed.add(r.armed, r.name)
+        elif r.armed and not crashed:
+            false_arming.append(r.name)
         if lab.get("checkpoint_load"):
             loads.add(r.loaded, r.name)
     return {
@@ -276,6 +283,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "hang_armed": armed,
         "checkpoint_load": loads,
         "false_crash_verdicts": false_crash,
+        "false_arming": false_arming,
         "per_category": per_cat,
     }
 
@@ -311,6 +319,9 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
     w(f"{'false_crash_verdicts':<34} {len(figures['false_crash_verdicts']):>5}\n")
     if figures["false_crash_verdicts"]:
         w(f"    {', '.join(figures['false_crash_verdicts'])}\n")
+    w(f"{'false_arming':<34} {len(figures['false_arming']):>5}\n")
+    if figures["false_arming"]:
+        w(f"    {', '.join(figures['false_arming'])}\n")
     w(f"{'false_node_blames':<34} {len(figures['false_node_blames']):>5}\n")
     if verbose and figures["false_node_blames"]:
         w(f"    {', '.join(figures['false_node_blames'])}\n")

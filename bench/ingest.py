@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.domain.signature_defaults import default_ruleset  # noqa: E402
-from app.domain.templates import TemplateMiner  # noqa: E402
-from app.logs.reader import FilePosition, LogTailer  # noqa: E402
+from app.domain.detection.rules_builtin import default_ruleset  # noqa: E402
+from app.domain.detection.templates import TemplateMiner  # noqa: E402
+from app.jobfiles.reader import FilePosition, LogTailer  # noqa: E402
 from bench.figures import figure  # noqa: E402
 
 

@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from app.config import Settings  # noqa: E402
-from app.context import AppContext  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
+from app.infra.config import Settings  # noqa: E402
+from app.infra.context import AppContext  # noqa: E402
+from app.infra.migrate import upgrade  # noqa: E402
 from app.slurm.rest_scheduler import RestScheduler  # noqa: E402
 from worker.observer import Observer  # noqa: E402
 

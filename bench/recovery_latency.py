@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import func, select  # noqa: E402
 
 from app.advice.models import Advice, SchedulerAction  # noqa: E402
-from app.config import Settings  # noqa: E402
-from app.context import AppContext  # noqa: E402
+from app.infra.config import Settings  # noqa: E402
+from app.infra.context import AppContext  # noqa: E402
+from app.infra.migrate import upgrade  # noqa: E402
 from app.lab.cli import default_lab_dir  # noqa: E402
 from app.lab.cli import run as lab_run  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
 from app.slurm.cli_scheduler import CliScheduler  # noqa: E402
 from bench.figures import figure  # noqa: E402
 from worker.registry import build_services  # noqa: E402

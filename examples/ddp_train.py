@@ -20,6 +20,11 @@ the allocation, SLURM_NODEID) at step --fault-step, on the attempts --fault-atte
   --fault hang    the rank sleeps before the gradient all-reduce; the others wait in the collective
                   until the process group's timeout (--pg-timeout seconds)
   --fault nan     that rank's batch turns to NaN: the all-reduced gradients and the loss become nan
+  --fault stall   that rank's batch comes from a DataLoader worker that never delivers it (a stuck
+                  data pipeline); the others wait in the all-reduce, as with hang
+  --fault save    at the checkpoint of step --fault-step that rank's torch.save of its own state fails
+                  (an object pickle cannot save); the others wait at the save's barrier, so that
+                  checkpoint is never written and the retry resumes from the one before
 """
 
 from __future__ import annotations
@@ -50,11 +55,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, default=0.2, help="extra time per step, so a run can be watched")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", "checkpoints"))
     parser.add_argument("--pg-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
-    parser.add_argument("--fault", choices=("none", "raise", "kill", "hang", "nan"), default="none")
+    parser.add_argument("--fault", choices=("none", "raise", "kill", "hang", "stall", "nan", "save"), default="none")
     parser.add_argument("--fault-step", type=int, default=7)
     parser.add_argument("--fault-node", type=int, default=1, help="SLURM_NODEID of the failing process")
     parser.add_argument("--fault-attempts", default="0", help="comma-separated attempt numbers, or 'all'")
     return parser.parse_args(argv)
+
+
+class StalledSamples(torch.utils.data.Dataset[torch.Tensor]):
+    """A dataset whose samples take `seconds` each to read: a data pipeline stuck on a storage read."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return BATCH
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return torch.zeros(FEATURES)
 
 
 def newest_checkpoint(directory: Path) -> Path | None:
@@ -111,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif args.fault == "hang":
                 time.sleep(10 * args.pg_timeout)  # the peers wait in the all-reduce below
+            elif args.fault == "stall":  # the batch from a DataLoader worker that waits on its reads
+                loader = torch.utils.data.DataLoader(
+                    StalledSamples(10 * args.pg_timeout), batch_size=BATCH, num_workers=1
+                )
+                inputs = next(iter(loader))
         if fails and args.fault == "nan" and step >= args.fault_step:
             inputs = torch.full_like(inputs, math.nan)
         optimizer.zero_grad()
@@ -128,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         if step % args.save_every == 0:
+            if fails and args.fault == "save" and step == args.fault_step:
+                # this rank's own state, with a callback pickle cannot save: torch.save raises
+                state = {"generator": generator.get_state(), "on_resume": lambda: None}
+                torch.save(state, directory / f"rank{rank}_iter_{step}.pt")
+            dist.barrier()  # every rank reached the checkpoint before it is written
             if rank == 0:
                 saved = directory / f"iter_{step}.pt"
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": step}, saved)

@@ -1,13 +1,13 @@
-"""Alembic environment: async engines, batch mode for SQLite, or a connection handed in by app.migrate."""
+"""Alembic environment: async engines, batch mode for SQLite, or a connection handed in by app.infra.migrate."""
 
 import asyncio
 
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from app.config import Settings
-from app.db import create_engine
-from app.models import Base
+from app.infra.all_models import Base
+from app.infra.config import Settings
+from app.infra.db import create_engine
 
 config = context.config
 target_metadata = Base.metadata

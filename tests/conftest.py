@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.plugins.slurmrestd",
     "tests.plugins.oidc_provider",
     "tests.plugins.parallel",
+    "tests.plugins.fast_paths",
 ]

@@ -14,10 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
 from app.audit.models import AuditEvent
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.policy import AnomalyDetectionConfig
+from app.domain.admission.policy import AnomalyDetectionConfig
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.main import create_app
 from tests.plugins.database import Database
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def test_healthz_and_readyz(database: Database, settings: Settings) -> None:
-    from app.context import AppContext
+    from app.infra.context import AppContext
 
     ctx = AppContext(settings=settings, engine=database.engine, sessions=database.sessions)
     app = create_app(settings, ctx=ctx)

@@ -29,6 +29,8 @@ SMOKE = [
             "observer_first_tick_vs_json_loads_postgresql",
             "observer_unchanged_tick_vs_json_loads_postgresql",
             "observer_changed_tick_vs_unchanged_postgresql",
+            "observer_first_tick_fast_paths_saved",
+            "observer_first_tick_fast_paths_saved_postgresql",
         ],
     ),
     ("bench/observer_tick_rest.py", ["observer_tick_rest_ratio"]),
@@ -36,7 +38,12 @@ SMOKE = [
     ("bench/detection.py", ["crash_recall"]),
     pytest.param(
         "bench/api_audit.py",
-        ["graphql_first_page_vs_floor", "rest_first_page_vs_floor", "graphql_deep_page_vs_first_page"],
+        [
+            "graphql_first_page_vs_floor",
+            "rest_first_page_vs_floor",
+            "graphql_deep_page_vs_first_page",
+            "graphql_executor_fast_path_saved",
+        ],
         marks=pytest.mark.postgres,
     ),
 ]

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import _selected_clusters
-from app.clusters import cluster_settings, every_cluster, load_clusters
-from app.config import Settings, SettingsError
-from app.context import AppContext
+from app.infra.clusters import cluster_settings, every_cluster, load_clusters
+from app.infra.config import Settings, SettingsError
+from app.infra.context import AppContext
 from app.leases.models import WorkerLease
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,16 +19,16 @@ from gql.transport.websockets import WebsocketsTransport
 from sqlalchemy import select
 
 from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.errors import DATABASE_UNAVAILABLE
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.errors import DATABASE_UNAVAILABLE
+from app.infra.migrate import upgrade
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app
-from app.migrate import upgrade
 from tests.api.helpers import operation, start_server, stop_server
 from tests.factories import seed_job
 from tests.plugins.own_postgres import OwnPostgres
@@ -42,7 +42,7 @@ async def _answers(http: httpx.AsyncClient) -> dict[str, httpx.Response]:
         "rest": await http.get("/v1/workflows"),
         "graphql": await http.post("/graphql", json={"query": "{ workflows(first: 1) { nodes { id } } }"}),
         "dashboard": await http.get("/dashboard/workflow", headers={"accept": "text/html"}),
-        # API pages read in autocommit sessions (app.db.read_session_factory), on the same pre-pinged pool.
+        # API pages read in autocommit sessions (app.infra.db.read_session_factory), on the same pre-pinged pool.
         "rest_audit": await http.get("/v1/audit/events", params={"jobId": 1, "limit": 1}),
         "graphql_audit": await http.post(
             "/graphql", json={"query": "{ auditEvents(filter: {jobId: 1}, first: 1) { edges { node { id } } } }"}

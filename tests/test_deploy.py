@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from app.config import SETTINGS
+from app.infra.config import SETTINGS
 from tests.plugins import require
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,10 @@ import datetime as dt
 
 from prometheus_client import REGISTRY
 
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.goodput import BUCKETS
+from app.domain.fleetwide.goodput import BUCKETS
 from app.goodput import refresh
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from tests.factories import CLUSTER, seed_history
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings, SettingsError
-from app.logformat import bind, configure, log_context
+from app.infra.config import Settings, SettingsError
+from app.infra.log_format import bind, configure, log_context
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_real_worker_writes_json_lines(tmp_path: Path) -> None:
 
 
 def test_libraries_info_lines_are_off_unless_verbose() -> None:
-    from app.logformat import configure
+    from app.infra.log_format import configure
 
     quiet, loud = io.StringIO(), io.StringIO()
     configure(stream=quiet)

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app import metrics
-from app.config import Settings, SettingsError
+from app.infra import metrics
+from app.infra.config import Settings, SettingsError
 from tests.plugins import require
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,12 +9,12 @@ from prometheus_client import REGISTRY
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.reconcile import Disposition
+from app.domain.control.planner import Disposition
 from app.evidence import service as evidence
 from app.feed import queries as feed_queries
 from app.feed import service as feed
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.slurm.fake import FakeScheduler
 from tests.advice.helpers import submit
 from tests.factories import attempt

@@ -4,8 +4,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from app.migrate import current_revision, downgrade, head_revision, upgrade
-from app.models import Base
+from app.infra.all_models import Base
+from app.infra.migrate import current_revision, downgrade, head_revision, upgrade
 from tests.plugins.database import Database
 
 

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.context import AppContext
-from app.domain.mode import CEILING_SETTING
+from app.domain.admission.mode import CEILING_SETTING
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.advice.helpers import SlurmLikeFake, acting, submit
 from tests.factories import advice_of

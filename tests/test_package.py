@@ -72,7 +72,7 @@ def _free_port() -> int:
 
 def test_installed_package_is_imported_from_the_venv_not_the_checkout(installed: Path, tmp_path: Path) -> None:
     code = (
-        "import app, app.resources as r, app.lab.cli as lab; print(app.__file__); "
+        "import app, app.infra.resources as r, app.lab.cli as lab; print(app.__file__); "
         "print(r.resource_dir('migrations')); print(r.resource_dir('graphql')); print(r.resource_dir('examples')); "
         "print(lab.script_path())"
     )

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from app.config import settings_markdown
+from app.infra.config import settings_markdown
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -12,4 +12,4 @@ def test_readme_settings_table_is_current() -> None:
     begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
     assert begin in text and end in text
     table = text.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert table == settings_markdown(), "run `python -m app.config` and paste the table into README.md"
+    assert table == settings_markdown(), "run `python -m app.infra.config` and paste the table into README.md"

@@ -2,7 +2,7 @@
 
 Each engine stands for one process (the API, the worker): its own connection and thread on the
 same database file. Every write path opens its transaction with `session.begin()`, which on SQLite
-takes the write lock up front (BEGIN IMMEDIATE, app/db.py), so a writer waits (busy_timeout) instead
+takes the write lock up front (BEGIN IMMEDIATE, app/infra/db.py), so a writer waits (busy_timeout) instead
 of failing when another one committed after it read.
 """
 
@@ -20,12 +20,12 @@ from sqlalchemy import func, select
 
 from app.audit import service as audit
 from app.audit.models import AuditEvent
-from app.db import create_engine, session_factory
-from app.errors import STORAGE_FULL, database_problem
+from app.infra.db import create_engine, session_factory
+from app.infra.errors import STORAGE_FULL, database_problem
+from app.infra.migrate import upgrade
 from app.leases import queries as lease_queries
 from app.leases import service as leases
 from app.leases.models import WorkerPosition
-from app.migrate import upgrade
 from tests.plugins import require
 
 WRITERS = 6

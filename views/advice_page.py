@@ -13,12 +13,12 @@ from app.advice import queries as advice_queries
 from app.advice import review
 from app.advice.queries import AdviceFilter
 from app.auth import OPERATOR
-from app.domain import bounds
-from app.domain.cursor import CursorError
-from app.domain.mode import effective_mode
+from app.domain.admission.mode import effective_mode
+from app.domain.edge import bounds
+from app.domain.edge.cursor import CursorError
 from app.fleet import queries as fleet_queries
+from app.infra.pagination import PageArgumentError, PageRequest
 from app.jobs import queries as job_queries
-from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.pages import page_request
 from views.render import dashboard_of, explain, is_partial_request, render

@@ -11,11 +11,11 @@ from starlette.responses import Response
 
 from app.audit import queries as audit_queries
 from app.audit.queries import COMPONENTS, LEVELS, AuditFilter, AuditFilterError, parse_job_reference
-from app.domain.bounds import check_time
-from app.domain.cursor import CursorError
-from app.domain.identity import parse_scheduler_job_id
+from app.domain.control.identity import parse_scheduler_job_id
+from app.domain.edge.bounds import check_time
+from app.domain.edge.cursor import CursorError
+from app.infra.pagination import PageArgumentError, PageRequest
 from app.jobs import queries as job_queries
-from app.pagination import PageArgumentError, PageRequest
 from views.auth import guarded
 from views.pages import audit_views_off
 from views.render import dashboard_of, render

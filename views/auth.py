@@ -25,10 +25,10 @@ from app.auth import (
     authenticate_request,
     effective_roles,
 )
-from app.config import Settings
-from app.domain import bounds
-from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
-from app.logfilter import SECRET_PARAMETERS
+from app.domain.control.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.edge import bounds
+from app.infra.config import Settings
+from app.infra.log_masking import SECRET_PARAMETERS
 from app.sessions import queries as session_queries
 from views.urls import current_url
 

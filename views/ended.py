@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain import glossary
+from app.domain.presentation import glossary
 
 # Slurm's end states in words a person reads without the manual.
 _STATE_WORDS = {

@@ -8,8 +8,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
-from app.domain import bounds
-from app.domain.identity import parse_attempt_ref, parse_scheduler_job_id
+from app.domain.control.identity import parse_attempt_ref, parse_scheduler_job_id
+from app.domain.edge import bounds
 from app.jobs import queries as job_queries
 from views import urls
 from views.auth import guarded

@@ -7,10 +7,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.auth import OPERATOR
-from app.db import utcnow
-from app.domain import bounds
+from app.domain.edge import bounds
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet
+from app.infra.db import utcnow
 from views.auth import guarded
 from views.inputs import form_int, form_text, query_text
 from views.render import dashboard_of, explain, render

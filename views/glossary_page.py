@@ -1,11 +1,11 @@
-"""The glossary page: every term the dashboard explains in a tooltip, and exit codes (from app.domain.glossary)."""
+"""The glossary page: each term the dashboard explains in a tooltip, and exit codes (presentation/glossary.py)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain import glossary
+from app.domain.presentation import glossary
 from views.auth import guarded
 from views.render import render
 

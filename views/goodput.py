@@ -9,11 +9,11 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.db import utcnow
-from app.domain import bounds
-from app.domain.goodput import BUCKETS, Breakdown
+from app.domain.edge import bounds
+from app.domain.fleetwide.goodput import BUCKETS, Breakdown
 from app.goodput import queries as goodput_queries
 from app.goodput.queries import GoodputReport
+from app.infra.db import utcnow
 from views.auth import guarded
 from views.inputs import query_int, query_text
 from views.render import dashboard_of, render

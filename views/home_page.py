@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.advice import today
-from app.db import utcnow
+from app.infra.db import utcnow
 from views.auth import guarded
 from views.render import dashboard_of, render
 from views.urls import current_url

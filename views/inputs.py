@@ -1,4 +1,4 @@
-"""What the dashboard reads from query strings and forms, through app.domain.bounds: numbers in ASCII digits within
+"""What the dashboard reads from query strings and forms, through app.domain.edge.bounds: numbers in ASCII digits within
 their range, text within its length. A value out of bounds raises BoundsError, which `guarded` answers with a 400
 (never cut to fit: a node name cut to 200 characters names another node)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from app.domain import bounds
+from app.domain.edge import bounds
 
 
 def _text(value: Any, name: str, maximum: int) -> str:

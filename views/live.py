@@ -14,10 +14,10 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from app.domain import bounds
-from app.errors import retrying
+from app.domain.edge import bounds
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
+from app.infra.errors import retrying
 from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of

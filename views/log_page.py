@@ -8,11 +8,11 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain.bounds import BoundsError, parse_int
+from app.domain.edge.bounds import BoundsError, parse_int
 from app.evidence import queries as evidence_queries
+from app.jobfiles.excerpt import CONTEXT_LINES, read_excerpt
+from app.jobfiles.safe_open import AccessRule
 from app.jobs import queries as job_queries
-from app.logs.excerpt import CONTEXT_LINES, read_excerpt
-from app.logs.safe_open import AccessRule
 from views.auth import guarded
 from views.render import dashboard_of, explain, render
 
@@ -22,7 +22,7 @@ async def log_view(request: Request) -> Response:
     """`?path=<a log path Recovery tracks for this attempt>&line=N`: lines N-50..N+50 of that file.
 
     Only a file the collector opened and read for this attempt is shown, opened again with the job's
-    rights (app/logs/safe_open.py), and only while it is still that same file.
+    rights (app/jobfiles/safe_open.py), and only while it is still that same file.
     """
     dashboard = dashboard_of(request)
     slurm_job_id, index = request.path_params["job_id"], request.path_params["attempt_index"]

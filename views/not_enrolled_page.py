@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain import bounds
+from app.domain.edge import bounds
 from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of, render

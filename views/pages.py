@@ -14,19 +14,19 @@ from app.advice import queries as advice_queries
 from app.advice import stories
 from app.advice.queries import OverviewFilter
 from app.audit import queries as audit_queries
-from app.db import Session, utcnow
-from app.domain import bounds
-from app.domain.bounds import check_time
-from app.domain.cursor import CursorError
-from app.domain.identity import parse_scheduler_job_id
-from app.domain.story import OUTCOMES, shown_reason
-from app.domain.timefmt import iso_utc
+from app.domain.control.identity import parse_scheduler_job_id
+from app.domain.edge import bounds
+from app.domain.edge.bounds import check_time
+from app.domain.edge.cursor import CursorError
+from app.domain.edge.timefmt import iso_utc
+from app.domain.presentation.story import OUTCOMES, shown_reason
 from app.evidence import queries as evidence_queries
 from app.fleet import queries as fleet_queries
+from app.infra.db import Session, utcnow
+from app.infra.pagination import PageArgumentError, PageRequest
 from app.jobs import queries as job_queries
 from app.jobs.queries import JobFilter, WorkflowFilter
 from app.leases import queries as lease_queries
-from app.pagination import PageArgumentError, PageRequest
 from views import goodput as goodput_views
 from views.auth import guarded
 from views.find import workflow_path
@@ -509,7 +509,7 @@ class Zoom:
 
     start: dt.datetime | None = None
     end: dt.datetime | None = None
-    mode: str = "all"  # all | attempt | range
+    scope: str = "all"  # all | attempt | range
     error: str | None = None
     links: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> query
     start_text: str = ""
@@ -534,7 +534,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
             end = check_time(_parse_utc(q["to"][:64]), "to") if q.get("to") else full[1]
             if end <= start:
                 raise ValueError("To must be later than From")
-            zoom.start, zoom.end, zoom.mode = start, end, "range"
+            zoom.start, zoom.end, zoom.scope = start, end, "range"
         except (ValueError, OverflowError) as exc:
             zoom.error = (
                 f"That time range cannot be used ({str(exc)[:80]}); showing the whole job. "
@@ -543,7 +543,7 @@ def timeline_zoom(request: Request, *, rows: list[Row], focus: Any, now: dt.date
     elif q.get("zoom") == "attempt":
         own = [r for r in rows if r.focus]
         zoom.start, zoom.end = time_window(own, now=now) if own else full
-        zoom.mode = "attempt"
+        zoom.scope = "attempt"
     elif q.get("zoom") not in (None, "", "all"):
         zoom.error = "zoom is 'attempt' or 'all'; showing the whole job."
     start, end = (zoom.start, zoom.end) if zoom.start and zoom.end else full

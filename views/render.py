@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from app.context import AppContext
-from app.domain.mode import effective_mode
+from app.domain.admission.mode import effective_mode
+from app.infra.context import AppContext
 from views.auth import CSRF_FIELD, DashboardAuth, csrf_token
 
 

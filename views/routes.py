@@ -8,7 +8,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from views import (
     advice_page,
     audit_page,

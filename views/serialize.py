@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.db import row_dict
+from app.infra.db import row_dict
 
 
 def attempt_json(

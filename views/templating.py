@@ -12,10 +12,10 @@ from jinja2 import pass_context
 from markupsafe import Markup, escape
 from starlette.templating import Jinja2Templates
 
-from app.domain import glossary
-from app.domain.story import shown_reason
-from app.domain.timefmt import iso_utc
-from app.resources import resource_dir
+from app.domain.edge.timefmt import iso_utc
+from app.domain.presentation import glossary
+from app.domain.presentation.story import shown_reason
+from app.infra.resources import resource_dir
 from views.timeline import duration_text, state_group
 from views.urls import url_path, url_segment, workflow_path
 

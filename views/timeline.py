@@ -10,8 +10,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from app.domain import states
-from app.domain.timefmt import iso_utc
+from app.domain.control import states
+from app.domain.edge.timefmt import iso_utc
 
 MARK_KINDS = ("anomaly", "advice", "action", "shadow", "verification", "shadow-verification", "checkpoint")
 MARK_LABELS = {

@@ -13,7 +13,7 @@ Work is found incrementally, never by scanning every attempt each tick:
   still decided. Only a database without stored positions (new, or from before revision 0004) is
   caught up with one query: failed attempts with neither Advice nor an `advice.not_needed` event,
   attempts with active Advice, and anomalies of attempts that are still running or not yet decided.
-* Adopted attempts (their end was not observed by this installation, app/domain/adoption.py) are
+* Adopted attempts (their end was not observed by this installation, app/domain/admission/adoption.py) are
   history: never decided.
 
 Every signal about one attempt goes through the domain's `decide` and `merge_signals`, so one
@@ -28,29 +28,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.config import Settings
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import rootcause, states
-from app.domain.advice import Failure, JobPolicy, SitePolicy, decide
-from app.domain.checkpoint_check import CheckResult
-from app.domain.mode import ENROLLED, effective_mode
-from app.domain.policy import EffectivePolicy
-from app.domain.retry import AttemptRecord, FailureKind
-from app.domain.signatures import Classifier
-from app.domain.singleton import MODE as SINGLETON
-from app.evidence import checkpoint_checks, diagnosis
+from app.domain.admission.mode import ENROLLED, effective_mode
+from app.domain.admission.policy import EffectivePolicy
+from app.domain.control import states
+from app.domain.control.singleton import MODE as SINGLETON
+from app.domain.decision import rootcause
+from app.domain.decision.advice import Failure, JobPolicy, SitePolicy, decide
+from app.domain.decision.checkpoint_rules import CheckResult
+from app.domain.decision.retry import AttemptRecord, FailureKind
+from app.domain.detection.signatures import Classifier
+from app.evidence import checkpoint_release as checkpoint_checks
+from app.evidence import findings as diagnosis
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence_service
 from app.feed import queries as feed_queries
 from app.fleet import service as fleet_service
+from app.infra import metrics
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
+from app.infra.log_format import bind, log_context
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 from app.leases import service as leases
-from app.logformat import bind, log_context
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from worker.service import Service
@@ -419,8 +421,10 @@ class Advisor(Service):
         if cause.primary_anomaly_id is not None:
             crash_ids = [row.id for row in seen if row.kind == "CRASH"]
             await evidence_service.store_roles(session, root_cause_id=cause.primary_anomaly_id, crash_ids=crash_ids)
-            if cause.node is not None:
-                await evidence_service.store_failed_node(session, anomaly_id=cause.primary_anomaly_id, node=cause.node)
+            if cause.node is not None and cause.node_from is not None:
+                await evidence_service.store_failed_node(
+                    session, anomaly_id=cause.primary_anomaly_id, node=cause.node, provenance=cause.node_from
+                )
         for row in seen:
             if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)
@@ -476,7 +480,7 @@ class Advisor(Service):
 
     async def _chain(self, session: Session, job: Job) -> list[AttemptRecord]:
         """singleton_dependency: every attempt of the jobs before this one in its twin chain, oldest first,
-        indexed as one run (so the limits and exclusions carry over to the twin; app/domain/singleton.py)."""
+        indexed as one run (so the limits and exclusions carry over to the twin; app/domain/control/singleton.py)."""
         chain: list[list[AttemptRecord]] = []
         slurm_job_id, seen = job.slurm_job_id, {job.id}
         for _ in range(64):  # bounded: a chain longer than any retry limit is not followed further

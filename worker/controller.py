@@ -1,7 +1,7 @@
 """Controller: makes Slurm carry out active Advice in act mode, and proves from a fresh look that it did (SPEC §6).
 
 Each reconcile pass takes ONE bulk `list_jobs` and plans at most one command per due Advice
-with `app.domain.reconcile.plan_next_step`; when a pass sent commands, another pass (a new
+with `app.domain.control.planner.plan_next_step`; when a pass sent commands, another pass (a new
 observation) follows at once, so every step is planned from a fresh observation.
 
 Crash safety: a command's milestone is written STARTED (its own committed transaction) before
@@ -11,7 +11,7 @@ observation shows is marked SUCCEEDED (`scheduler.confirmed`). Killing the proce
 therefore neither repeats nor loses a command (tests/worker/test_crash_safety.py proves it on
 real Slurm).
 
-Every command first passes the one gate (app.domain.gate.may_send), whose answer is stored with
+Every command first passes the one gate (app.domain.decision.gate.may_send), whose answer is stored with
 the action. When it says no because the job's mode NOW is observe (it asked for observe, the
 operator's ceiling is off or its partition is not managed) or an operator vetoed it, nothing is
 sent: the commands it would have sent are recorded once per generation as SHADOW actions, and the
@@ -20,36 +20,23 @@ seconds, so Slurm reaching the state by itself, the job ending or the Advice exp
 it). An Advice decided in observe mode is never carried out: once the mode is act, it is closed
 ABANDONED / DECIDED_IN_OBSERVE ("decided in observe mode; not carried out").
 
-TEST-ONLY fault injection: the environment variable RECOVERY_FAULT_INJECT, e.g.
-`after:requeue_hold` or `before:release` (comma-separated for several), makes the process
-SIGKILL itself right before sending that command (after its STARTED milestone is committed)
-or right after the command returned (before SUCCEEDED is recorded). `pause-after:requeue_hold`
-(or `pause-before:…`) instead writes `<data dir>/fault-paused` at that point and waits until the test
-removes it (tests/test_database_outage_lab.py stops PostgreSQL there). It is read once at start;
-never set it in production.
+`Controller.step_hook` is called right before each command is sent (its STARTED milestone committed) and right
+after it returned (before SUCCEEDED is recorded); it is None here. The tests' fault injection
+(tests/fault_worker.py: kill -9 or pause the worker at such a point) sets it; production code has none.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import signal
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import states
-from app.domain.advice import Rule
-from app.domain.backoff import exponential
-from app.domain.checkpoint_check import release_block_reason
-from app.domain.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
-from app.domain.reconcile import (
+from app.domain.control import states
+from app.domain.control.backoff import exponential
+from app.domain.control.planner import (
     AdviceState,
     Disposition,
     DispositionReason,
@@ -61,9 +48,14 @@ from app.domain.reconcile import (
     plan_next_step,
     shadow_plan,
 )
+from app.domain.decision.advice import Rule
+from app.domain.decision.checkpoint_rules import release_block_reason
+from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
 from app.fleet import service as fleet_service
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
+from app.infra.log_format import bind, log_context
 from app.jobs import queries as job_queries
-from app.logformat import bind, log_context
 from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
 from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
@@ -77,7 +69,6 @@ if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas'
 
 log = logging.getLogger("recovery.controller")
 
-FAULT_ENV = "RECOVERY_FAULT_INJECT"
 MAX_PASSES_PER_TICK = 12  # a RESTART needs 3 commands; bounded so one tick cannot spin forever
 DUE_BATCH = 200
 BACKOFF_BASE = 1.0  # seconds; doubles per consecutive transient failure of one Advice
@@ -149,15 +140,12 @@ def command_target(
     return job_target(slurm_job_id, array_job_id, array_task_id)
 
 
-def parse_faults(raw: str | None) -> frozenset[str]:
-    """`after:requeue_hold,before:release` -> {"after:requeue_hold", "before:release"} (test-only)."""
-    return frozenset(part.strip() for part in (raw or "").split(",") if part.strip())
-
-
 class Controller(Service):
     """Reconciles active Advice: requeue-hold, exclude, release (RESTART) or cancel (TERMINATE)."""
 
     name = "controller"
+    # ("before" | "after", the step) around each command; None in production (see the module docstring)
+    step_hook: Callable[[str, StepKind], None] | None = None
 
     def __init__(
         self,
@@ -165,7 +153,6 @@ class Controller(Service):
         scheduler: Scheduler,
         *,
         interval: float | None = None,
-        faults: frozenset[str] | None = None,
     ) -> None:
         super().__init__(interval=interval if interval is not None else max(0.5, ctx.settings.poll_interval))
         self.ctx = ctx
@@ -173,7 +160,6 @@ class Controller(Service):
         self.scheduler = scheduler
         # Set by the WorkerRunner: checks right before a command that the lease is still ours (fencing).
         self.fence: Callable[[], Awaitable[bool]] | None = None
-        self.faults = faults if faults is not None else parse_faults(os.environ.get(FAULT_ENV))
         self.passes = 0
         self.commands = 0
 
@@ -449,6 +435,7 @@ class Controller(Service):
             )
             return 0
 
+        hook = self.step_hook
         return await run_command(
             self.ctx,
             advice_id=advice_id,
@@ -462,8 +449,8 @@ class Controller(Service):
             settle=settle,
             accept=accept,
             lock=True,
-            before=lambda: self._fault("before", step),
-            after=lambda: self._fault("after", step),
+            before=None if hook is None else lambda: hook("before", step.kind),
+            after=None if hook is None else lambda: hook("after", step.kind),
         )
 
     async def _send(self, step: Step, job_id: JobTarget) -> CommandResult:
@@ -476,21 +463,6 @@ class Controller(Service):
         if step.kind is StepKind.CANCEL:
             return await self.scheduler.cancel(job_id)
         raise ValueError(f"not a command: {step.kind}")
-
-    def _fault(self, when: str, step: Step) -> None:
-        """Test-only: die like a kill -9 at this point when RECOVERY_FAULT_INJECT names it (or pause, below)."""
-        if f"{when}:{step.kind.value}" in self.faults:
-            log.error("fault injection %s:%s: killing the process now", when, step.kind.value)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
-        if f"pause-{when}:{step.kind.value}" in self.faults:
-            # The whole process stands still here (a blocking wait, like a stalled process) until the test
-            # removes <data dir>/fault-paused.
-            marker = Path(self.settings.data_dir) / "fault-paused"
-            marker.write_text(f"{when}:{step.kind.value}\n")
-            log.error("fault injection pause-%s:%s: waiting until %s is removed", when, step.kind.value, marker)
-            while marker.exists():
-                time.sleep(0.1)
 
     async def _backoff(self, advice_id: int, error: str) -> None:
         async with self.ctx.sessions() as session, session.begin():

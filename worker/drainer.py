@@ -1,6 +1,6 @@
 """Drainer: drains suspect nodes behind RECOVERY_NODE_DRAIN (off by default), observe-first like the controller.
 
-Every drain passes the one gate (app.domain.gate, kind drain): the operator's ceiling, RECOVERY_NODE_DRAIN
+Every drain passes the one gate (app.domain.decision.gate, kind drain): the operator's ceiling, RECOVERY_NODE_DRAIN
 and the node's partition being managed. When it says no, the drainer records once per node what it would
 send (`node.would_drain`, drain status SHADOW, the gate's answer in the message); allowed, it sends
 `scontrol update NodeName=<node> State=DRAIN Reason="recovery: ..."`, recorded as SENT
@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.context import AppContext
-from app.db import utcnow
-from app.domain import fleet as rules
-from app.domain.gate import ActionKind, GateQuestion, may_send
+from app.domain.decision.gate import ActionKind, GateQuestion, may_send
+from app.domain.fleetwide import trust as rules
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet_service
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError
 from worker.service import Service
@@ -155,7 +155,7 @@ class Drainer(Service):
                     command=command,
                 )
                 return
-            row.drain_message = f"sent in {took:.0f} ms; waiting for Slurm to show it drained"
+            await fleet_service.note_drain_sent(session, row=row, took_ms=took)
             await self._verify(session, row)
 
     async def _refusal(self, session: Any, *, node: str, partition: str | None) -> str | None:

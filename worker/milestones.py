@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.context import AppContext
-from app.db import Session
-from app.domain.reconcile import StepKind
+from app.domain.control.planner import StepKind
+from app.infra.context import AppContext
+from app.infra.db import Session
 from app.slurm.errors import SchedulerError
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -50,7 +50,7 @@ async def run_command(
     before: Callable[[], None] | None = None,
     after: Callable[[], None] | None = None,
 ) -> int:
-    """Write STARTED (with the one gate's answer, app.domain.gate), send the command, let `settle` record the outcome;
+    """Write STARTED (with the one gate's answer, decision/gate.py), send the command, let `settle` record the outcome;
     0 without a command when `accept` refuses."""
     async with ctx.sessions() as session, session.begin():
         if lock:

@@ -20,11 +20,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from app import metrics
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.notify import Target, backoff_seconds, parse_targets
-from app.logformat import log_context
+from app.domain.fleetwide.notify import Target, backoff_seconds, parse_targets
+from app.infra import metrics
+from app.infra.context import AppContext
+from app.infra.db import utcnow
+from app.infra.log_format import log_context
 from app.notify import queries as notify_queries
 from app.notify import service as notify_service
 from app.notify.queries import PendingDelivery

@@ -10,15 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app import metrics
 from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import states
-from app.domain.identity import SubmissionFingerprint, job_id_reuse_reason
-from app.domain.mode import ENROLLED, Admission, Requested, admission, effective_mode
-from app.domain.policy import parse_comment
+from app.domain.admission.mode import ENROLLED, Admission, Requested, admission, effective_mode
+from app.domain.admission.policy import parse_comment
+from app.domain.control import states
+from app.domain.control.identity import SubmissionFingerprint, job_id_reuse_reason
+from app.infra import metrics
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from app.slurm.adapter import Scheduler
@@ -77,7 +77,7 @@ class ObserverState:
     missing: dict[int, _Missing] = field(default_factory=dict)
     unreachable_since: float | None = None
     # When our previous complete look at Slurm was taken (None before the first): an attempt first seen
-    # already ended counts as observed only when it ended after that look (app/domain/adoption.py).
+    # already ended counts as observed only when it ended after that look (app/domain/admission/adoption.py).
     watching_since: dt.datetime | None = None
 
 
@@ -212,7 +212,21 @@ class Observer(Service):
                 values.update(self._paths_for(job, registration, latest_index=job.restart_count, previous=None))
                 first = jobs.NewAttempt(attempt_index=job.restart_count, state=state, values=values)
             items.append((registration, first))
-        await jobs.register_jobs(session, items=items, watching_since=self.state.watching_since)
+        if self.settings.fast_paths:
+            await jobs.register_jobs(session, items=items, watching_since=self.state.watching_since)
+            return len(new)
+        for registration, first in items:  # RECOVERY_FAST_PATHS=off: the same rows, one job at a time
+            record = await jobs.register_job(session, registration=registration)
+            if first is not None:
+                await jobs.create_attempt(
+                    session,
+                    job=record,
+                    attempt_index=first.attempt_index,
+                    state=first.state,
+                    check_adoption=True,
+                    watching_since=self.state.watching_since,
+                    **first.values,
+                )
         return len(new)
 
     async def _observe(self, session: Session, job: SlurmJob, record: Job, latest: Attempt | None) -> None:
@@ -228,16 +242,18 @@ class Observer(Service):
             record = await jobs.register_job(session, registration=registration)
             latest = None
         if record.enrolment != ENROLLED:
-            record.last_seen_at = utcnow()  # a refused job seen again (it changed in squeue): its "last seen" moves on
+            await jobs.note_seen_again(session, job=record, at=utcnow())
             return
         await jobs.set_array_task(session, job=record, array_job_id=job.array_job_id, array_task_id=job.array_task_id)
-        if record.submit_time != job.submit_time or record.restart_count != job.restart_count:
-            record.submit_time, record.restart_count = job.submit_time, job.restart_count
-            record.updated_at = utcnow()
-        if record.requeue_eligible != job.requeue:
-            record.requeue_eligible = job.requeue
-        if record.user_id is None and job.user_id is not None:  # a row from before 0012: learn whose files these are
-            record.user_id, record.group_id = job.user_id, job.group_id
+        await jobs.update_from_squeue(
+            session,
+            job=record,
+            submit_time=job.submit_time,
+            restart_count=job.restart_count,
+            requeue_eligible=job.requeue,
+            user_id=job.user_id,
+            group_id=job.group_id,
+        )
         await self._track_attempts(session, job, record, latest)
 
     def _registration(self, job: SlurmJob, *, incarnation: int) -> jobs.JobRegistration | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.slurm.adapter import Scheduler
 from app.slurm.factory import build_scheduler
 from worker.advisor import Advisor

@@ -7,11 +7,11 @@ import asyncio
 import logging
 import time
 
-from app import metrics
 from app.advice import queries as advice_queries
-from app.context import AppContext
-from app.errors import database_error_text, database_problem
 from app.goodput import refresh as goodput_refresh
+from app.infra import metrics
+from app.infra.context import AppContext
+from app.infra.errors import database_error_text, database_problem
 from app.leases import queries as lease_queries
 from app.leases import service as leases
 from worker import identity

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import ClassVar
 
-from app import metrics
-from app.domain.backoff import exponential, jittered
-from app.errors import database_error_text, database_problem
-from app.logformat import log_context
+from app.domain.control.backoff import exponential, jittered
+from app.infra import metrics
+from app.infra.errors import database_error_text, database_problem
+from app.infra.log_format import log_context
 
 log = logging.getLogger("recovery.worker")
 

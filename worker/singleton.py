@@ -1,11 +1,11 @@
-"""The controller's path for `auto_resume_mode: singleton_dependency` (app/domain/singleton.py has the rules).
+"""The controller's path for `auto_resume_mode: singleton_dependency` (app/domain/control/singleton.py has the rules).
 
 A RESTART of such a job is carried out on its held twin, not by requeueing it: find the twin (same
 name, user and comment, `--dependency=singleton`, held) in the pass's observation and remember it on
 the Advice, cancel the first job if it still runs (a hang), set the exclusions on the twin, release
 it, and report CONVERGED once a fresh observation shows the twin unheld with the exclusions. Every
 command goes through the controller's own `execute` (milestones, idempotency keys, lease fencing)
-after the one gate (app.domain.gate, kind twin_release) allowed it; when it does not, SHADOW actions
+after the one gate (app.domain.decision.gate, kind twin_release) allowed it; when it does not, SHADOW actions
 are recorded, exactly as for requeue.
 """
 
@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain.gate import ActionKind, GateAnswer, GateQuestion, may_send
-from app.domain.reconcile import AdviceState, Step, StepKind
-from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
+from app.domain.control.planner import AdviceState, Step, StepKind
+from app.domain.control.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
+from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, may_send
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from app.slurm.adapter import JobTarget
 from app.slurm.records import SlurmJob, Snapshot
@@ -119,17 +118,8 @@ async def reconcile_twin(controller: Controller, advice_id: int, state: AdviceSt
             )
             twin = choose_twin(identity, (job_view(j) for j in snapshot.jobs))
             if twin is not None:
-                advice.successor_job_id = twin.job_id
-                await audit.record(
-                    session,
-                    component="controller",
-                    event_type="singleton.twin_found",
-                    message=f"Advice {advice.id}: held twin job {twin.job_id} (name {twin.name!r}, "
-                    f"dependency {twin.dependency}) will be the retry of job {advice.slurm_job_id}",
-                    payload={"adviceId": advice.id, "twinJobId": twin.job_id, "dependency": twin.dependency},
-                    cluster=advice.cluster,
-                    slurm_job_id=advice.slurm_job_id,
-                    attempt_index=advice.attempt_index,
+                await advice_service.record_twin(
+                    session, advice=advice, twin_job_id=twin.job_id, twin_name=twin.name, dependency=twin.dependency
                 )
         twin_id = advice.successor_job_id
         twin_seen = snapshot.get(twin_id) if twin_id is not None else None

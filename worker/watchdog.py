@@ -2,11 +2,11 @@
 stale (SPEC §6).
 
 It exists so that a dead or stuck controller fails open rather than leaving jobs held
-forever. A release passes the one gate (app.domain.gate, kind watchdog_release), which reads only the
+forever. A release passes the one gate (app.domain.decision.gate, kind watchdog_release), which reads only the
 watchdog's own switch, settings.watchdog_mode (the operator's ceiling does not cover undoing our own
 hold, so a rollback with the ceiling off still fails open). Allowed, it releases; otherwise it
 only writes `watchdog.would_release` (once per hold), with the gate's answer on the SHADOW row.
-The rules are `app.domain.watchdog.judge_hold`: a hold is ours only while our REQUEUE_HOLD milestone
+The rules are `app.domain.control.watchdog.judge_hold`: a hold is ours only while our REQUEUE_HOLD milestone
 exists with no release of ours after it, Slurm still shows a requeue-hold and the restart count is
 the attempt our requeue created, so `scontrol hold`, `uhold`, `sbatch --hold`, RequeueExitHold and
 MaxBatchRequeue holds are never touched. Candidates come from the database (Advice with a requeue-
@@ -19,16 +19,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from app import metrics
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain import states
-from app.domain.gate import ActionKind, GateAnswer, GateQuestion, may_send
-from app.domain.reconcile import StepKind
-from app.domain.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
-from app.logformat import log_context
+from app.domain.control import states
+from app.domain.control.planner import StepKind
+from app.domain.control.watchdog import AdviceHoldState, HeldJob, advice_hold_state, judge_hold
+from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, may_send
+from app.infra import metrics
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
+from app.infra.log_format import log_context
 from app.slurm.adapter import JobTarget, Scheduler
 from worker.controller import command_target, observation_of
 from worker.milestones import Sent, run_command
@@ -122,7 +122,7 @@ class Watchdog(Service):
                     )
 
     def gate(self) -> GateAnswer:
-        """The one gate's answer for a release of our own hold (its own switch decides; see app.domain.gate)."""
+        """The one gate's answer for a release of our own hold (its own switch decides; decision/gate.py)."""
         return may_send(
             GateQuestion(
                 kind=ActionKind.WATCHDOG_RELEASE,

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.context import AppContext
-from app.db import Session, utcnow
-from app.domain.policy import EffectivePolicy
-from app.domain.progress import HangThresholds, ProgressState, silence_exceeded
-from app.domain.signatures import TRAININGLOOP
+from app.domain.admission.policy import EffectivePolicy
+from app.domain.detection.hang import HangThresholds, ProgressState, silence_exceeded
+from app.domain.detection.signatures import TRAININGLOOP
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
+from app.infra.context import AppContext
+from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from worker.service import Service
 
@@ -132,7 +132,7 @@ class Watcher(Service):
                 return False
             self._expired[key] = Expiry(check_at=now + delay)
             # Stored with the tick's transaction: a restarted watcher keeps this episode's query delay.
-            row.hang_episode, row.hang_delay_started_at, row.hang_checked_at = key[2], now, None
+            await evidence.start_hang_delay(session, source=row, episode=key[2], at=now)
             return False
         self._expired[key] = expiry
         if expiry.done or now < expiry.check_at:
@@ -142,7 +142,7 @@ class Watcher(Service):
         window_start = now - dt.timedelta(seconds=threshold)
         await session.refresh(row)  # the collector may have read new output meanwhile
         delay_started = row.hang_delay_started_at if row.hang_episode == key[2] else None
-        row.hang_episode, row.hang_checked_at = key[2], now
+        await evidence.note_hang_check(session, source=row, episode=key[2], at=now)
         last_output = row.last_output_at
         mtime = await asyncio.to_thread(_mtime, row.path)
         if (last_output is not None and last_output > window_start) or (mtime is not None and mtime > window_start):

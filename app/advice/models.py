@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigId, UTCDateTime, utcnow
+from app.infra.db import Base, BigId, UTCDateTime, utcnow
 
 
 class Advice(Base):
@@ -56,7 +56,7 @@ class Advice(Base):
     reconcile_failures: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # The checkpoint check made before release (app.domain.checkpoint_check.CheckResult.as_dict), migration 0011.
+    # The checkpoint check made before release (decision/checkpoint_rules.py CheckResult.as_dict), migration 0011.
     checkpoint_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # singleton_dependency: the Slurm job id of the held twin this Advice releases (migration 0011).
     successor_job_id: Mapped[int | None] = mapped_column(BigId)
@@ -83,5 +83,5 @@ class SchedulerAction(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[float | None] = mapped_column()
-    # The one gate's answer when it was taken (app.domain.gate.GateAnswer.record): allowed, or why not sent.
+    # The one gate's answer when it was taken (app.domain.decision.gate.GateAnswer.record): allowed, or why not sent.
     gate: Mapped[str | None] = mapped_column(Text)

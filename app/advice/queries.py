@@ -13,16 +13,16 @@ from sqlalchemy.orm import aliased
 
 from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
-from app.db import dialect_of
-from app.domain import states
-from app.domain.fleet import HOLD_REASONS
-from app.domain.mode import ENROLLED
-from app.domain.story import OUTCOMES, Outcome
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.fleetwide.trust import HOLD_REASONS
+from app.domain.presentation.story import OUTCOMES, Outcome
 from app.evidence.models import Anomaly
 from app.evidence.queries import DECIDED_KINDS
+from app.infra.db import dialect_of
+from app.infra.pagination import Page, PageRequest, paginate
 from app.jobs.models import Attempt, Job, Workflow
 from app.jobs.queries import WorkflowFilter, workflow_query
-from app.pagination import Page, PageRequest, paginate
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def _headline_advice() -> tuple[Any, Any]:
 
 
 def workflow_outcome(headline: Any) -> Any:
-    """The outcome of a workflow in SQL, by the rule of app.domain.story.tell on its headline attempt."""
+    """The outcome of a workflow in SQL, by the rule of app.domain.presentation.story.tell on its headline attempt."""
     none = headline.id.is_(None)
     return case(
         (and_(none, Workflow.latest_state == "COMPLETED"), Outcome.COMPLETED.value),
@@ -307,7 +307,7 @@ def workflow_outcome(headline: Any) -> Any:
         (headline.review == "VETOED", Outcome.STOPPED.value),
         (headline.operation == "TERMINATE", Outcome.STOPPED.value),
         (headline.disposition == "ABANDONED", Outcome.STOPPED.value),
-        # a restart held for an operator is not a recovery yet (app.domain.story.tell: "held by …")
+        # a restart held for an operator is not a recovery yet (app.domain.presentation.story.tell: "held by …")
         (
             and_(
                 headline.active.is_(True),

@@ -11,15 +11,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.advice import service as advice_service
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.db import dialect_of, utcnow
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason, decide_again_refusal
-from app.domain.mode import ACT, ModeSettings, effective_mode
-from app.domain.reconcile import Disposition, DispositionReason
+from app.domain.admission.mode import ModeSettings, effective_mode
+from app.domain.control.planner import Disposition, DispositionReason
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT, GateReason, decide_again_refusal
+from app.infra.db import dialect_of, utcnow
 from app.jobs.models import Attempt, Job
 from app.notify import service as notify
 
-VETOED = "VETOED"
-APPROVED = "APPROVED"
+VETOED = advice_service.VETOED
+APPROVED = advice_service.APPROVED
 MAX_REASON = 1000
 # Abandonments that a later look at Slurm may undo: the job was not visible (a purged or restarted
 # controller) or acting was not authorized (the operator may since have acknowledged actions).
@@ -69,7 +69,7 @@ async def approve_advice(session: AsyncSession, *, advice_id: int, user: str) ->
             f"Advice {advice_id} is no longer active ({advice.disposition} "
             f"{advice.disposition_reason or ''}); nothing to approve".rstrip()
         )
-    advice.review, advice.reviewed_by, advice.updated_at = APPROVED, user, utcnow()
+    await advice_service.record_approval(session, advice=advice, user=user)
     await _announce(
         session,
         advice,
@@ -89,13 +89,7 @@ async def veto_advice(session: AsyncSession, *, advice_id: int, user: str, reaso
     advice = await _load(session, advice_id)
     if advice.review == VETOED:
         raise ReviewError(f"Advice {advice_id} was already vetoed by {advice.reviewed_by}")
-    advice.review, advice.reviewed_by = VETOED, user
-    advice.active = False
-    advice.disposition = Disposition.ABANDONED.value
-    advice.disposition_reason = VETOED
-    advice.disposition_message = f"vetoed by {user}: {reason}"
-    advice.next_reconcile_at = None
-    advice.updated_at = utcnow()
+    await advice_service.record_veto(session, advice=advice, user=user, reason=reason)
     await _announce(
         session,
         advice,
@@ -115,11 +109,6 @@ async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: s
     reactivated = False
     if not advice.active:
         if advice.disposition == Disposition.ABANDONED.value and advice.disposition_reason in TRANSIENT_ABANDON_REASONS:
-            advice.active = True
-            advice.disposition = Disposition.PENDING.value
-            previous = advice.disposition_reason
-            advice.disposition_reason = None
-            advice.disposition_message = f"reconciliation re-run by {user} (was ABANDONED {previous})"
             reactivated = True
         else:
             raise ReviewError(
@@ -127,9 +116,7 @@ async def rerun_reconciliation(session: AsyncSession, *, advice_id: int, user: s
                 f"({advice.disposition_reason or 'no reason'}), which a re-run cannot change; "
                 f"only Advice abandoned for {', '.join(sorted(TRANSIENT_ABANDON_REASONS))} can be reactivated"
             )
-    advice.next_reconcile_at = utcnow()
-    advice.reconcile_failures = 0
-    advice.updated_at = utcnow()
+    await advice_service.request_reconcile(session, advice=advice, user=user, reactivate=reactivated)
     await _announce(
         session,
         advice,
@@ -148,7 +135,7 @@ async def decide_again(session: AsyncSession, *, advice_id: int, user: str, sett
     The old Advice is never carried out and says so for good (ABANDONED / DECIDED_IN_OBSERVE, superseded by the
     new one); the new one repeats its decision (operation, exclusions, reason) as round 2 of the attempt, and the
     controller acts on it only after a fresh look at Slurm, like any Advice. The rule for "recent" is
-    app.domain.gate.decide_again_refusal.
+    app.domain.decision.gate.decide_again_refusal.
     """
     old = await _load(session, advice_id)
     job = await session.get(Job, old.job_id)
@@ -171,36 +158,7 @@ async def decide_again(session: AsyncSession, *, advice_id: int, user: str, sett
     )
     if refusal is not None:
         raise ReviewError(f"Advice {advice_id} cannot be decided again: {refusal}")
-    ttl = old.expires_at - old.created_at if old.expires_at is not None else None
-    new = Advice(
-        attempt_id=old.attempt_id,
-        job_id=old.job_id,
-        cluster=old.cluster,
-        slurm_job_id=old.slurm_job_id,
-        attempt_index=old.attempt_index,
-        decision_round=old.decision_round + 1,
-        supersedes_id=old.id,
-        operation=old.operation,
-        exclusions=list(old.exclusions or ()),
-        reason=old.reason,
-        rule=old.rule,
-        evidence=dict(old.evidence or {}),
-        generation=1,
-        mode=ACT,
-        mode_reason=f"decided again now by {user} (Advice {old.id} was decided in observe mode): {mode.reason}",
-        expires_at=now + ttl if ttl is not None else None,
-        active=True,
-        disposition=Disposition.PENDING.value,
-        next_reconcile_at=now,
-        reconcile_failures=0,
-        created_at=now,
-        updated_at=now,
-        checkpoint_check=old.checkpoint_check,
-        successor_job_id=old.successor_job_id,
-    )
-    session.add(new)
-    await session.flush()
-    old.superseded_by_id = new.id
+    new = await advice_service.record_decided_again(session, old=old, user=user, mode_reason=mode.reason, now=now)
     await advice_service.set_status(
         session,
         advice=old,

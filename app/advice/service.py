@@ -10,21 +10,22 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
 from app.advice import queries
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
-from app.db import utcnow
-from app.domain.advice import Decision, Operation, advice_changed, advice_record, merge_signals
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
-from app.domain.mode import ACT, ModeDecision
-from app.domain.reconcile import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.domain.admission.mode import ACT, ModeDecision
+from app.domain.control.planner import OBSERVE_RECHECK, Disposition, Milestone, Step, StepKind
+from app.domain.decision.advice import Decision, Operation, advice_changed, advice_record, merge_signals
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT, GateReason
 from app.evidence.models import Anomaly
 from app.feed import service as feed
+from app.infra import metrics
+from app.infra.db import utcnow
 from app.jobs.models import Attempt
 from app.notify import service as notify
 
-VETOED = "VETOED"  # app.advice.review's review value: the controller must never act on it
+VETOED = "VETOED"  # an operator's veto (app/advice/review.py): the controller must never act on it
+APPROVED = "APPROVED"  # an operator's approval
 CREATED, UPDATED, UNCHANGED, NOT_NEEDED, KEPT_VETOED = "created", "updated", "unchanged", "not_needed", "kept_vetoed"
 # Milestone statuses the planner reads; FAILED and SHADOW rows are history only.
 STARTED, SUCCEEDED, FAILED, SHADOW = "STARTED", "SUCCEEDED", "FAILED", "SHADOW"
@@ -599,3 +600,90 @@ async def record_sent(session: AsyncSession, *, advice: Advice, command: str, no
     advice.next_reconcile_at = now
     advice.reconcile_failures = 0
     advice.updated_at = now
+
+
+async def record_twin(
+    session: AsyncSession, *, advice: Advice, twin_job_id: int, twin_name: str, dependency: str | None
+) -> None:
+    """The held twin job a singleton workflow submitted is the retry of this Advice's job (with an audit event)."""
+    advice.successor_job_id = twin_job_id
+    await audit.record(
+        session,
+        component="controller",
+        event_type="singleton.twin_found",
+        message=f"Advice {advice.id}: held twin job {twin_job_id} (name {twin_name!r}, "
+        f"dependency {dependency}) will be the retry of job {advice.slurm_job_id}",
+        payload={"adviceId": advice.id, "twinJobId": twin_job_id, "dependency": dependency},
+        cluster=advice.cluster,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+    )
+
+
+# ---- operator review (the rules of each action: app/advice/review.py) ----------------------------
+
+
+async def record_approval(session: AsyncSession, *, advice: Advice, user: str) -> None:
+    """Keep the operator's approval of an active Advice."""
+    advice.review, advice.reviewed_by, advice.updated_at = APPROVED, user, utcnow()
+
+
+async def record_veto(session: AsyncSession, *, advice: Advice, user: str, reason: str) -> None:
+    """Stop an Advice for good: inactive, ABANDONED with reason VETOED, the operator's reason kept."""
+    advice.review, advice.reviewed_by = VETOED, user
+    advice.active = False
+    advice.disposition = Disposition.ABANDONED.value
+    advice.disposition_reason = VETOED
+    advice.disposition_message = f"vetoed by {user}: {reason}"
+    advice.next_reconcile_at = None
+    advice.updated_at = utcnow()
+
+
+async def request_reconcile(session: AsyncSession, *, advice: Advice, user: str, reactivate: bool) -> None:
+    """Have the controller reconcile the Advice at once; `reactivate`: an abandoned one becomes active PENDING again."""
+    if reactivate:
+        previous = advice.disposition_reason
+        advice.active = True
+        advice.disposition = Disposition.PENDING.value
+        advice.disposition_reason = None
+        advice.disposition_message = f"reconciliation re-run by {user} (was ABANDONED {previous})"
+    advice.next_reconcile_at = utcnow()
+    advice.reconcile_failures = 0
+    advice.updated_at = utcnow()
+
+
+async def record_decided_again(
+    session: AsyncSession, *, old: Advice, user: str, mode_reason: str, now: dt.datetime
+) -> Advice:
+    """A new Advice (next round, act mode) repeating an observe-mode one's decision; the old one points to it."""
+    ttl = old.expires_at - old.created_at if old.expires_at is not None else None
+    new = Advice(
+        attempt_id=old.attempt_id,
+        job_id=old.job_id,
+        cluster=old.cluster,
+        slurm_job_id=old.slurm_job_id,
+        attempt_index=old.attempt_index,
+        decision_round=old.decision_round + 1,
+        supersedes_id=old.id,
+        operation=old.operation,
+        exclusions=list(old.exclusions or ()),
+        reason=old.reason,
+        rule=old.rule,
+        evidence=dict(old.evidence or {}),
+        generation=1,
+        mode=ACT,
+        mode_reason=f"decided again now by {user} (Advice {old.id} was decided in observe mode): {mode_reason}",
+        expires_at=now + ttl if ttl is not None else None,
+        active=True,
+        disposition=Disposition.PENDING.value,
+        next_reconcile_at=now,
+        reconcile_failures=0,
+        created_at=now,
+        updated_at=now,
+        checkpoint_check=old.checkpoint_check,
+        successor_job_id=old.successor_job_id,
+    )
+    session.add(new)
+    await session.flush()
+    old.superseded_by_id = new.id
+    return new

@@ -1,4 +1,4 @@
-"""Reads that build the story of attempts (app.domain.story) from stored records, a fixed number of statements.
+"""Reads that build the story of attempts (domain/presentation/story.py) from stored records, in few statements.
 
 `stories_of_jobs` loads a set of jobs' attempts with the anomaly their Advice was decided on (else their newest
 decided anomaly), Advice, scheduler actions and the checkpoint each next attempt loaded, and tells every attempt's
@@ -17,14 +17,14 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
-from app.domain.fleet import BUDGET_EXCEEDED, STORM_PAUSED
-from app.domain.mode import ENROLLED
-from app.domain.rootcause import decided_anomaly
-from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
+from app.domain.admission.mode import ENROLLED
+from app.domain.decision.rootcause import decided_anomaly
+from app.domain.fleetwide.trust import BUDGET_EXCEEDED, STORM_PAUSED
+from app.domain.presentation.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
 from app.evidence.queries import DECIDED_KINDS
+from app.infra.sql import rows_in, scalars_in
 from app.jobs.models import Attempt, Job
-from app.sql import rows_in, scalars_in
 
 
 @dataclass
@@ -41,12 +41,19 @@ class Told:
 def _anomaly_fact(x: Anomaly | None) -> AnomalyFact | None:
     if x is None:
         return None
+    node_from = (x.details or {}).get("nodeFrom")
     return AnomalyFact(
-        kind=x.kind, category=x.category, node=x.node, xid=x.xid, line_number=x.line_number, log_path=x.log_path
+        kind=x.kind,
+        category=x.category,
+        node=x.node,
+        xid=x.xid,
+        line_number=x.line_number,
+        log_path=x.log_path,
+        node_from=str(node_from) if node_from and x.node else None,
     )
 
 
-# Why an active restart waits for an operator, in the story's words (app.domain.fleet's hold reasons).
+# Why an active restart waits for an operator, in the story's words (app.domain.fleetwide.trust's hold reasons).
 HELD_BY = {BUDGET_EXCEEDED: "a recovery budget", STORM_PAUSED: "a restart storm"}
 
 

@@ -10,14 +10,14 @@ from sqlalchemy import func, or_, select, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice
-from app.domain.fleet import HOLD_REASONS
-from app.domain.mode import ENROLLED
+from app.domain.admission.mode import ENROLLED
+from app.domain.fleetwide.trust import HOLD_REASONS
 from app.evidence.models import Anomaly
 from app.fleet.models import ClusterPause, NodeStanding
 from app.jobs.models import Job
 
 NEEDS_LIMIT = 20  # each "Needs you" list shows at most this many rows (the counters say how many there are)
-# Refusal reasons that point at a slip of the keyboard (app.domain.mode.admission, app.domain.policy).
+# Refusal reasons that point at a slip of the keyboard (admission/mode.py admission, admission/policy.py).
 LIKELY_TYPO = ("differ only in case", "did you mean")
 
 

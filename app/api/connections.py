@@ -1,4 +1,4 @@
-"""Relay connections built from app.pagination keyset pages, with capped page sizes."""
+"""Relay connections built from app.infra.pagination keyset pages, with capped page sizes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import strawberry
 from strawberry.dataloader import DataLoader
 
 from app.api.errors import bad_input
-from app.db import Sessions
-from app.domain.cursor import CursorError, encode_cursor
-from app.pagination import Page, PageArgumentError, PageRequest
+from app.domain.edge.cursor import CursorError, encode_cursor
+from app.infra.db import Sessions
+from app.infra.pagination import Page, PageArgumentError, PageRequest
 
 T = TypeVar("T")
 R = TypeVar("R")

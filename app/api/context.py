@@ -8,7 +8,7 @@ from typing import Any
 from app.api.errors import FORBIDDEN, UNAUTHENTICATED, ApiError
 from app.api.loaders import Loaders
 from app.auth import OPERATOR, AuthError, Principal
-from app.context import AppContext
+from app.infra.context import AppContext
 
 
 @dataclass

@@ -125,6 +125,9 @@ class LeafFastExecutionContext(StrawberryGraphQLCoreExecutionContext):
         # directives (and the fast path takes none). Any other middleware means the ordinary path.
         middlewares = getattr(self.middleware_manager, "middlewares", None) or ()
         self._fast = all(isinstance(m, DirectivesExtension | DirectivesExtensionSync) for m in middlewares)
+        settings = getattr(getattr(self.context_value, "app", None), "settings", None)  # the API's (ApiContext.app)
+        if settings is not None and not settings.fast_paths:  # RECOVERY_FAST_PATHS=off: graphql-core's own way
+            self._fast = False
 
     def _leaf_plan(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> Plan | None:
         known = self._leaf_plans.get(id(grouped_field_set))

@@ -20,10 +20,10 @@ from app.api.types.fleet import (
     hold_of,
     pause_of,
 )
-from app.db import Session
-from app.domain import bounds
+from app.domain.edge import bounds
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet
+from app.infra.db import Session
 
 Info = strawberry.Info
 

@@ -23,8 +23,8 @@ from app.api.loaders import Loaders
 from app.api.masking import masked
 from app.api.schema import schema
 from app.auth import Authenticator, AuthError, authenticate_request
-from app.context import AppContext
-from app.guards import parsed_body
+from app.infra.context import AppContext
+from app.infra.http_guards import parsed_body
 
 
 def auth_error_body(exc: AuthError) -> dict[str, Any]:
@@ -73,7 +73,7 @@ class AuthenticatingWSHandler(BaseGraphQLTransportWSHandler[ApiContext, None]):
             async for result in result_source:
                 errors = getattr(result, "errors", None)
                 if errors:
-                    result.errors = [masked(error) for error in errors]
+                    errors[:] = [masked(error) for error in errors]
                 yield result
 
         await super()._send_result_stream(operation, masked_results())
@@ -143,7 +143,7 @@ class RecoveryGraphQL(GraphQL[ApiContext, None]):
         )
 
     def decode_json(self, data: str | bytes) -> object:
-        # The edge guard (app/guards.py) has parsed a JSON body already, with the same json module.
+        # The edge guard (app/infra/http_guards.py) has parsed a JSON body already, with the same json module.
         parsed = parsed_body(data) if isinstance(data, bytes) else None
         return parsed if parsed is not None else super().decode_json(data)
 

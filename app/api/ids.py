@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 
-from app.domain.bounds import INT64_MAX, is_ascii_digits
-from app.domain.cursor import unpadded_b64url
+from app.domain.edge.bounds import INT64_MAX, is_ascii_digits
+from app.domain.edge.cursor import unpadded_b64url
 
 MAX_GLOBAL_ID_LENGTH = 200
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from starlette.responses import JSONResponse
 
-from app.domain.timefmt import iso_utc
+from app.domain.edge.timefmt import iso_utc
 
 _encode = msgspec.json.Encoder().encode
 

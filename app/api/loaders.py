@@ -11,9 +11,9 @@ from strawberry.dataloader import DataLoader
 from app.advice import queries as advice_queries
 from app.advice import stories
 from app.audit import queries as audit_queries
-from app.db import Sessions
 from app.evidence import queries as evidence_queries
 from app.goodput import queries as goodput_queries
+from app.infra.db import Sessions
 from app.jobs import queries as job_queries
 
 ByIds = Callable[..., Awaitable[dict[Any, Any]]]

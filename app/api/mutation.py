@@ -14,8 +14,8 @@ from app.api.errors import bad_input, not_found
 from app.api.fleet_mutation import FleetMutation
 from app.api.ids import GlobalIdError, expect_global_id
 from app.api.types import Advice
-from app.db import Session
-from app.domain import bounds
+from app.domain.edge import bounds
+from app.infra.db import Session
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice as AdviceRow

@@ -10,11 +10,18 @@ import json
 from typing import Any
 
 from app import __version__
+from app.advice import read_model as advice_models
+from app.api.derive import openapi_object, strict_object
+from app.audit import read_model as audit_models
 from app.audit.service import LEVELS
-from app.domain import bounds
-from app.domain.cursor import MAX_CURSOR_LENGTH
-from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
-from app.domain.story import OUTCOMES
+from app.domain.control.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.edge import bounds
+from app.domain.edge.cursor import MAX_CURSOR_LENGTH
+from app.domain.presentation.story import OUTCOMES
+from app.evidence import read_model as evidence_models
+from app.fleet import read_model as fleet_models
+from app.jobs import read_model as job_models
+from app.leases import read_model as lease_models
 
 # (default, max) page sizes; app.api.rest uses these.
 JOBS_LIMITS = (100, 250)
@@ -28,9 +35,7 @@ _TIME = {"type": ["string", "null"], "format": "date-time"}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    # additionalProperties false: schemathesis then notices a field the handlers add without documenting it
-    return {"type": "object", "required": sorted(properties), "properties": properties, "additionalProperties": False}
+_object = strict_object
 
 
 def _text_param(name: str, description: str, max_length: int = bounds.MAX_FILTER_LENGTH) -> dict[str, Any]:
@@ -106,22 +111,7 @@ STORY = {
                 "result": {"type": "string"},
                 "nextAttemptIndex": _NULLABLE_INT,
                 "cites": {
-                    "oneOf": [
-                        {"type": "null"},
-                        _object(
-                            {
-                                "kind": {"type": "string"},
-                                "category": {"type": "string"},
-                                "node": _NULLABLE_STRING,
-                                "logPath": _NULLABLE_STRING,
-                                "lineNumber": _NULLABLE_INT,
-                                "line": _NULLABLE_STRING,
-                                "role": _NULLABLE_STRING,
-                                "fingerprint": _NULLABLE_STRING,
-                                "fingerprintText": _NULLABLE_STRING,
-                            }
-                        ),
-                    ],
+                    "oneOf": [{"type": "null"}, openapi_object(evidence_models.ANOMALY)],
                     "description": "The anomaly the story cites: the one its Advice was decided on (a crash's "
                     "root cause, a hang's NO_PROGRESS), else the attempt's newest decided anomaly; its fingerprint "
                     "is the same on a rerun that fails the same way.",
@@ -131,164 +121,23 @@ STORY = {
     ],
     "description": "One plain sentence: what happened, what Recovery decided, whether it happened.",
 }
-ATTEMPT = _object(
+ATTEMPT = openapi_object(job_models.ATTEMPT, {"story": STORY})
+MILESTONE = openapi_object(advice_models.SCHEDULER_ACTION)
+ADVICE = openapi_object(
+    advice_models.ADVICE,
     {
-        "story": STORY,
-        "jobId": {"type": "integer"},
-        "attemptIndex": {"type": "integer"},
-        "heimdallJobId": {"type": "string"},
-        "attemptRef": {"type": "string"},
-        "cluster": {"type": "string"},
-        "workflowId": _NULLABLE_STRING,
-        "jobName": _NULLABLE_STRING,
-        "arrayJobId": _NULLABLE_INT,
-        "arrayTaskId": _NULLABLE_INT,
-        "schedulerJobId": {"type": "string"},
-        "state": {"type": "string"},
-        "stateReason": _NULLABLE_STRING,
-        "exitCode": _NULLABLE_INT,
-        "exitSignal": _NULLABLE_INT,
-        "nodes": _STRINGS,
-        "excludedNodes": _STRINGS,
-        "stdoutPath": _NULLABLE_STRING,
-        "stderrPath": _NULLABLE_STRING,
-        "requeueEligible": {"type": ["boolean", "null"]},
-        "held": {"type": ["boolean", "null"]},
-        "effectiveMode": _NULLABLE_STRING,
-        "modeReason": _NULLABLE_STRING,
-        "modeAtRegistration": _NULLABLE_STRING,
-        "startTime": _TIME,
-        "endTime": _TIME,
-        "endedReason": _NULLABLE_STRING,
-        "createdAt": _TIME,
-        "updatedAt": _TIME,
-    }
+        "reconciliationStatus": openapi_object(
+            advice_models.RECONCILIATION,
+            {"milestones": {"type": "array", "items": {"$ref": "#/components/schemas/Milestone"}}},
+        )
+    },
 )
-MILESTONE = _object(
-    {
-        "generation": {"type": "integer"},
-        "step": {"type": "string"},
-        "status": {"type": "string"},
-        "idempotencyKey": {"type": "string"},
-        "actor": _NULLABLE_STRING,
-        "command": _NULLABLE_STRING,
-        "detail": _NULLABLE_STRING,
-        "startedAt": _TIME,
-        "finishedAt": _TIME,
-        "durationMs": {"type": ["number", "null"]},
-        "gate": _NULLABLE_STRING,
-    }
-)
-ADVICE = _object(
-    {
-        "id": {"type": "integer"},
-        "jobId": {"type": "integer"},
-        "attemptIndex": {"type": "integer"},
-        "heimdallJobId": {"type": "string"},
-        "cluster": {"type": "string"},
-        "operation": {"type": "string"},
-        "exclusions": _STRINGS,
-        "reason": _NULLABLE_STRING,
-        "rule": _NULLABLE_STRING,
-        "generation": {"type": "integer"},
-        "mode": {"type": "string"},
-        "modeReason": _NULLABLE_STRING,
-        "modeAtDecision": {"type": "string"},
-        "decidedAgainFrom": _NULLABLE_INT,
-        "decidedAgainAs": _NULLABLE_INT,
-        "expiresAt": _TIME,
-        "active": {"type": "boolean"},
-        "review": _NULLABLE_STRING,
-        "reviewedBy": _NULLABLE_STRING,
-        "reconciliationStatus": _object(
-            {
-                "disposition": {"type": "string"},
-                "reason": _NULLABLE_STRING,
-                "message": _NULLABLE_STRING,
-                "observedGeneration": _NULLABLE_INT,
-                "milestones": {"type": "array", "items": {"$ref": "#/components/schemas/Milestone"}},
-            }
-        ),
-        "createdAt": _TIME,
-        "updatedAt": _TIME,
-    }
-)
-WORKFLOW = _object(
-    {
-        "outcome": {"type": "string", "enum": list(OUTCOMES)},
-        "id": {"type": "integer"},
-        "workflowId": {"type": "string"},
-        "cluster": {"type": "string"},
-        "environment": _NULLABLE_STRING,
-        "latestState": _NULLABLE_STRING,
-        "latestJobName": _NULLABLE_STRING,
-        "attemptCount": {"type": "integer"},
-        "failedAttemptCount": {"type": "integer"},
-        "createdAt": _TIME,
-        "updatedAt": _TIME,
-    }
-)
-AUDIT_EVENT = _object(
-    {
-        "id": {"type": "integer"},
-        "component": {"type": "string"},
-        "eventType": {"type": "string"},
-        "level": {"type": "string", "enum": list(AUDIT_LEVELS)},
-        "message": {"type": "string"},
-        "payload": {"type": "object"},
-        "cluster": _NULLABLE_STRING,
-        "jobId": _NULLABLE_INT,
-        "attemptIndex": _NULLABLE_INT,
-        "actor": _NULLABLE_STRING,
-        "producedAt": _TIME,
-        "producedAtMicros": _NULLABLE_INT,
-        "recordedAt": _TIME,
-    }
-)
-_LEASE_PROPERTIES: dict[str, Any] = {
-    "holder": {"type": "string"},
-    "epoch": {"type": "integer"},
-    "acquiredAt": _TIME,
-    "renewedAt": _TIME,
-    "expiresAt": _TIME,
-    "active": {"type": "boolean"},
-}
-LEASE = {**_object(_LEASE_PROPERTIES), "type": ["object", "null"]}  # a cluster whose worker never ran has none
-CLUSTER_OVERVIEW = _object(
-    {
-        "name": {"type": "string"},
-        "jobCount": {"type": "integer"},
-        "enrolledJobCount": {"type": "integer"},
-        "workflowCount": {"type": "integer"},
-        "worker": LEASE,
-        "watchdog": LEASE,
-    }
-)
-COMPUTE_NODE = _object(
-    {
-        "cluster": {"type": "string"},
-        "name": {"type": "string"},
-        "state": {"type": "string", "enum": ["OK", "SUSPECT", "PINNED", "CLEARED", "EXPIRED"]},
-        "excluded": {"type": "boolean"},
-        "suspectUntil": _TIME,
-        "jobs": {"type": "array", "items": {"type": "integer"}},
-        "pinned": {"type": "boolean"},
-        "changedBy": _NULLABLE_STRING,
-        "drainStatus": _NULLABLE_STRING,
-        "drainMessage": _NULLABLE_STRING,
-        "evidence": {
-            "type": "array",
-            "items": _object(
-                {
-                    "jobId": {"type": "integer"},
-                    "attemptIndex": {"type": "integer"},
-                    "category": _NULLABLE_STRING,
-                    "outlook": _NULLABLE_STRING,
-                    "blamedAt": _TIME,
-                }
-            ),
-        },
-    }
+WORKFLOW = openapi_object(job_models.WORKFLOW, {"outcome": {"type": "string", "enum": list(OUTCOMES)}})
+AUDIT_EVENT = openapi_object(audit_models.AUDIT_EVENT)
+LEASE = {**openapi_object(lease_models.LEASE), "type": ["object", "null"]}  # a cluster whose worker never ran has none
+CLUSTER_OVERVIEW = openapi_object(lease_models.CLUSTER, {"worker": LEASE, "watchdog": LEASE})
+COMPUTE_NODE = openapi_object(
+    fleet_models.COMPUTE_NODE, {"evidence": {"type": "array", "items": openapi_object(fleet_models.NODE_EVIDENCE)}}
 )
 INSTALLATION = _object(
     {

@@ -1,7 +1,7 @@
 """GraphQL answers while the database is away: a `DATABASE_UNAVAILABLE` (or BUSY / STORAGE_FULL) error, HTTP 503.
 
 Without this, a resolver's driver error reached the client as `data.job: null` with the raw text
-(host, port, SQL). The shared classifier (app/errors.py) decides what counts as an outage.
+(host, port, SQL). The shared classifier (app/infra/errors.py) decides what counts as an outage.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from strawberry.extensions import SchemaExtension
 
-from app.errors import DatabaseProblem, database_problem
+from app.infra.errors import DatabaseProblem, database_problem
 from graphql import GraphQLError
 
 
@@ -36,7 +36,7 @@ class DatabaseOutageErrors(SchemaExtension):
             )
         if found is None:
             return
-        result.errors = replaced  # type: ignore[union-attr]
+        errors[:] = replaced  # in place: the executor returns this result object
         response = getattr(self.execution_context.context, "response", None)
         if response is not None and not getattr(self.execution_context.context, "websocket", False):
             response.status_code = 503

@@ -18,12 +18,13 @@ from app.api.types.cluster import Cluster, cluster_of
 from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
 from app.api.types.goodput import Goodput, goodput_of
 from app.audit import queries as audit_queries
-from app.db import utcnow
-from app.domain import bounds
-from app.domain.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
-from app.domain.story import OUTCOMES
+from app.domain.control.identity import MAX_SLURM_JOB_ID, SchedulerJobId, parse_scheduler_job_id
+from app.domain.edge import bounds
+from app.domain.presentation.story import OUTCOMES
 from app.fleet import queries as fleet_queries
+from app.fleet import read_model as fleet_read_model
 from app.goodput import queries as goodput_queries
+from app.infra.db import utcnow
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 
@@ -311,8 +312,11 @@ class Query:
         state = (validation.text(state, "state") or "").upper() or None
         async with info.context.loaders.sessions() as session:
             rows = await fleet_queries.node_overview(session, cluster=cluster)
-        found = [compute_node_of(row, blames) for row, blames in rows]
-        return [n for n in found if state is None or n.state == state]
+        return [
+            compute_node_of(row, blames)
+            for row, blames in rows
+            if state is None or fleet_read_model.node_state(row) == state
+        ]
 
     @strawberry.field(
         description="Advice held past a recovery budget (open ones unless onlyOpen is false), newest first."

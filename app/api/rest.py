@@ -14,32 +14,34 @@ from starlette.routing import BaseRoute, Route
 
 from app import __version__
 from app.advice import queries as advice_queries
+from app.advice import read_model as advice_models
 from app.advice import stories
+from app.api.derive import rest_json
 from app.api.jsonbody import FastJSONResponse as JSONResponse
-from app.api.jsonbody import json_time
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
 from app.audit import queries as audit_queries
+from app.audit import read_model as audit_models
 from app.auth import Authenticator, AuthError, authenticate_request
-from app.clusters import every_cluster
-from app.config import SettingsError
-from app.context import AppContext
-from app.domain import bounds
-from app.domain.cursor import MAX_CURSOR_LENGTH, CursorError
-from app.domain.identity import (
+from app.domain.admission.mode import ENROLLED, ModeSettings, effective_mode
+from app.domain.control.identity import (
     MAX_SLURM_JOB_ID,
-    attempt_uuid,
-    format_attempt_ref,
     format_scheduler_job_id,
     parse_scheduler_job_id,
 )
-from app.domain.mode import ENROLLED, ModeSettings, effective_mode
-from app.domain.story import OUTCOMES
-from app.domain.timefmt import iso_utc_or_none
+from app.domain.edge import bounds
+from app.domain.edge.cursor import MAX_CURSOR_LENGTH, CursorError
+from app.domain.presentation.story import OUTCOMES
+from app.evidence import read_model as evidence_models
 from app.fleet import queries as fleet_queries
-from app.fleet import service as fleet_service
+from app.fleet import read_model as fleet_models
+from app.infra.clusters import every_cluster
+from app.infra.config import SettingsError
+from app.infra.context import AppContext
+from app.infra.pagination import PageRequest
 from app.jobs import queries as job_queries
+from app.jobs import read_model as job_models
 from app.leases import queries as lease_queries
-from app.pagination import PageRequest
+from app.leases import read_model as lease_models
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice, SchedulerAction
@@ -136,23 +138,22 @@ def _text(request: Request, name: str, *, maximum: int = bounds.MAX_FILTER_LENGT
         raise BadRequest(str(exc)) from None
 
 
-def _micros(value: dt.datetime | None) -> int | None:
-    if value is None:
-        return None
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+_ATTEMPT = rest_json(job_models.ATTEMPT)
+_WORKFLOW = rest_json(job_models.WORKFLOW)
+_ADVICE = rest_json(advice_models.ADVICE)
+_RECONCILIATION = rest_json(advice_models.RECONCILIATION)
+milestone_json = rest_json(advice_models.SCHEDULER_ACTION)
+audit_json = rest_json(audit_models.AUDIT_EVENT)
+workflow_json = _WORKFLOW
 
 
 def attempt_json(
     attempt: Attempt, job: Job | None, workflow: Workflow | None, settings: ModeSettings
 ) -> dict[str, Any]:
-    """An attempt as the REST API shows it (the user guide's field names)."""
+    """An attempt as the REST API shows it (the user guide's field names), with what its job and workflow add."""
+    mode = effective_mode(job, settings) if job else None
     return {
-        "jobId": attempt.slurm_job_id,
-        "attemptIndex": attempt.attempt_index,
-        "heimdallJobId": attempt.uuid,
-        "attemptRef": format_attempt_ref(attempt.slurm_job_id, attempt.attempt_index),
-        "cluster": attempt.cluster,
+        **_ATTEMPT(attempt),
         "workflowId": workflow.workflow_key if workflow else None,
         "jobName": job.name if job else None,
         "arrayJobId": job.array_job_id if job else None,
@@ -160,42 +161,12 @@ def attempt_json(
         "schedulerJobId": format_scheduler_job_id(
             attempt.slurm_job_id, job.array_job_id if job else None, job.array_task_id if job else None
         ),
-        "state": attempt.state,
-        "stateReason": attempt.state_reason,
-        "exitCode": attempt.exit_code,
-        "exitSignal": attempt.exit_signal,
-        "nodes": list(attempt.nodes or []),
-        "excludedNodes": list(attempt.excluded_nodes or []),
-        "stdoutPath": attempt.stdout_path,
-        "stderrPath": attempt.stderr_path,
         "requeueEligible": attempt.requeue_eligible
         if attempt.requeue_eligible is not None
         else (job.requeue_eligible if job else None),
-        "held": attempt.held,
-        "effectiveMode": effective_mode(job, settings).mode if job else None,
-        "modeReason": effective_mode(job, settings).reason if job else None,
+        "effectiveMode": mode.mode if mode else None,
+        "modeReason": mode.reason if mode else None,
         "modeAtRegistration": job.registered_mode if job else None,
-        "startTime": iso_utc_or_none(attempt.start_time),
-        "endTime": iso_utc_or_none(attempt.end_time),
-        "endedReason": attempt.ended_reason,
-        "createdAt": iso_utc_or_none(attempt.created_at),
-        "updatedAt": iso_utc_or_none(attempt.updated_at),
-    }
-
-
-def milestone_json(action: SchedulerAction) -> dict[str, Any]:
-    return {
-        "generation": action.generation,
-        "step": action.step,
-        "status": action.status,
-        "idempotencyKey": action.idempotency_key,
-        "actor": action.actor,
-        "command": action.command,
-        "detail": action.detail,
-        "startedAt": iso_utc_or_none(action.started_at),
-        "finishedAt": iso_utc_or_none(action.finished_at),
-        "durationMs": action.duration_ms,
-        "gate": action.gate,
     }
 
 
@@ -203,70 +174,16 @@ def advice_json(
     advice: Advice, milestones: Sequence[SchedulerAction], job: Job | None, settings: ModeSettings
 ) -> dict[str, Any]:
     """An Advice as the REST API shows it: identity, desired state, and the controller's reconciliation status."""
+    mode = effective_mode(job, settings) if job else None
     return {
-        "id": advice.id,
-        "jobId": advice.slurm_job_id,
-        "attemptIndex": advice.attempt_index,
-        "heimdallJobId": attempt_uuid(advice.cluster, advice.slurm_job_id, advice.attempt_index),
-        "cluster": advice.cluster,
-        "operation": advice.operation,
-        "exclusions": list(advice.exclusions or []),
-        "reason": advice.reason,
-        "rule": advice.rule,
-        "generation": advice.generation,
+        **_ADVICE(advice),
         # The mode now (what the controller applies); modeAtDecision is what it was decided under.
-        "mode": effective_mode(job, settings).mode if job else advice.mode,
-        "modeReason": effective_mode(job, settings).reason if job else advice.mode_reason,
-        "modeAtDecision": advice.mode,
-        # "decide again now": the observe-mode Advice this one re-decided, and the one that re-decided this one
-        "decidedAgainFrom": advice.supersedes_id,
-        "decidedAgainAs": advice.superseded_by_id,
-        "expiresAt": iso_utc_or_none(advice.expires_at),
-        "active": advice.active,
-        "review": advice.review,
-        "reviewedBy": advice.reviewed_by,
+        "mode": mode.mode if mode else advice.mode,
+        "modeReason": mode.reason if mode else advice.mode_reason,
         "reconciliationStatus": {
-            "disposition": advice.disposition,
-            "reason": advice.disposition_reason,
-            "message": advice.disposition_message,
-            "observedGeneration": advice.observed_generation,
+            **_RECONCILIATION(advice),
             "milestones": [milestone_json(m) for m in milestones],
         },
-        "createdAt": iso_utc_or_none(advice.created_at),
-        "updatedAt": iso_utc_or_none(advice.updated_at),
-    }
-
-
-def workflow_json(workflow: Workflow) -> dict[str, Any]:
-    return {
-        "id": workflow.id,
-        "workflowId": workflow.workflow_key,
-        "cluster": workflow.cluster,
-        "environment": workflow.environment,
-        "latestState": workflow.latest_state,
-        "latestJobName": workflow.latest_job_name,
-        "attemptCount": workflow.attempt_count,
-        "failedAttemptCount": workflow.failed_attempt_count,
-        "createdAt": iso_utc_or_none(workflow.created_at),
-        "updatedAt": iso_utc_or_none(workflow.updated_at),
-    }
-
-
-def audit_json(event: AuditEvent) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "component": event.component,
-        "eventType": event.event_type,
-        "level": event.level,
-        "message": event.message,
-        "payload": event.payload or {},
-        "cluster": event.cluster,
-        "jobId": event.slurm_job_id,
-        "attemptIndex": event.attempt_index,
-        "actor": event.actor,
-        "producedAt": json_time(event.produced_at),
-        "producedAtMicros": _micros(event.produced_at),
-        "recordedAt": json_time(event.recorded_at),
     }
 
 
@@ -382,7 +299,7 @@ def enrolment_json(job: Job) -> dict[str, Any]:
 
 
 def story_json(told: Any) -> dict[str, Any] | None:
-    """An attempt's story (app.domain.story) as the REST API shows it."""
+    """An attempt's story (app.domain.presentation.story) as the REST API shows it."""
     if told is None:
         return None
     story = told.story
@@ -397,22 +314,12 @@ def story_json(told: Any) -> dict[str, Any] | None:
     }
 
 
+_CITED = rest_json(evidence_models.ANOMALY)
+
+
 def cited_json(anomaly: Any) -> dict[str, Any] | None:
     """The anomaly a story cites (the one its Advice was decided on), as the REST API shows it."""
-    if anomaly is None:
-        return None
-    details = anomaly.details or {}
-    return {
-        "kind": anomaly.kind,
-        "category": anomaly.category,
-        "node": anomaly.node,
-        "logPath": anomaly.log_path,
-        "lineNumber": anomaly.line_number,
-        "line": anomaly.line,
-        "role": details.get("role"),
-        "fingerprint": details.get("fingerprint"),
-        "fingerprintText": details.get("signature"),
-    }
+    return _CITED(anomaly) if anomaly is not None else None
 
 
 def _clusters(settings: Any) -> list[Any]:
@@ -501,73 +408,34 @@ async def list_audit_events(request: Request, ctx: AppContext) -> Response:
     return JSONResponse({"events": [audit_json(e) for e in page.items], "nextPageToken": _next_token(page)})
 
 
+_LEASE = rest_json(lease_models.LEASE)
+_CLUSTER = rest_json(lease_models.CLUSTER)
+_NODE = rest_json(fleet_models.COMPUTE_NODE)
+_NODE_EVIDENCE = rest_json(fleet_models.NODE_EVIDENCE)
+
+
 def _lease_json(row: Any) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {
-        "holder": row.holder,
-        "epoch": row.epoch,
-        "acquiredAt": iso_utc_or_none(row.acquired_at),
-        "renewedAt": iso_utc_or_none(row.renewed_at),
-        "expiresAt": iso_utc_or_none(row.expires_at),
-        "active": row.expires_at > dt.datetime.now(dt.UTC),
-    }
+    return _LEASE(row) if row is not None else None
 
 
 async def list_clusters(request: Request, ctx: AppContext) -> Response:
     """Every cluster of the installation: {"clusters": [{name, jobCount, ..., worker, watchdog}]}; ?cluster= one."""
     async with ctx.sessions() as session:
         rows = await lease_queries.cluster_overview(session, cluster=_text(request, "cluster"))
-    return JSONResponse(
-        {
-            "clusters": [
-                {
-                    "name": row.name,
-                    "jobCount": row.counts.jobs,
-                    "enrolledJobCount": row.counts.enrolled_jobs,
-                    "workflowCount": row.counts.workflows,
-                    "worker": _lease_json(row.worker),
-                    "watchdog": _lease_json(row.watchdog),
-                }
-                for row in rows
-            ]
-        }
-    )
+    clusters = [
+        {**_CLUSTER(row), "worker": _lease_json(row.worker), "watchdog": _lease_json(row.watchdog)} for row in rows
+    ]
+    return JSONResponse({"clusters": clusters})
 
 
 async def list_nodes(request: Request, ctx: AppContext) -> Response:
     """Node reputation: {"nodes": [{cluster, name, state, excluded, suspectUntil, jobs, ..., evidence}]}."""
     state = (_text(request, "state") or "").upper() or None
-    now = dt.datetime.now(dt.UTC)
     async with ctx.sessions() as session:
         rows = await fleet_queries.node_overview(session, cluster=_text(request, "cluster"))
-    nodes = []
-    for row, blames in rows:
-        shown = fleet_service.shown_state(row, now)
-        if state is not None and shown != state:
-            continue
-        nodes.append(
-            {
-                "cluster": row.cluster,
-                "name": row.node,
-                "state": shown,
-                "excluded": shown in ("SUSPECT", "PINNED"),
-                "suspectUntil": iso_utc_or_none(row.suspect_until),
-                "jobs": list(row.jobs or ()),
-                "pinned": bool(row.pinned),
-                "changedBy": row.changed_by,
-                "drainStatus": row.drain_status,
-                "drainMessage": row.drain_message,
-                "evidence": [
-                    {
-                        "jobId": b.slurm_job_id,
-                        "attemptIndex": b.attempt_index,
-                        "category": b.category,
-                        "outlook": b.outlook,
-                        "blamedAt": iso_utc_or_none(b.blamed_at),
-                    }
-                    for b in blames
-                ],
-            }
-        )
+    nodes = [
+        {**node, "evidence": [_NODE_EVIDENCE(b) for b in blames]}
+        for node, blames in ((_NODE(row), blames) for row, blames in rows)
+        if state is None or node["state"] == state
+    ]
     return JSONResponse({"nodes": nodes})

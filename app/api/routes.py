@@ -6,7 +6,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from app.api.graphql_app import RecoveryGraphQL
 from app.api.rest import rest_routes
-from app.context import AppContext
+from app.infra.context import AppContext
 
 
 def api_routes(ctx: AppContext) -> list[BaseRoute]:

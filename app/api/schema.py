@@ -16,7 +16,7 @@ from app.api.mutation import Mutation
 from app.api.outage import DatabaseOutageErrors
 from app.api.query import Query
 from app.api.subscription import Subscription
-from app.errors import database_error_text, database_problem
+from app.infra.errors import database_error_text, database_problem
 from graphql import GraphQLError
 
 log = logging.getLogger("recovery.api")

@@ -20,9 +20,9 @@ from app.api.ids import GlobalIdError, expect_global_id
 from app.api.query import AuditEventFilter, audit_filter
 from app.api.types import Advice, Attempt, AuditEvent, audit_event
 from app.audit.queries import AuditFilter
-from app.errors import retrying
 from app.feed import queries as feed_queries
 from app.feed.listener import shared_waker
+from app.infra.errors import retrying
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.advice.models import Advice as AdviceRow

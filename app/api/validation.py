@@ -1,11 +1,11 @@
-"""GraphQL arguments through app.domain.bounds: a value out of range is a BAD_USER_INPUT error naming the limit."""
+"""GraphQL arguments through app.domain.edge.bounds: a value out of range is a BAD_USER_INPUT error naming the limit."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from app.api.errors import bad_input
-from app.domain import bounds
+from app.domain.edge import bounds
 
 
 def text(value: str | None, name: str, *, maximum: int = bounds.MAX_FILTER_LENGTH) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigId, UTCDateTime, utcnow
+from app.infra.db import Base, BigId, UTCDateTime, utcnow
 
 
 class AuditEvent(Base):

@@ -12,10 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
 from app.audit.service import COMPONENTS, LEVELS
-from app.domain.bounds import BoundsError, parse_int
-from app.domain.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
-from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids
+from app.domain.control.identity import MAX_ATTEMPT_INDEX, MAX_SLURM_JOB_ID
+from app.domain.edge.bounds import BoundsError, parse_int
+from app.infra.pagination import Page, PageRequest, paginate
+from app.infra.sql import by_ids
 
 __all__ = ["COMPONENTS", "LEVELS", "AuditFilter", "AuditFilterError", "parse_job_reference"]
 
@@ -115,21 +115,15 @@ async def query(
     descending: bool = True,
 ) -> Page[Any]:
     """One keyset page of matching events ordered by (produced_at, id), as Core rows (the columns as attributes)."""
-    given = _given(filter)
-    # Each filter but the family binds its one value: which filters apply is the statement's shape (the family's
-    # escaped pattern is not its text, so those pages are built each time).
-    names = tuple(name for name, _, _ in given)
-    shape = None if "event_type_family" in names else (("audit", names), [value for _, _, value in given])
     return await paginate(
         session,
-        lambda: _filtered(_PAGE, filter),
+        _filtered(_PAGE, filter),
         kind="audit",
         columns=(_C.produced_at, _C.id),
         descending=descending,
         request=page,
         key_of=lambda e: (e.produced_at, e.id),
         rows=True,
-        shape=shape,
     )
 
 

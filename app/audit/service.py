@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.models import AuditEvent
-from app.db import utcnow
 from app.feed import service as feed
-from app.sql import insert_rows
+from app.infra.db import utcnow
+from app.infra.sql import insert_rows
 
 COMPONENTS = ("collector", "watcher", "job_manager", "advisor", "controller", "watchdog", "api", "observer")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

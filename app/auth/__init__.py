@@ -16,7 +16,7 @@ from app.auth.principal import (
     effective_roles,
 )
 from app.auth.tokens import TokenVerifier, allowed_algorithms
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 
 
 class NotConfigured:

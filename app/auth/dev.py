@@ -6,7 +6,7 @@ import ipaddress
 import logging
 
 from app.auth.principal import DEV_PRINCIPAL, Principal
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 
 log = logging.getLogger("recovery.auth")
 

@@ -19,7 +19,7 @@ from joserfc.errors import JoseError, SecurityWarning
 
 from app.auth.keys import _KEY_TYPE_OF_ALG, JwksCache
 from app.auth.principal import AuthError, Principal, principal_from_claims, shown
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 
 log = logging.getLogger("recovery.auth")
 

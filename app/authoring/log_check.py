@@ -11,18 +11,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.authoring import diagnosis
+from app.authoring import log_verdict as diagnosis
 from app.authoring.policy_check import comment_from_input
-from app.config import Settings
-from app.domain import line_nodes
-from app.domain.logline import decode_line, parse_timestamp
-from app.domain.policy import parse_comment
-from app.domain.progress import HangThresholds, SilenceScan
-from app.domain.sbatch import parse_script
-from app.domain.signature_config import SignatureConfigError, parse_signature_config
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
-from app.logs.reader import LINE_CAP, FilePosition, LogTailer
+from app.domain.admission.policy import parse_comment
+from app.domain.admission.sbatch import parse_script
+from app.domain.detection import line_nodes
+from app.domain.detection.hang import HangThresholds, SilenceScan
+from app.domain.detection.line_facts import decode_line, parse_timestamp
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.rules_file import SignatureConfigError, parse_signature_config
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
+from app.infra.config import Settings
+from app.jobfiles.reader import LINE_CAP, FilePosition, LogTailer
 from app.slurm.names import expand_hostlist
 
 EXIT_OK = 0
@@ -147,6 +147,8 @@ def _block_facts(crash: dict[str, Any], lines: list[str]) -> None:
     if not _BLOCK_FIELD.match(crash["text"]):
         return
     rank, host = line_nodes.launcher_block_facts(lines[max(0, crash["line"] - 7) : crash["line"] - 1])
+    if line_nodes.under_root_cause_head(lines[max(0, crash["line"] - 10) : crash["line"] - 1]):
+        crash["first_observed"] = True
     if crash["rank"] is None:
         crash["rank"] = rank
     if host is not None and host not in crash["nodes"]:

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.authoring.target import Target
-from app.config import Settings
-from app.domain.mode import ModeDecision, Requested, admission, effective_mode
-from app.domain.policy import PolicyResult, parse_comment
-from app.domain.sbatch import DirectiveSyntaxError, split_arguments
+from app.domain.admission.mode import ModeDecision, Requested, admission, effective_mode
+from app.domain.admission.policy import PolicyResult, parse_comment
+from app.domain.admission.sbatch import DirectiveSyntaxError, split_arguments
+from app.infra.config import Settings
 
 EXIT_ENROLLED, EXIT_NOT_ENROLLED, EXIT_USAGE = 0, 1, 2
 

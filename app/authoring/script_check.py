@@ -20,10 +20,10 @@ from app.authoring.policy_check import (
     render_policy,
 )
 from app.authoring.target import Target
-from app.config import Settings
-from app.domain.mode import UNMANAGED_PARTITION, Admission, admission
-from app.domain.policy import PolicyResult, parse_comment
-from app.domain.sbatch import BatchScript, parse_script, python_buffering_risks
+from app.domain.admission.mode import UNMANAGED_PARTITION, Admission, admission
+from app.domain.admission.policy import PolicyResult, parse_comment
+from app.domain.admission.sbatch import BatchScript, parse_script, python_buffering_risks
+from app.infra.config import Settings
 
 _WIDTH = 100  # wrap problem text for a terminal
 

@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import Settings, SettingsError
-from app.domain.policy import parse_comment
+from app.domain.admission.policy import parse_comment
+from app.infra.config import Settings, SettingsError
 
 SERVER_ENV = "RECOVERY_HTTP_URL"  # the user guide's names
 TOKEN_ENV = "RECOVERY_ACCESS_TOKEN"

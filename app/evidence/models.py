@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigId, UTCDateTime, utcnow
+from app.infra.db import Base, BigId, UTCDateTime, utcnow
 
 
 class LogSource(Base):
@@ -49,7 +49,7 @@ class LogSource(Base):
     hang_episode: Mapped[str | None] = mapped_column(String(64))
     hang_delay_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     hang_checked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
-    # Why the last open was refused (app/logs/safe_open.py reasons; null: the file was accepted or not there yet),
+    # Why the last open was refused (app/jobfiles/safe_open.py reasons; null: the file was accepted or not there yet),
     # and every reason already recorded as a log.refused event (each is recorded once).
     refused_reason: Mapped[str | None] = mapped_column(String(32))
     refusals: Mapped[list[str] | None] = mapped_column(JSON)

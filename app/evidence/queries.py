@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.infra.pagination import Page, PageRequest, paginate
+from app.infra.sql import by_ids, first_per_group, rows_in, scalars_in
 from app.jobs.models import Attempt
-from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids, first_per_group, rows_in, scalars_in
 
 # Anomaly kinds the advisor decides on.
 DECIDED_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
@@ -287,7 +287,7 @@ async def accepted_log_files(session: AsyncSession, *, attempt_id: int, job_id: 
 
 
 async def refused_log_files(session: AsyncSession, *, attempt_id: int, job_id: int) -> dict[str, str]:
-    """Path -> reason of this attempt's log files whose last open was refused (app/logs/safe_open.py reasons)."""
+    """Path -> reason of this attempt's log files whose last open was refused (app/jobfiles/safe_open.py reasons)."""
     rows = await session.execute(
         select(LogSource.path, LogSource.refused_reason).where(
             or_(LogSource.attempt_id == attempt_id, (LogSource.job_id == job_id) & LogSource.shared.is_(True)),

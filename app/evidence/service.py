@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,15 +18,23 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
 from app.advice.models import Advice, SchedulerAction
 from app.audit import service as audit
-from app.db import dialect_of, utcnow
-from app.domain import line_nodes, rootcause, slowdown
-from app.domain.signatures import CheckpointEvent, CrashSignature
+from app.domain.control import states
+from app.domain.decision import rootcause
+from app.domain.detection import association as assoc
+from app.domain.detection import line_nodes, slowdown
+from app.domain.detection.hang import ProgressState
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker
+from app.evidence import queries as evidence_queries
 from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
 from app.evidence.queries import AFTER_RECOVERY_ACTED
 from app.feed import service as feed
+from app.infra import metrics
+from app.infra.db import dialect_of, utcnow
+from app.jobfiles.reader import FilePosition, LogEvent
+from app.jobs import queries as job_queries
+from app.jobs import service as job_service
 from app.jobs.models import Attempt, Job
 
 CRASH = "CRASH"
@@ -204,6 +213,14 @@ def _after(line_time: dt.datetime, acted: dt.datetime) -> bool:
     return aware >= sent
 
 
+PROCESS_LINES = 5  # lines naming the failed PID or rank kept with an anomaly recorded before the node list was known
+
+
+def process_lines(context: Sequence[str]) -> list[str]:
+    """The lines naming the failed process, bounded, for matching against the node list once Slurm reports it."""
+    return [line[:300] for line in context[:PROCESS_LINES]]
+
+
 async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEvent) -> Anomaly | None:
     """A crash line becomes a CRASH anomaly (first line per category, node and Xid of the attempt).
 
@@ -215,21 +232,24 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
     signal = event.signal
     assert isinstance(signal, CrashSignature)
     allocation = tuple(attempt.nodes or ())
-    finding = line_nodes.with_line_nodes(
-        rootcause.Finding(
-            category=signal.category,
-            rule=signal.rule,
-            line=event.line,
-            detail=signal.detail,
-            nodes=signal.nodes,
-            rank=signal.rank,
-            xid=signal.xid,
-        ),
-        allocation,
-        attempt.tasks_per_node,
-        event.context,
+    line_finding = rootcause.Finding(
+        category=signal.category,
+        rule=signal.rule,
+        line=event.line,
+        detail=signal.detail,
+        nodes=signal.nodes,
+        rank=signal.rank,
+        xid=signal.xid,
+        first_observed=signal.first_observed,
     )
+    finding = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node, event.context)
     node = finding.nodes[0] if finding.nodes else None
+    # A node the line itself does not name came from the launcher's block around it or a line naming the failed
+    # process: say which.
+    own = line_nodes.with_line_nodes(line_finding, allocation, attempt.tasks_per_node).nodes
+    source = line_nodes.context_line(node, event.context, allocation) if node and not own else None
+    block = bool(node and node not in line_nodes.nodes_in_line(event.line, allocation))
+    block = block and bool(line_nodes.LAUNCHER_BLOCK_FIELD.match(event.line)) and node in own
     acted = await recovery_acted_at(session, attempt_id=attempt.id)
     after = acted is not None and _after(event.source_time or event.read_at, acted[0])
     kind = AFTER_RECOVERY_ACTED if after else CRASH
@@ -268,8 +288,13 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
         "signature": signature,
         "fingerprint": rootcause.fingerprint_id(signature),
         **({"knownConsequence": True} if rootcause.known_consequence(finding) else {}),
+        **({"firstObserved": True} if signal.first_observed else {}),
+        **({"processLines": process_lines(event.context)} if event.context and not allocation else {}),
+        **({"nodeFrom": line_nodes.CONTEXT_SOURCE, "nodeFromLine": source} if source else {}),
+        **({"nodeFrom": line_nodes.BLOCK_SOURCE} if block else {}),
         **({"attributionNote": attribution.note} if attribution.note else {}),
     }
+    await name_root_cause_node(session, attempt=attempt, finding=finding, after=after)
     if after:
         assert acted is not None
         details["afterRecoveryActed"] = {"step": acted[1], "sentAt": acted[0].isoformat()}
@@ -477,12 +502,38 @@ async def store_roles(session: AsyncSession, *, root_cause_id: int, crash_ids: l
             row.details = {**(row.details or {}), "role": role}
 
 
-async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str) -> None:
-    """Name the node of a root-cause anomaly whose own line did not (srun's first non-zero exit said it)."""
+async def store_failed_node(session: AsyncSession, *, anomaly_id: int, node: str, provenance: str) -> None:
+    """Name the node of a root-cause anomaly whose own line did not, saying how it was found (`nodeFrom`)."""
     row = await session.get(Anomaly, anomaly_id)
     if row is not None and row.node is None:
         row.node = node
-        row.details = {**(row.details or {}), "nodeFrom": "srun exit of the failed task"}
+        row.details = {**(row.details or {}), "nodeFrom": provenance}
+
+
+async def name_root_cause_node(
+    session: AsyncSession, *, attempt: Attempt, finding: rootcause.Finding, after: bool
+) -> None:
+    """A line read after the attempt's root cause was decided names the root cause's node when nothing did yet:
+    the launcher's report of the same rank (its host), or, before Recovery acted, srun's first failed task
+    (Recovery often decides before either is printed)."""
+    task = rootcause.srun_failed_task(finding.line)
+    reports_rank = finding.rank is not None and bool(finding.nodes) and not rootcause.srun_task_line(finding.line)
+    if after:
+        task = None  # srun's exit order after Recovery acted is Recovery's doing
+    if task is None and not reports_rank:
+        return
+    rows = list(await session.scalars(select(Anomaly).where(Anomaly.attempt_id == attempt.id, Anomaly.kind == CRASH)))
+    root = next((row for row in rows if (row.details or {}).get("role") == ROOT_CAUSE), None)
+    if root is None or root.node is not None:
+        return
+    rank = (root.details or {}).get("rank")
+    if reports_rank and rank == finding.rank:
+        provenance = f"the launcher's report of rank {rank} names its host"
+        await store_failed_node(session, anomaly_id=root.id, node=finding.nodes[0], provenance=provenance)
+    elif task is not None and not any(rootcause.srun_failed_task(row.line or "") for row in rows):
+        await store_failed_node(
+            session, anomaly_id=root.id, node=task[0], provenance=rootcause.srun_provenance(task[1])
+        )
 
 
 # ---- events that wait for their attempt -------------------------------------------------------
@@ -608,3 +659,224 @@ async def note_refusal(
         workflow_id=job.workflow_id if job else None,
     )
     return True
+
+
+async def reopen_log_source(session: AsyncSession, *, source: LogSource) -> None:
+    """Read a shared file again: the job it belongs to runs again."""
+    source.closed_at = None
+
+
+async def start_hang_delay(session: AsyncSession, *, source: LogSource, episode: str, at: dt.datetime) -> None:
+    """The file's silence passed the hang threshold: keep the episode and when its query delay started."""
+    source.hang_episode, source.hang_delay_started_at, source.hang_checked_at = episode, at, None
+
+
+async def note_hang_check(session: AsyncSession, *, source: LogSource, episode: str, at: dt.datetime) -> None:
+    """The delayed hang check of this silence episode ran (once per episode, also across restarts)."""
+    source.hang_episode, source.hang_checked_at = episode, at
+
+
+# ---- one read of a log source -----------------------------------------------------------------
+
+LAST_READ_TOUCH = dt.timedelta(seconds=60)  # how stale last_read_at may get while a file is idle
+
+
+@dataclass(frozen=True)
+class MarkerSeen:
+    """A progress marker of a read, with the attempt it belongs to (`attempt_known` False: its job is not tracked)."""
+
+    marker: LogEvent
+    attempt_id: int | None = None
+    attempt_known: bool = True
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """What one read of a log source found, as its row keeps it."""
+
+    position: FilePosition
+    bytes_read: bool
+    last_output_at: dt.datetime | None  # the newest output time of the read (None: no new bytes)
+    replaced: bool  # truncated, rotated or deleted: the latest marker's place is gone
+    markers: tuple[MarkerSeen, ...] = ()
+    close: bool = False  # the final read: stop reading the file
+
+
+async def store_read(session: AsyncSession, *, source: LogSource, read: SourceRead, now: dt.datetime) -> None:
+    """Keep a read's position, output time and progress markers on its log source (and an attempt's first progress)."""
+    changed = _store_position(source, read.position)
+    if read.last_output_at is not None and (
+        source.last_output_at is None or read.last_output_at > source.last_output_at
+    ):
+        source.last_output_at = read.last_output_at
+        changed = True
+    if read.replaced:
+        source.progress_offset = None
+    for seen in read.markers:
+        armed_for = source.progress_attempt_id if source.progress_phase is not None else None
+        if _observe_progress(source, seen):
+            changed = True
+            if source.progress_attempt_id not in (None, armed_for):  # goodput: an attempt's first progress
+                await job_service.note_first_progress(
+                    session, attempt_id=source.progress_attempt_id, at=source.progress_at
+                )
+    if changed or read.bytes_read or source.last_read_at is None or now - source.last_read_at > LAST_READ_TOUCH:
+        source.last_read_at = now
+    if read.close:
+        source.closed_at = now
+
+
+def _store_position(source: LogSource, position: FilePosition) -> bool:
+    """Keep the reader's position whole (it resumes from it after a restart); True when it moved."""
+    values = {
+        "offset": position.offset,
+        "inode": position.inode,
+        "device": position.device,
+        "head_digest": position.head_digest or None,
+        "head_length": position.head_length,
+        "line_number": position.line_number,
+        "skipping": position.skipping,
+    }
+    changed = False
+    for name, value in values.items():
+        if getattr(source, name) != value:
+            setattr(source, name, value)
+            changed = True
+    return changed
+
+
+def _observe_progress(source: LogSource, seen: MarkerSeen) -> bool:
+    """Arm the hang detector for the file (and the attempt the marker belongs to); True when that changed."""
+    marker = seen.marker
+    state = ProgressState(
+        armed=source.progress_phase is not None,
+        phase=source.progress_phase,
+        marker_offset=source.progress_offset,
+        marker_at=source.progress_at,
+    )
+    at = marker.source_time or marker.read_at
+    assert isinstance(marker.signal, ProgressMarker)  # callers pass a progress marker
+    new = state.observe(marker.signal, line_number=marker.line_number, offset=marker.offset, at=at)
+    if new is state:
+        return False
+    source.progress_phase, source.progress_offset, source.progress_line_number = (
+        new.phase,
+        new.marker_offset,
+        new.marker_line,
+    )
+    source.progress_at, source.progress_line = new.marker_at, marker.text[:2000]
+    if source.attempt_id is not None:
+        source.progress_attempt_id = source.attempt_id
+    elif seen.attempt_known:
+        source.progress_attempt_id = seen.attempt_id
+    return True
+
+
+@dataclass(frozen=True)
+class LinesRecorded:
+    """What became of a read's crash and checkpoint lines."""
+
+    anomalies: int = 0  # new crash anomalies
+    next_try_at: dt.datetime | None = None  # the earliest retry of a line kept waiting (None: none waits)
+
+
+async def record_lines(
+    session: AsyncSession,
+    *,
+    source: LogSource,
+    owner: Attempt | None,
+    windows: list[assoc.AttemptWindow] | None,
+    events: list[LineEvent],
+    now: dt.datetime,
+    foreign: bool = False,
+) -> LinesRecorded:
+    """Record a read's lines on their attempt, keep the undecided ones waiting, drop the rest with an audit event.
+
+    `owner`: the file's own attempt (None: a shared file, whose lines are attributed by label or time
+    among `windows`, the job's attempts; None: read them). `foreign`: the file was truncated after its
+    attempt ended, so its new lines are someone else's.
+    """
+    anomalies, next_try_at = 0, None
+    for event in events:
+        if owner is not None:
+            ended = owner.state not in states.ACTIVE
+            if foreign or (ended and assoc.written_after_end(source_time=event.source_time, end=owner.end_time)):
+                job = await job_queries.get_job(session, job_id=owner.job_id)
+                await drop_event(
+                    session,
+                    job=job,
+                    log_path=source.path,
+                    event=event,
+                    reason=assoc.AFTER_ATTEMPT_END,
+                    tries=0,
+                    attempt_index=owner.attempt_index,
+                )
+                continue
+            anomalies += await _record_on(session, owner, event)
+            continue
+        if windows is None:
+            windows = await _windows_of(session, source.job_id)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+        )
+        if decision.decided:
+            attempt = await job_queries.attempt_at(session, job_id=source.job_id, attempt_index=decision.attempt_index)
+            if attempt is not None:
+                anomalies += await _record_on(session, attempt, event)
+                continue
+        retry_at = now + dt.timedelta(seconds=assoc.next_retry_delay(0) or 0.0)
+        await defer_event(
+            session, source=source, event=event, reason=decision.reason or assoc.NO_ATTEMPTS, next_try_at=retry_at
+        )
+        next_try_at = retry_at if next_try_at is None else min(next_try_at, retry_at)
+    return LinesRecorded(anomalies, next_try_at)
+
+
+async def redeliver_pending(session: AsyncSession, *, now: dt.datetime, free: bool, limit: int) -> tuple[int, int]:
+    """(new crash anomalies, events looked at): redeliver waiting events, counting a try on each one that was due.
+
+    `free` retries every waiting event without counting a try (a new attempt was registered). An event
+    that still has no attempt is tried again later, or dropped with an audit event after its last try.
+    """
+    anomalies = 0
+    due = await evidence_queries.due_pending(session, now=None if free else now, limit=limit)
+    for pending, source in due:
+        scheduled = pending.next_try_at <= now
+        event = pending_to_event(pending, source.path)
+        windows = await _windows_of(session, source.job_id)
+        decision = assoc.attribute_shared_event(
+            label=event.attempt_label, source_time=event.source_time, windows=windows, now=now
+        )
+        if decision.decided:
+            attempt = await job_queries.attempt_at(session, job_id=source.job_id, attempt_index=decision.attempt_index)
+            if attempt is not None:
+                anomalies += await _record_on(session, attempt, event)
+                await delete_pending(session, pending=pending)
+                continue
+        if not scheduled:
+            continue
+        pending.tries += 1
+        pending.reason = decision.reason
+        delay = assoc.next_retry_delay(pending.tries)
+        if delay is None:
+            job = await job_queries.get_job(session, job_id=source.job_id) if source.job_id is not None else None
+            await drop_event(
+                session, job=job, log_path=source.path, event=event, reason=decision.reason, tries=pending.tries
+            )
+            await delete_pending(session, pending=pending)
+        else:
+            pending.next_try_at = now + dt.timedelta(seconds=delay)
+    return anomalies, len(due)
+
+
+async def _record_on(session: AsyncSession, attempt: Attempt, event: LineEvent) -> int:
+    """Record a line event on its attempt: 1 when that is a new crash anomaly."""
+    recorded = await record_line_event(session, attempt=attempt, event=event)
+    return int(recorded is not None and isinstance(event.signal, CrashSignature))
+
+
+async def _windows_of(session: AsyncSession, job_id: int | None) -> list[assoc.AttemptWindow]:
+    if job_id is None:
+        return []
+    rows = await job_queries.attempts_of(session, job_id=job_id)
+    return [assoc.AttemptWindow(a.attempt_index, a.start_time, a.end_time) for a in rows]

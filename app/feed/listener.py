@@ -28,8 +28,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from app.db import is_sqlite
 from app.feed.service import NOTIFY_CHANNEL
+from app.infra.db import is_sqlite
 
 log = logging.getLogger("recovery.feed")
 

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import metrics
-from app.db import utcnow
 from app.feed.models import ChangeFeedEntry
+from app.infra import metrics
+from app.infra.db import utcnow
 
 
 async def read_since(

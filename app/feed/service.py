@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import dialect_of, utcnow
 from app.feed.models import ChangeFeedEntry
-from app.sql import insert_rows
+from app.infra.db import dialect_of, utcnow
+from app.infra.sql import insert_rows
 
 NOTIFY_CHANNEL = "recovery_feed"
 # Any constant works; it serialises feed writers so that ids become visible in increasing order.

@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.advice import queries as advice_queries
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.config import Settings
-from app.db import utcnow
-from app.domain import fleet as rules
-from app.domain import notify as notify_rules
-from app.domain.advice import Failure
+from app.domain.decision.advice import Failure
+from app.domain.fleetwide import notify as notify_rules
+from app.domain.fleetwide import trust as rules
 from app.fleet import queries
 from app.fleet.models import BudgetExtension, ClusterPause, NodeBlame, NodeStanding, RecoveryHold, RestartGrant
+from app.infra.config import Settings
+from app.infra.db import utcnow
 from app.notify import service as notify
 
 MAX_NOTE = 1000
@@ -485,6 +485,11 @@ async def set_node(
 
 
 # ---------------------------------------------------------------- drain (behind RECOVERY_NODE_DRAIN)
+
+
+async def note_drain_sent(session: AsyncSession, *, row: NodeStanding, took_ms: float) -> None:
+    """Slurm took the drain command: say how long it took while the drain waits to be seen."""
+    row.drain_message = f"sent in {took_ms:.0f} ms; waiting for Slurm to show it drained"
 
 
 async def record_drain(

@@ -1,5 +1,5 @@
 """Goodput reads: the points in time of each attempt (start, first progress, checkpoint, failure, Advice, release)
-gathered in a few statements per batch of jobs, cut into buckets by app/domain/goodput.py (docs/goodput.md)."""
+gathered in a few statements per batch of jobs, cut into buckets by domain/fleetwide/goodput.py (docs/goodput.md)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice, SchedulerAction
-from app.db import utcnow
-from app.domain import states
-from app.domain.checkpoint_check import CheckResult
-from app.domain.goodput import AttemptTimes, Breakdown, RunGoodput, merge, run_goodput
-from app.domain.mode import ENROLLED
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.decision.checkpoint_rules import CheckResult
+from app.domain.fleetwide.goodput import AttemptTimes, Breakdown, RunGoodput, merge, run_goodput
 from app.evidence.models import Anomaly, Checkpoint
+from app.infra.db import utcnow
+from app.infra.sql import rows_in, scalars_in
 from app.jobs.models import Attempt, Job
-from app.sql import rows_in, scalars_in
 
 MAX_JOBS = 2000  # a cluster summary reads at most this many of the newest jobs in its window
 

@@ -1,15 +1,15 @@
-"""Keeps the goodput gauges (app/metrics.py) current: the last 24 h of a cluster, at most once a minute."""
+"""Keeps the goodput gauges (app/infra/metrics.py) current: the last 24 h of a cluster, at most once a minute."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
 
-from app import metrics
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.goodput import BUCKETS
+from app.domain.fleetwide.goodput import BUCKETS
 from app.goodput import queries
+from app.infra import metrics
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 
 WINDOW = dt.timedelta(hours=24)
 EVERY = 60.0

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigId, UTCDateTime, utcnow
+from app.infra.db import Base, BigId, UTCDateTime, utcnow
 
 
 class Workflow(Base):
@@ -56,7 +56,7 @@ class Job(Base):
     name: Mapped[str | None] = mapped_column(String(256))
     user: Mapped[str | None] = mapped_column(String(128))
     # Slurm's numeric UserId/GroupId of the job (null: recorded before 0012, or Slurm did not say): the
-    # collector and the log view open the job's files with this user's rights only (app/logs/safe_open.py).
+    # collector and the log view open the job's files with this user's rights only (app/jobfiles/safe_open.py).
     user_id: Mapped[int | None] = mapped_column(BigId)
     group_id: Mapped[int | None] = mapped_column(BigId)
     partition: Mapped[str | None] = mapped_column(String(256))
@@ -66,7 +66,7 @@ class Job(Base):
     enrolment: Mapped[str] = mapped_column(String(32))
     enrolment_reason: Mapped[str | None] = mapped_column(Text)
     requested_mode: Mapped[str | None] = mapped_column(String(16))
-    # The mode resolved at registration (a record of that time); the mode NOW is app.domain.mode.effective_mode().
+    # The mode resolved at registration (a record of that time); the mode NOW is admission/mode.py effective_mode().
     registered_mode: Mapped[str] = mapped_column(String(16), default="observe")
     mode_reason: Mapped[str | None] = mapped_column(Text)
     requeue_eligible: Mapped[bool | None] = mapped_column(Boolean)

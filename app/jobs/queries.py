@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain import states
-from app.domain.bounds import is_ascii_digits
-from app.domain.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
-from app.domain.mode import ENROLLED
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.control.identity import SchedulerJobId, parse_attempt_ref, parse_scheduler_job_id
+from app.domain.edge.bounds import is_ascii_digits
+from app.infra.pagination import Page, PageRequest, paginate
+from app.infra.sql import by_ids, chunks, first_per_group, one_of, scalars_in
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.pagination import Page, PageRequest, paginate
-from app.sql import by_ids, chunks, first_per_group, one_of, scalars_in
 
 
 @dataclass(frozen=True)
@@ -338,14 +338,6 @@ async def find_attempt_by_ref(session: AsyncSession, *, ref: str, cluster: str |
     return await find_attempt(session, slurm_job_id=parsed.job_id, attempt_index=parsed.attempt_index, cluster=cluster)
 
 
-async def not_enrolled_jobs(session: AsyncSession, *, limit: int = 20, cluster: str | None = None) -> list[Job]:
-    """The newest jobs that tried to enrol but were refused (they belong to no workflow), with their reasons."""
-    query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != ENROLLED)
-    if cluster:
-        query = query.where(Job.cluster == cluster)
-    return list((await session.scalars(query.order_by(Job.id.desc()).limit(limit))).all())
-
-
 def _not_enrolled_query(*, cluster: str | None, search: str | None) -> Any:
     query = select(Job).where(Job.workflow_id.is_(None), Job.enrolment != ENROLLED)
     if cluster:
@@ -469,19 +461,8 @@ async def latest_attempts_of_jobs(session: AsyncSession, *, job_ids: Sequence[in
     return {row.job_id: row for row in rows}  # ordered by index: the last one per job wins
 
 
-async def next_incarnation(session: AsyncSession, *, cluster: str, slurm_job_id: int) -> int:
-    """The incarnation a new record of this Slurm job id gets (0 for an id never seen)."""
-    highest = await session.scalar(
-        select(Job.incarnation)
-        .where(Job.cluster == cluster, Job.slurm_job_id == slurm_job_id)
-        .order_by(Job.incarnation.desc())
-        .limit(1)
-    )
-    return 0 if highest is None else highest + 1
-
-
 async def next_incarnations(session: AsyncSession, *, cluster: str, slurm_job_ids: Sequence[int]) -> dict[int, int]:
-    """next_incarnation for many Slurm job ids in one statement (ids never seen are left out: 0)."""
+    """The incarnation a new record of each Slurm job id gets, in one statement (ids never seen are left out: 0)."""
     if not slurm_job_ids:
         return {}
     rows = await session.execute(

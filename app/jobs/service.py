@@ -13,14 +13,14 @@ from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import service as audit
-from app.db import utcnow
-from app.domain import states
-from app.domain.adoption import adopted_ended_reason, adoption_reason
-from app.domain.identity import attempt_uuid
-from app.domain.mode import ENROLLED
+from app.domain.admission.adoption import adopted_ended_reason, adoption_reason
+from app.domain.admission.mode import ENROLLED
+from app.domain.control import states
+from app.domain.control.identity import attempt_uuid
 from app.feed import service as feed
+from app.infra.db import utcnow
+from app.infra.sql import insert_rows
 from app.jobs.models import Attempt, Job, Policy, Workflow
-from app.sql import insert_rows
 
 # session.info key of the workflow summaries queued while summaries_batched() is open, by workflow id
 _SUMMARIES = "recovery.jobs.summaries"
@@ -429,6 +429,31 @@ async def set_array_task(
     await feed.announce(session, topic="job", entity_id=job.id, about=job, payload={"arrayTaskId": array_task_id})
 
 
+async def note_seen_again(session: AsyncSession, *, job: Job, at: dt.datetime) -> None:
+    """A refused job seen again (it changed in squeue): its "last seen" moves on."""
+    job.last_seen_at = at
+
+
+async def update_from_squeue(
+    session: AsyncSession,
+    *,
+    job: Job,
+    submit_time: dt.datetime | None,
+    restart_count: int,
+    requeue_eligible: bool,
+    user_id: int | None,
+    group_id: int | None,
+) -> None:
+    """Keep an enrolled job's submit time, restart count and requeue flag as squeue shows them now."""
+    if job.submit_time != submit_time or job.restart_count != restart_count:
+        job.submit_time, job.restart_count = submit_time, restart_count
+        job.updated_at = utcnow()
+    if job.requeue_eligible != requeue_eligible:
+        job.requeue_eligible = requeue_eligible
+    if job.user_id is None and user_id is not None:  # a row from before 0012: learn whose files these are
+        job.user_id, job.group_id = user_id, group_id
+
+
 async def retire_job(session: AsyncSession, *, job: Job, reason: str) -> None:
     """Mark a job record as superseded (its Slurm job id was reused by a new submission)."""
     job.retired_at = utcnow()
@@ -499,7 +524,7 @@ async def create_attempt(
 async def _adopt_if_unobserved(
     session: AsyncSession, *, attempt: Attempt, job: Job | None, watching_since: dt.datetime | None
 ) -> None:
-    """Apply the adoption rule (app/domain/adoption.py): an end we did not observe is history, with a reason."""
+    """Apply the adoption rule (domain/admission/adoption.py): an end we did not observe is history, with a reason."""
     if attempt.adopted_at is not None:
         return
     reason = adoption_reason(

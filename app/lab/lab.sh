@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lab.sh - the `recovery lab` development/CI Slurm cluster: a REAL Slurm on this one machine,
 # without systemd: munged -> [slurmdbd] -> slurmctld -> N emulated slurmd (node1..nodeN, each
-# its own NodeHostname and port on 127.0.0.1) -> [slurmrestd with JWT].
+# its own NodeHostname, port on 127.0.0.1 and host name in a UTS namespace) -> [slurmrestd with JWT].
 #
 # Which Slurm: the host's packages (Debian 12: 22.05), or a newer release run from a Debian root
 # built once with debootstrap (24.11 = Debian 13 trixie, 26.05 = Debian testing forky) and
@@ -504,9 +504,30 @@ start_slurm() {
     mkdir -p "$DIR/spool/node$i"
     if ! alive "$RUN/slurmd-node$i.pid" slurmd; then
       log "starting slurmd node$i (port $((NODE_PORT_BASE + i)))"
-      R /usr/sbin/slurmd -N "node$i"
+      start_slurmd "node$i"
     fi
   done
+}
+
+# start_slurmd NODE -> one emulated node's slurmd, when unshare(1) can make them, in UTS and mount namespaces
+# of its own: its host name is NODE and its /etc/hosts (every lab node on a loopback address of its own,
+# 127.0.10.N, then this machine's) resolves the others. What runs there (job steps; torchrun's `host :` and rendezvous address, NCCL's
+# `host:pid:tid`) sees its node's name, as on a real cluster, not this machine's name on every node.
+start_slurmd() {
+  local node=$1 hosts=$DIR/etc/hosts.nodes i
+  if command -v unshare >/dev/null && unshare --uts --mount true 2>/dev/null; then
+    # a loopback address of its own per node, so that a reverse lookup (Python's getfqdn) gives the node's name
+    { for i in $(seq 1 "$NODES"); do echo "127.0.10.$i node$i"; done; cat /etc/hosts; } > "$hosts.new"
+    mv "$hosts.new" "$hosts"
+    local target=/etc/hosts
+    [ "$MODE" = root ] && target=$ROOT/etc/hosts
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    unshare --uts --mount --propagation private sh -c \
+      'hostname "$1" && mount --bind "$2" "$3" && if [ -n "$4" ]; then exec chroot "$4" /usr/sbin/slurmd -N "$1"; else exec /usr/sbin/slurmd -N "$1"; fi' \
+      sh "$node" "$hosts" "$target" "$ROOT"
+  else
+    R /usr/sbin/slurmd -N "$node"
+  fi
 }
 
 restd_answers() { # any HTTP answer (401 without a token) means it listens

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.jobs.queries import ClusterCounts, cluster_counts
 from app.leases.models import WorkerLease, WorkerPosition
 

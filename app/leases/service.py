@@ -10,7 +10,7 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.leases import queries
 from app.leases.models import WorkerLease, WorkerPosition
 from app.leases.queries import LeaseState

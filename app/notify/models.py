@@ -7,7 +7,7 @@ import datetime as dt
 from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigId, UTCDateTime, utcnow
+from app.infra.db import Base, BigId, UTCDateTime, utcnow
 
 
 class Notification(Base):

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import dialect_of, utcnow
-from app.domain import notify as rules
-from app.domain.notify import Target
+from app.domain.fleetwide import notify as rules
+from app.domain.fleetwide.notify import Target
 from app.evidence.models import Anomaly
+from app.infra.db import dialect_of, utcnow
 from app.notify.models import Notification, NotificationDelivery
 
 PENDING, SENT, DROPPED = "PENDING", "SENT", "DROPPED"
@@ -154,30 +154,6 @@ async def watchdog_released(session: AsyncSession, *, advice: Any, action_id: in
         attempt_index=advice.attempt_index,
         advice_id=advice.id,
         generation=advice.generation,
-    )
-
-
-async def restart_storm(session: AsyncSession, *, cluster: str, key: str, summary: str) -> bool:
-    """Hook for the restart-storm event (a later change detects storms and calls this)."""
-    return await record(
-        session,
-        event=rules.RESTART_STORM,
-        dedup_key=f"{rules.RESTART_STORM}:{cluster}:{key}",
-        cluster=cluster,
-        title=f"Recovery: restart storm on cluster {cluster}",
-        body=summary,
-    )
-
-
-async def node_suspect(session: AsyncSession, *, cluster: str, node: str, key: str, summary: str) -> bool:
-    """Hook for the node-became-suspect event (a later change detects it and calls this)."""
-    return await record(
-        session,
-        event=rules.NODE_SUSPECT,
-        dedup_key=f"{rules.NODE_SUSPECT}:{cluster}:{node}:{key}",
-        cluster=cluster,
-        title=f"Recovery: node {node} on cluster {cluster} is suspect",
-        body=summary,
     )
 
 

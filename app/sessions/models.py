@@ -7,7 +7,7 @@ import datetime as dt
 from sqlalchemy import Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, UTCDateTime, utcnow
+from app.infra.db import Base, UTCDateTime, utcnow
 
 
 class RevokedSession(Base):

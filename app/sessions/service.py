@@ -7,7 +7,7 @@ import datetime as dt
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.sessions.models import RevokedSession
 
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from app import metrics
-from app.config import Settings
+from app.infra import metrics
+from app.infra.config import Settings
 from app.slurm.adapter import JobLookup, JobTarget, node_text, target_text
 from app.slurm.errors import JobNotFound, SchedulerError, TransientSchedulerError, classify
 from app.slurm.incremental import SnapshotParser

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 from app.slurm.adapter import Scheduler
 from app.slurm.cli_scheduler import CliScheduler
 

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from app.domain import states
+from app.domain.control import states
 from app.slurm.names import NO_ARRAY_TASK, expand_filename, expand_hostlist
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
-from app.secret_files import SecretFileError, read_secret_file
+from app.infra.secret_files import SecretFileError, read_secret_file
 from app.slurm.errors import TransientSchedulerError
 
 REFRESH_FRACTION = 0.2  # renew a token when a fifth of its lifetime is left

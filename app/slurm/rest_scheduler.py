@@ -49,7 +49,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.slurm.adapter import JobLookup, JobTarget, target_text
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import (

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -32,8 +32,8 @@ def upgrade() -> None:
         sa.Column("attempt_index", sa.Integer(), nullable=True),
         sa.Column("workflow_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("actor", sa.String(length=256), nullable=True),
-        sa.Column("produced_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("recorded_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("produced_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("recorded_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_events")),
     )
     with op.batch_alter_table("audit_events", schema=None) as batch_op:
@@ -60,7 +60,7 @@ def upgrade() -> None:
         sa.Column("slurm_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("attempt_index", sa.Integer(), nullable=True),
         sa.Column("payload", sa.JSON(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_change_feed")),
     )
     with op.batch_alter_table("change_feed", schema=None) as batch_op:
@@ -71,9 +71,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=128), nullable=False),
         sa.Column("holder", sa.String(length=256), nullable=False),
         sa.Column("epoch", sa.BigInteger(), nullable=False),
-        sa.Column("expires_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("acquired_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("renewed_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("acquired_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("renewed_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_worker_leases")),
     )
     op.create_table(
@@ -86,8 +86,8 @@ def upgrade() -> None:
         sa.Column("latest_job_name", sa.String(length=256), nullable=True),
         sa.Column("attempt_count", sa.Integer(), nullable=False),
         sa.Column("failed_attempt_count", sa.Integer(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workflows")),
         sa.UniqueConstraint("cluster", "workflow_key", name=op.f("uq_workflows_cluster_workflow_key")),
     )
@@ -104,7 +104,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=256), nullable=True),
         sa.Column("user", sa.String(length=128), nullable=True),
         sa.Column("partition", sa.String(length=256), nullable=True),
-        sa.Column("submit_time", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("submit_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("comment", sa.Text(), nullable=True),
         sa.Column("enrolment", sa.String(length=32), nullable=False),
         sa.Column("enrolment_reason", sa.Text(), nullable=True),
@@ -115,10 +115,10 @@ def upgrade() -> None:
         sa.Column("shared_log_paths", sa.Boolean(), nullable=False),
         sa.Column("state", sa.String(length=32), nullable=True),
         sa.Column("restart_count", sa.Integer(), nullable=False),
-        sa.Column("retired_at", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("last_seen_at", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("retired_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_seen_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["workflow_id"], ["workflows.id"], name=op.f("fk_jobs_workflow_id_workflows"), ondelete="CASCADE"
         ),
@@ -150,11 +150,11 @@ def upgrade() -> None:
         sa.Column("requeue_eligible", sa.Boolean(), nullable=True),
         sa.Column("held", sa.Boolean(), nullable=False),
         sa.Column("excluded_nodes", sa.JSON(), nullable=False),
-        sa.Column("start_time", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("end_time", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("start_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("end_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("ended_reason", sa.Text(), nullable=True),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_attempts_job_id_jobs"), ondelete="CASCADE"),
         sa.ForeignKeyConstraint(
             ["workflow_id"], ["workflows.id"], name=op.f("fk_attempts_workflow_id_workflows"), ondelete="CASCADE"
@@ -180,7 +180,7 @@ def upgrade() -> None:
         sa.Column("effective", sa.JSON(), nullable=True),
         sa.Column("warnings", sa.JSON(), nullable=False),
         sa.Column("errors", sa.JSON(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_policies_job_id_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_policies")),
         sa.UniqueConstraint("job_id", name=op.f("uq_policies_job_id")),
@@ -201,7 +201,7 @@ def upgrade() -> None:
         sa.Column("generation", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("mode", sa.String(length=16), nullable=False),
         sa.Column("mode_reason", sa.Text(), nullable=True),
-        sa.Column("expires_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("expires_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("active", sa.Boolean(), nullable=False),
         sa.Column("review", sa.String(length=16), nullable=True),
         sa.Column("reviewed_by", sa.String(length=256), nullable=True),
@@ -209,10 +209,10 @@ def upgrade() -> None:
         sa.Column("disposition_reason", sa.String(length=64), nullable=True),
         sa.Column("disposition_message", sa.Text(), nullable=True),
         sa.Column("observed_generation", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
-        sa.Column("next_reconcile_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("next_reconcile_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("reconcile_failures", sa.Integer(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["attempt_id"], ["attempts.id"], name=op.f("fk_advice_attempt_id_attempts"), ondelete="CASCADE"
         ),
@@ -238,9 +238,9 @@ def upgrade() -> None:
         sa.Column("log_path", sa.Text(), nullable=True),
         sa.Column("line_number", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("line", sa.Text(), nullable=True),
-        sa.Column("source_time", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("source_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("details", sa.JSON(), nullable=False),
-        sa.Column("detected_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("detected_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["attempt_id"], ["attempts.id"], name=op.f("fk_anomalies_attempt_id_attempts"), ondelete="CASCADE"
         ),
@@ -262,8 +262,8 @@ def upgrade() -> None:
         sa.Column("log_path", sa.Text(), nullable=True),
         sa.Column("line_number", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("line", sa.Text(), nullable=True),
-        sa.Column("source_time", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("read_time", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("source_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("read_time", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["attempt_id"], ["attempts.id"], name=op.f("fk_checkpoints_attempt_id_attempts"), ondelete="CASCADE"
         ),
@@ -285,12 +285,12 @@ def upgrade() -> None:
         sa.Column("offset", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("line_number", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("head_digest", sa.String(length=64), nullable=True),
-        sa.Column("last_output_at", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("last_read_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_output_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_read_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("progress_phase", sa.String(length=32), nullable=True),
-        sa.Column("progress_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("progress_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("progress_line", sa.Text(), nullable=True),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["attempt_id"], ["attempts.id"], name=op.f("fk_log_sources_attempt_id_attempts"), ondelete="CASCADE"
         ),
@@ -305,11 +305,11 @@ def upgrade() -> None:
         sa.Column("event_key", sa.String(length=64), nullable=False),
         sa.Column("line_number", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("line", sa.Text(), nullable=False),
-        sa.Column("source_time", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("source_time", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("attempt_label", sa.Integer(), nullable=True),
         sa.Column("tries", sa.Integer(), nullable=False),
-        sa.Column("next_try_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("read_time", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("next_try_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("read_time", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["log_source_id"],
             ["log_sources.id"],
@@ -333,8 +333,8 @@ def upgrade() -> None:
         sa.Column("actor", sa.String(length=32), nullable=False),
         sa.Column("command", sa.Text(), nullable=True),
         sa.Column("detail", sa.Text(), nullable=True),
-        sa.Column("started_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("duration_ms", sa.Double(), nullable=True),
         sa.ForeignKeyConstraint(
             ["advice_id"], ["advice.id"], name=op.f("fk_scheduler_actions_advice_id_advice"), ondelete="CASCADE"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -28,7 +28,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("progress_line_number", _BIG, nullable=True))
         batch_op.add_column(sa.Column("progress_attempt_id", _BIG, nullable=True))
         batch_op.add_column(sa.Column("slowdown", sa.JSON(), nullable=True))
-        batch_op.add_column(sa.Column("closed_at", app.db.UTCDateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column("closed_at", app.infra.db.UTCDateTime(timezone=True), nullable=True))
         batch_op.create_index(batch_op.f("ix_log_sources_attempt_id"), ["attempt_id"], unique=False)
     with op.batch_alter_table("pending_log_events", schema=None) as batch_op:
         batch_op.add_column(sa.Column("signal", sa.JSON(), nullable=True))

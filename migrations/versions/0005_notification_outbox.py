@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("body", sa.Text(), nullable=False),
         sa.Column("link_path", sa.Text(), nullable=True),
         sa.Column("fanned_out", sa.Boolean(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_notifications")),
         sa.UniqueConstraint("dedup_key", name=op.f("uq_notifications_dedup_key")),
     )
@@ -49,10 +49,10 @@ def upgrade() -> None:
         sa.Column("slurm_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("tries", sa.Integer(), nullable=False),
-        sa.Column("next_try_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("next_try_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("sent_at", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("sent_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["notification_id"],
             ["notifications.id"],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -23,8 +23,8 @@ def upgrade() -> None:
         "revoked_sessions",
         sa.Column("session_id", sa.String(length=64), nullable=False),
         sa.Column("subject", sa.String(length=256), nullable=False),
-        sa.Column("revoked_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("revoked_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("session_id", name=op.f("pk_revoked_sessions")),
     )
     with op.batch_alter_table("revoked_sessions", schema=None) as batch_op:

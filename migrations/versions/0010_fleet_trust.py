@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0010"
 down_revision: str | None = "0008"
@@ -25,10 +25,10 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(length=128), nullable=False),
         sa.Column("workflow_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("extra", sa.Integer(), nullable=False),
-        sa.Column("expires_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_by", sa.String(length=256), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_budget_extensions")),
     )
     with op.batch_alter_table("budget_extensions", schema=None) as batch_op:
@@ -42,8 +42,8 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(length=128), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
         sa.Column("jobs", sa.JSON(), nullable=False),
-        sa.Column("started_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("confirmed_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("confirmed_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("confirmed_by", sa.String(length=256), nullable=True),
         sa.Column("confirm_note", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_cluster_pauses")),
@@ -65,7 +65,7 @@ def upgrade() -> None:
         sa.Column("category", sa.String(length=64), nullable=True),
         sa.Column("outlook", sa.String(length=32), nullable=True),
         sa.Column("evidence", sa.JSON(), nullable=False),
-        sa.Column("blamed_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("blamed_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_node_blames")),
         sa.UniqueConstraint("cluster", "node", "attempt_id", name=op.f("uq_node_blames_cluster_node_attempt_id")),
     )
@@ -80,17 +80,17 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(length=128), nullable=False),
         sa.Column("node", sa.String(length=256), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column("suspect_until", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("suspect_since", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("suspect_until", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("suspect_since", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("jobs", sa.JSON(), nullable=False),
         sa.Column("pinned", sa.Boolean(), nullable=False),
-        sa.Column("cleared_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("cleared_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("changed_by", sa.String(length=256), nullable=True),
         sa.Column("drain_status", sa.String(length=16), nullable=True),
         sa.Column("drain_message", sa.Text(), nullable=True),
         sa.Column("drain_partition", sa.String(length=256), nullable=True),
-        sa.Column("drained_at", app.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("updated_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("drained_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("updated_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_node_standings")),
         sa.UniqueConstraint("cluster", "node", name=op.f("uq_node_standings_cluster_node")),
     )
@@ -110,8 +110,8 @@ def upgrade() -> None:
         sa.Column("attempt_index", sa.Integer(), nullable=False),
         sa.Column("budget", sa.String(length=16), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.Column("created_at", app.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("released_at", app.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("released_at", app.infra.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("released_by", sa.String(length=256), nullable=True),
         sa.Column("release_note", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_recovery_holds")),
@@ -129,7 +129,7 @@ def upgrade() -> None:
         sa.Column("cluster", sa.String(length=128), nullable=False),
         sa.Column("workflow_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("granted_at", app.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("granted_at", app.infra.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("granted_by", sa.String(length=256), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_restart_grants")),
         sa.UniqueConstraint("advice_id", name=op.f("uq_restart_grants_advice_id")),

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import app.db
+import app.infra.db
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -26,7 +26,7 @@ def upgrade() -> None:
             sa.Column("successor_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True)
         )
     with op.batch_alter_table("attempts", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("first_progress_at", app.db.UTCDateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column("first_progress_at", app.infra.db.UTCDateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:

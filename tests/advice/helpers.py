@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from app.advice.models import Advice
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.slurm.fake import FakeScheduler, make_job
 from tests.factories import add_anomaly, advice_of
 from worker.advisor import Advisor

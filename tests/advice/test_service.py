@@ -5,11 +5,11 @@ from sqlalchemy import select
 
 from app.advice import service
 from app.advice.models import Advice
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.advice import Decision, Operation
-from app.domain.mode import ModeDecision
-from app.domain.reconcile import Step, StepKind
+from app.domain.admission.mode import ModeDecision
+from app.domain.control.planner import Step, StepKind
+from app.domain.decision.advice import Decision, Operation
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.jobs.models import Attempt
 from app.slurm.fake import FakeScheduler
 from tests.advice.helpers import submit

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.api.helpers import FakeAuthenticator, LiveServer, start_server, stop_server
 from tests.factories import CLUSTER
@@ -38,7 +38,7 @@ async def token_client(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client of an app that knows the tokens `viewer-token` and `operator-token` (FakeAuthenticator)."""
-    monkeypatch.setattr("app.context.process_authenticator", lambda settings: FakeAuthenticator())
+    monkeypatch.setattr("app.infra.context.process_authenticator", lambda settings: FakeAuthenticator())
     settings = Settings.build(
         database_url=database.url, data_dir=str(tmp_path), cluster=CLUSTER, oidc_issuer="https://idp.invalid"
     )

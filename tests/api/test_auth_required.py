@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from app.api.schema import schema
-from app.config import Settings
+from app.infra.config import Settings
 from app.main import create_app
 from graphql import GraphQLNonNull, Undefined, get_named_type, is_leaf_type
 

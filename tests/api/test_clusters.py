@@ -7,7 +7,7 @@ import datetime as dt
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.leases import service as leases
 from tests.api.helpers import operation, run_graphql
 from tests.factories import seed_job

@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.advice.models import Advice
 from app.api.ids import to_global_id
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.api.helpers import FakeAuthenticator, operation, run_graphql
 from tests.factories import CLUSTER, seed_many
@@ -27,7 +27,7 @@ async def acting_client(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The API with test tokens and the operator's ceiling turned on (jobs that ask for act are in act mode now)."""
-    monkeypatch.setattr("app.context.process_authenticator", lambda settings: FakeAuthenticator())
+    monkeypatch.setattr("app.infra.context.process_authenticator", lambda settings: FakeAuthenticator())
     settings = Settings.build(
         database_url=database.url,
         data_dir=str(tmp_path),

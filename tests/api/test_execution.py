@@ -4,6 +4,7 @@ when a plain field breaks its type."""
 from __future__ import annotations
 
 import enum
+from types import SimpleNamespace
 from typing import Any
 
 import strawberry
@@ -11,6 +12,7 @@ import strawberry
 from app.api import execution
 from app.api.execution import LeafFastExecutionContext
 from app.api.masking import SpecValidationFirst
+from app.infra.config import Settings
 
 
 @strawberry.enum
@@ -112,3 +114,23 @@ def test_plans_are_shared_across_requests_and_follow_the_variables(monkeypatch: 
     assert answers[1] == answers[3] == {"name": "n1", "size": 1, "colour": "RED"}
     assert plans_made[0] > 0 and plans_made[1] > plans_made[0]  # the included field makes other plans
     assert plans_made[3] == plans_made[1]  # the repeated requests were served by the plans of the first two
+
+
+def test_recovery_fast_paths_off_leaves_every_field_to_graphql_core(monkeypatch: Any) -> None:
+    """The switch is read from the request's context (ApiContext.app.settings): off, no plan runs; on, they do."""
+    fast = strawberry.Schema(query=Query, execution_context_class=LeafFastExecutionContext)
+    taken: list[int] = []
+    original = LeafFastExecutionContext._execute_plan
+
+    def counting(self: Any, plan: Any, source: Any) -> Any:
+        taken.append(1)
+        return original(self, plan, source)
+
+    monkeypatch.setattr(LeafFastExecutionContext, "_execute_plan", counting)
+    answers = {}
+    for on in (False, True):
+        context = SimpleNamespace(app=SimpleNamespace(settings=Settings.build(data_dir="/nowhere", fast_paths=on)))
+        taken.clear()
+        answers[on] = fast.execute_sync(QUERY, variable_values={"b": False}, context_value=context)
+        assert bool(taken) is on
+    assert answers[False].errors is None and answers[False].data == answers[True].data

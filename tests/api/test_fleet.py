@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.config import Settings
-from app.domain.advice import Failure
-from app.domain.retry import FailureKind
+from app.domain.decision.advice import Failure
+from app.domain.decision.retry import FailureKind
 from app.fleet import service as fleet
+from app.infra.config import Settings
 from tests.api.helpers import operation, run_graphql
 from tests.factories import CLUSTER
 

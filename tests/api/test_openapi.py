@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from app.api.openapi import openapi_document, printed_document
 from app.api.rest import rest_routes
-from app.config import Settings
+from app.infra.config import Settings
 from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.ids import to_global_id
-from app.domain.identity import attempt_uuid
+from app.domain.control.identity import attempt_uuid
 from app.jobs import service as jobs
 from tests.api.helpers import operation, run_graphql
 from tests.factories import CLUSTER, seed_job, seed_many

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
-from app.domain.identity import attempt_uuid
+from app.domain.control.identity import attempt_uuid
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.main import create_app
 from tests.factories import CLUSTER, registration, seed_job, seed_many

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from app.client import status, watch
-from app.config import Settings
+from app.infra.config import Settings
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
 from tests.factories import RECOVERED, registration, seed_stories

@@ -11,7 +11,7 @@ import asyncio
 import sys
 
 from app.audit import service as audit
-from app.db import create_engine, session_factory
+from app.infra.db import create_engine, session_factory
 from app.jobs import queries
 from app.jobs import service as jobs
 

@@ -7,7 +7,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from app.auth import DEV_PRINCIPAL, AuthError, DevVerifier, Principal, authenticate_request, bearer_token
-from app.config import Settings
+from app.infra.config import Settings
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from app.auth import DevModeRefused, DevVerifier, TokenVerifier, build_authenticator, check_dev_mode
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from joserfc.errors import SecurityWarning
 from joserfc.jwk import ECKey, OKPKey, RSAKey
 
 from app.auth import AuthError, TokenVerifier, allowed_algorithms
-from app.config import Settings, SettingsError
+from app.infra.config import Settings, SettingsError
 
 ISSUER = "https://idp.example.test/realms/hpc"
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from app.authoring.log_check import EXIT_OK, EXIT_USAGE, run
-from app.config import Settings
+from app.infra.config import Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from app.authoring import policy_check
-from app.config import Settings
+from app.infra.config import Settings
 
 GUIDE_COMMENT = (
     '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe",'

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.authoring import script_check
-from app.config import Settings
+from app.infra.config import Settings
 
 GUIDE_REQUEUE = "#SBATCH --requeue"
 GUIDE_COMMENT = (

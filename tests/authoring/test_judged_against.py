@@ -12,9 +12,9 @@ import pytest
 
 from app.authoring import log_check, policy_check, script_check
 from app.authoring.target import resolve
-from app.config import Settings
-from app.context import AppContext
-from app.domain.policy import parse_comment
+from app.domain.admission.policy import parse_comment
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.views.server import serve
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from app.audit import service as audit
-from app.context import AppContext
-from app.db import utcnow
 from app.evidence.models import Anomaly
+from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.main import create_app
 from tests.factories import OBSERVED, STOPPED, dashboard_registration, seed_history, seed_stories

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from app.audit import service as audit
-from app.config import Settings
-from app.context import AppContext
 from app.evidence.models import Anomaly
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.main import create_app
 from tests.factories import T0, dashboard_registration, seed_history

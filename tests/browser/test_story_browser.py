@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.factories import OBSERVED, RECOVERED, STOPPED, seed_stories
 from tests.views.server import serve

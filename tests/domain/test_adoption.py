@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.domain.adoption import adoption_reason
+from app.domain.admission.adoption import adoption_reason
 
 T = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 

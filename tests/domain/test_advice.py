@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.advice import (
+from app.domain.decision.advice import (
     Decision,
     Failure,
     JobPolicy,
@@ -21,7 +21,7 @@ from app.domain.advice import (
     decide,
     merge_signals,
 )
-from app.domain.retry import AttemptRecord, FailureKind
+from app.domain.decision.retry import AttemptRecord, FailureKind
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 SITE = SitePolicy(max_requeue=3, early_stop_failures=3, straggler_enabled=False, advice_ttl=3600)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.domain.advice import Failure, JobPolicy, Operation, SitePolicy, decide
-from app.domain.retry import AttemptRecord, FailureKind
+from app.domain.decision.advice import Failure, JobPolicy, Operation, SitePolicy, decide
+from app.domain.decision.retry import AttemptRecord, FailureKind
 
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 SIG = "PYTHON_TRACEBACK: ValueError: batch 5 has shape (7, 3), expected (8, 3)"
@@ -58,7 +58,15 @@ def test_a_different_place_or_message_or_outlook_is_retried():
 
 def test_start_up_errors_without_progress_repeat_too():
     decision = run(failure(iteration=None), [earlier(failure_iteration=None)])
-    assert decision.rule == "application_failure_repeated" and "before any progress marker" in decision.reason
+    assert decision.rule == "application_failure_repeated" and "no iteration read" in decision.reason
+
+
+def test_an_unknown_iteration_on_one_side_leaves_the_fingerprint_to_decide():
+    """A resumed attempt that failed before printing a second step counter has no iteration: the same fingerprint
+    is the same failure (its earlier attempt's iteration is no evidence of another place)."""
+    assert run(failure(iteration=None), [earlier()]).rule == "application_failure_repeated"
+    assert run(failure(), [earlier(failure_iteration=None)]).rule == "application_failure_repeated"
+    assert run(failure(iteration=None, signature=SIG + "!"), [earlier()]).operation is Operation.RESTART
 
 
 def test_a_scheduler_failure_carrying_the_root_cause_is_stopped_as_well():

@@ -3,8 +3,8 @@
 import datetime as dt
 import random
 
-from app.domain.backoff import exponential, jittered
-from app.domain.timefmt import iso_utc, iso_utc_or_none
+from app.domain.control.backoff import exponential, jittered
+from app.domain.edge.timefmt import iso_utc, iso_utc_or_none
 
 
 def test_exponential_backoff_doubles_up_to_the_cap() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.chunkscan import HYPERSCAN_AVAILABLE, ChunkScanner
+from app.domain.detection.chunkscan import HYPERSCAN_AVAILABLE, ChunkScanner
 
 TEXT = b"ok line\nCUDA error: out of memory here\nplain\nNCCL WARN x and CUDA error: again\nlast NCCL"
 ENGINES = ["python"] + (["hyperscan"] if HYPERSCAN_AVAILABLE else [])

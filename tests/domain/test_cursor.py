@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.domain.cursor import CursorError, decode_cursor, encode_cursor
+from app.domain.edge.cursor import CursorError, decode_cursor, encode_cursor
 
 
 def test_sort_keys_round_trip() -> None:
@@ -34,7 +34,7 @@ def test_cursor_text_is_the_json_encoding_of_the_key() -> None:
     import base64
     import json
 
-    from app.domain.cursor import _PREFIX, _encode_value, encode_cursor
+    from app.domain.edge.cursor import _PREFIX, _encode_value, encode_cursor
 
     keys: list[tuple[str, list[Any]]] = [
         ("audit", [dt.datetime(2025, 1, 1, tzinfo=dt.UTC), 5]),

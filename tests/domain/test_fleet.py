@@ -2,9 +2,9 @@
 
 import datetime as dt
 
-from app.domain import fleet
-from app.domain.advice import Failure, JobPolicy, Operation, SitePolicy, decide
-from app.domain.retry import FailureKind
+from app.domain.decision.advice import Failure, JobPolicy, Operation, SitePolicy, decide
+from app.domain.decision.retry import FailureKind
+from app.domain.fleetwide import trust as fleet
 
 T0 = dt.datetime(2026, 12, 1, 8, 0, tzinfo=dt.UTC)
 LIMITS = fleet.BudgetLimits(workflow_restarts=3, workflow_window=3600, cluster_restarts=20, cluster_window=600)

@@ -1,11 +1,12 @@
-"""The one gate every scheduler command passes (app.domain.gate): every input combination that matters."""
+"""The one gate every scheduler command passes (app.domain.decision.gate): every input combination that matters."""
 
 import datetime as dt
 import itertools
 
 import pytest
 
-from app.domain.gate import (
+from app.domain.admission.mode import ModeDecision
+from app.domain.decision.gate import (
     DECIDE_AGAIN_WINDOW,
     DECIDED_IN_OBSERVE_TEXT,
     ActionKind,
@@ -14,7 +15,6 @@ from app.domain.gate import (
     decide_again_refusal,
     may_send,
 )
-from app.domain.mode import ModeDecision
 
 ADVICE_KINDS = (ActionKind.REQUEUE, ActionKind.CANCEL, ActionKind.TWIN_RELEASE)
 

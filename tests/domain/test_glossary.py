@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.domain import glossary
+from app.domain.presentation import glossary
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_docs_glossary_is_generated_from_the_module() -> None:
     assert (ROOT / "docs" / "glossary.md").read_text() == glossary.render_markdown(), (
-        "regenerate: python -m app.domain.glossary > docs/glossary.md"
+        "regenerate: python -m app.domain.presentation.glossary > docs/glossary.md"
     )
 
 

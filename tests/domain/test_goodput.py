@@ -7,7 +7,7 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.goodput import AttemptTimes, run_goodput
+from app.domain.fleetwide.goodput import AttemptTimes, run_goodput
 
 T0 = dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.identity import (
+from app.domain.control.identity import (
     ATTEMPT_NAMESPACE,
     MAX_SLURM_JOB_ID,
     AttemptRef,

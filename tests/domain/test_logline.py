@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.domain.logline import attempt_label, decode_line, event_identity, parse_timestamp
+from app.domain.detection.line_facts import attempt_label, decode_line, event_identity, parse_timestamp
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 UTC = UTC

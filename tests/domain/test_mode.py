@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.domain.mode import (
+from app.domain.admission.mode import (
     ACT,
     ENROLLED,
     ENVIRONMENT_MISMATCH,
@@ -18,7 +18,7 @@ from app.domain.mode import (
     admission,
     resolve_mode,
 )
-from app.domain.policy import parse_comment
+from app.domain.admission.policy import parse_comment
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.policy import (
+from app.domain.admission.policy import (
     INVALID,
     NO_POLICY,
     VALID,

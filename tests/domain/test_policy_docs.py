@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from app.domain.policy import AnomalyDetectionConfig, EffectivePolicy
+from app.domain.admission.policy import AnomalyDetectionConfig, EffectivePolicy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "job-author-policy.md"
 ROW = re.compile(r"^\| `([a-z_.]+)` \| (?:[^|\\]|\\\|)+ \| ([^|]+) \|", re.M)  # `\|` inside a cell is not a border

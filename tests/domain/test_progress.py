@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.domain.policy import AnomalyDetectionConfig, EffectivePolicy
-from app.domain.progress import HangThresholds, ProgressState, SilenceScan, silence_exceeded
-from app.domain.signatures import PRETRAINING, TRAININGLOOP, ProgressMarker
+from app.domain.admission.policy import AnomalyDetectionConfig, EffectivePolicy
+from app.domain.detection.hang import HangThresholds, ProgressState, SilenceScan, silence_exceeded
+from app.domain.detection.signatures import PRETRAINING, TRAININGLOOP, ProgressMarker
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 LOOP = ProgressMarker(phase=TRAININGLOOP, rule="iteration")

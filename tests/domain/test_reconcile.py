@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.reconcile import (
+from app.domain.control.planner import (
     AdviceState,
     DispositionReason,
     HoldKind,

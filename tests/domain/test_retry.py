@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.retry import (
+from app.domain.decision.retry import (
     AttemptRecord,
     FailureKind,
     early_stop_applies,

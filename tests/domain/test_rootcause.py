@@ -4,8 +4,8 @@ import datetime as dt
 
 import pytest
 
-from app.domain import rootcause as rc
-from app.domain.rootcause import Finding
+from app.domain.decision import rootcause as rc
+from app.domain.decision.rootcause import Finding
 
 
 def f(category: str, rule: str, order: int, **kw) -> Finding:
@@ -152,7 +152,7 @@ def test_failure_signature_ignores_rank_prefix_pids_and_addresses():
 
 @pytest.mark.parametrize(
     "iteration,earlier,same",
-    [(500, 500, True), (503, 500, True), (506, 500, False), (None, None, True), (None, 500, False)],
+    [(500, 500, True), (503, 500, True), (506, 500, False), (None, None, True), (None, 500, True), (6, None, True)],
 )
 def test_same_place(iteration, earlier, same):
     assert rc.same_place("X: e", iteration, "X: e", earlier) is same

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from app.authoring.log_check import build_report
-from app.domain import line_nodes as ln
-from app.domain import rootcause as rc
-from app.domain.rootcause import Finding
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import Classifier
+from app.domain.decision import rootcause as rc
+from app.domain.decision.rootcause import Finding
+from app.domain.detection import line_nodes as ln
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import Classifier
 
 TORCHRUN = Path(__file__).resolve().parent.parent / "fixtures" / "torchrun"
 C = Classifier(default_ruleset())
@@ -93,6 +93,8 @@ def test_only_consequences_still_name_one() -> None:
         ("ddp-raise.log", "PYTHON_TRACEBACK", "node2", 0, "[rank0]: Traceback"),  # rank 0 ran on node2
         # with Recovery acting, srun's first `Exited with exit code 1` is the survivor's (node1): not used
         ("ddp-kill-recovered.log", "HOST_OOM", "node2", 0, "exitcode  : -9"),
+        # nodes with host names of their own: torchrun's block says `host : node2`
+        ("ddp-kill-hostnames.log", "HOST_OOM", "node2", 1, "exitcode  : -9"),
     ],
 )
 def test_check_log_names_the_process_that_failed_first(capture, category, node, rank, text) -> None:
@@ -178,8 +180,27 @@ def test_with_line_nodes_maps_the_signature_node_onto_the_allocation() -> None:
 def test_the_failed_node_comes_from_srun_s_first_non_zero_exit() -> None:
     block = Finding(**{**finding(SIGKILL_BLOCK, 58).__dict__, "rank": 1})
     exited, terminated = finding(SRUN_EXITED, 99), finding(SRUN_TERMINATED, 148)
-    assert rc.analyse([block], node_hints=[terminated, exited]).node == "node2"
+    cause = rc.analyse([block, exited, terminated])
+    assert (cause.node, cause.node_from) == ("node2", "srun: task 1 was the first to exit with an error")
     assert rc.analyse([block, terminated]).node is None  # Terminated is what srun did to the others
+
+
+def test_srun_s_exit_order_after_recovery_acted_names_no_node() -> None:
+    # ddp-kill-recovered.log: Recovery's requeue-hold ended the killed rank's task (node2: `Terminated`) before
+    # its launcher exited, so the survivor's `node1: task 0: Exited with exit code 1` came first
+    block = Finding(**{**finding(line_of("ddp-kill-recovered.log", "exitcode  : -9"), 59).__dict__, "rank": 0})
+    exited = finding(line_of("ddp-kill-recovered.log", "node1: task 0: Exited with exit code 1"), 100)
+    assert rc.analyse([block], node_hints=[exited]).node is None
+
+
+def test_the_launcher_s_report_of_the_same_rank_names_the_node() -> None:
+    # the failed rank's traceback names no node; torchrun's report of that rank (rank : 1, host : node2) does,
+    # even when printed after Recovery acted
+    traceback = Finding(category="PYTHON_TRACEBACK", rule="python_traceback", line="[rank1]: Traceback", rank=1)
+    report = Finding(category="PYTHON_TRACEBACK", rule="x", line="  traceback : ...", rank=1, nodes=("node2",))
+    other = Finding(category="PYTHON_TRACEBACK", rule="x", line="  traceback : ...", rank=0, nodes=("node1",))
+    cause = rc.analyse([traceback], node_hints=[other, report])
+    assert (cause.node, cause.node_from) == ("node2", "the launcher's report of rank 1 names its host")
 
 
 def test_launcher_block_facts() -> None:
@@ -192,6 +213,8 @@ def test_decided_anomaly_prefers_the_root_cause() -> None:
     assert rc.decided_anomaly(["anomaly:7", "root_cause:anomaly:3"]) == 3
     assert rc.decided_anomaly(["attempt_state:1:FAILED", "anomaly:9"]) == 9
     assert rc.decided_anomaly(["attempt_state:1:FAILED"]) is None
+    # refs accumulate over an Advice's generations: the newest root cause is the one decided on
+    assert rc.decided_anomaly(["anomaly:1", "root_cause:anomaly:2", "anomaly:4", "root_cause:anomaly:4"]) == 4
 
 
 def test_lines_naming_the_failed_pid_or_rank_say_its_node_nearest_first() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.sbatch import DirectiveSyntaxError, parse_script, python_buffering_risks, split_arguments
+from app.domain.admission.sbatch import DirectiveSyntaxError, parse_script, python_buffering_risks, split_arguments
 
 GUIDE_COMMENT = (
     '{"APS":{"workflow_id":"training-example","environment":"customer-slurm","mode":"observe",'

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import NAN_LOSS, NCCL_TIMEOUT, Classifier
-from app.logs.reader import FilePosition, LogEvent, LogTailer
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import NAN_LOSS, NCCL_TIMEOUT, CheckpointEvent, Classifier
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLASSIFIER = Classifier(default_ruleset())
@@ -32,12 +32,38 @@ def test_a_plain_pytorch_load_line_is_a_load_with_its_iteration():
         ("/out/checkpoint-10", 10),
         ("/ckpt/step_10", 10),
         ("/ckpt/epoch=3-step=10.ckpt", 10),
+        ("/tmp/model/model.ckpt-10", 10),  # TensorFlow's checkpoint prefix
     ],
 )
 def test_the_iteration_comes_from_the_path_when_the_line_names_none(path, iteration):
     # the torchlab program's load line, without its "at iteration N" tail
     event = CLASSIFIER.checkpoint(f"loaded checkpoint from {path}")
     assert event is not None and (event.kind, event.iteration) == ("loaded", iteration)
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "iteration"),
+    [
+        # Lua torch-rnn: "    Initializing from \tcv/checkpoint_20.t7" (the step from the path)
+        ("torch-rnn-checkpoint-load-001.log", 3, 20),
+        # a torchvision detection script: "RESUMING TRAINING..." (a load that names no step)
+        ("fasterrcnn-resume-keyerror-001.log", 7, None),
+    ],
+)
+def test_generic_load_verbs_of_real_scripts(name, number, iteration):
+    event = CLASSIFIER.checkpoint(line("realworld", name, number))
+    assert event is not None and (event.kind, event.iteration) == ("loaded", iteration)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Not resuming: no checkpoint found",
+        "Resuming training is not supported with this optimizer",
+    ],
+)
+def test_a_resume_that_does_not_happen_is_no_load(text):
+    assert CLASSIFIER.checkpoint(text) is None
 
 
 def test_a_resume_line_of_deepspeed_under_hf_is_a_load():
@@ -100,6 +126,7 @@ def test_hf_saves_are_one_event_per_checkpoint():
         ("torchlab", "ddp-nan.log", 9),  # iteration 6 | loss nan | grad norm nan | ...
         ("torchlab", "hf-nan.log", 0),  # tqdm bar then {'loss': '0', 'grad_norm': 'nan', ...}
         ("realworld", "pytorch-nan-loss-001.log", 1),  # [epoch  3][iter    0/ 110] loss: nan, lr: ...
+        ("realworld", "megatron-nan-grad-norm-002.log", 7),  # a table cell: "loss scale: 1.0 | grad norm: nan |"
     ],
 )
 def test_nan_in_a_metric_field(corpus, name, number):
@@ -152,3 +179,23 @@ def test_a_gloo_timeout_is_a_collective_timeout():
 def test_updates_numbered_paths_and_epochs_name_the_step(text, iteration):
     event = CLASSIFIER.checkpoint(text)
     assert event is not None and event.iteration == iteration
+
+
+# Lines copied from tuning files the "corpus" branch adds to tests/fixtures/realworld/ (not on this branch yet):
+# benign-tensorpack-progress-save-001.log line 12 and mmdetection-resume-mismatch-002.log lines 1 and 3.
+TENSORPACK_SAVE = "[0601 22:55:10 @saver.py:66] Model saved to train_log_pretrain_10epoch390_/model-2340."
+MMDET_LOAD = "2021-07-02 10:24:28,325 - mmdet - INFO - load checkpoint from work_dirs/model/epoch_76.pth"
+MMDET_OTHER = "2021-07-02 10:24:28,325 - mmdet - INFO - Use load_from_local loader"
+MMDET_RESUMED = "2021-07-02 10:24:30,810 - mmdet - INFO - resumed epoch 64, iter 156416"
+
+
+def test_a_model_saved_to_a_numbered_path_is_a_save_with_its_step():
+    event = CLASSIFIER.checkpoint(TENSORPACK_SAVE)
+    assert event is not None and (event.kind, event.iteration) == ("saved", 2340)
+
+
+def test_a_load_whose_step_the_next_line_names_is_one_load_with_that_step(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([MMDET_LOAD, MMDET_OTHER, MMDET_RESUMED]) + "\n")
+    loads = [e for e in read_all(log) if isinstance(e.signal, CheckpointEvent)]
+    assert [(e.line_number, e.signal.kind, e.signal.iteration) for e in loads] == [(1, "loaded", 156416)]

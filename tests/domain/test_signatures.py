@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.domain.signature_defaults import DEFAULT_RULES, default_ruleset
-from app.domain.signatures import (
+from app.domain.detection.rules_builtin import DEFAULT_RULES, default_ruleset
+from app.domain.detection.signatures import (
     PRETRAINING,
     TRAININGLOOP,
     CheckpointEvent,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from app.domain.signature_config import SignatureConfigError, parse_signature_config
-from app.domain.signature_defaults import DEFAULT_RULES
-from app.domain.signatures import Classifier
+from app.domain.detection.rules_builtin import DEFAULT_RULES
+from app.domain.detection.rules_file import SignatureConfigError, parse_signature_config
+from app.domain.detection.signatures import Classifier
 
 
 def test_empty_config_is_the_defaults():

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from app.domain.signature_defaults import DEFAULT_RULES
+from app.domain.detection.rules_builtin import DEFAULT_RULES
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "signatures.md").read_text(encoding="utf-8")
 
@@ -14,8 +14,8 @@ def test_every_default_rule_is_documented_with_its_example():
 
 
 def test_the_documented_example_file_is_valid():
-    from app.domain.signature_config import parse_signature_config
-    from app.domain.signatures import Classifier
+    from app.domain.detection.rules_file import parse_signature_config
+    from app.domain.detection.signatures import Classifier
 
     example = DOC.split("```toml\n", 1)[1].split("```", 1)[0]
     rules = parse_signature_config(example)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import CheckpointEvent, Classifier, CrashSignature
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import CheckpointEvent, Classifier, CrashSignature
 
 C = Classifier(default_ruleset())
 

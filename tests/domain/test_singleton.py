@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.domain.reconcile import AdviceState, DispositionReason, Milestone, StepKind
-from app.domain.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
+from app.domain.control.planner import AdviceState, DispositionReason, Milestone, StepKind
+from app.domain.control.singleton import JobView, choose_twin, plan_twin_step, twin_shadow_plan
 
 NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
 COMMENT = '{"APS":{"workflow_id":"w","auto_resume_mode":"singleton_dependency"}}'

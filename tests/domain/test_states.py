@@ -1,6 +1,6 @@
 """The one Slurm state vocabulary: the sets relate as their names say."""
 
-from app.domain import states
+from app.domain.control import states
 
 
 def test_the_sets_relate_as_their_names_say() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.domain.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Outcome, shown_reason, tell
+from app.domain.presentation.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Outcome, shown_reason, tell
 
 XID = AnomalyFact(kind="CRASH", category="xid", node="gpu-a02", xid=79, line_number=1312, log_path="/logs/x-0.err")
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.reconcile import JobObservation, Milestone, StepKind
-from app.domain.watchdog import (
+from app.domain.control.planner import JobObservation, Milestone, StepKind
+from app.domain.control.watchdog import (
     ADVICE_INACTIVE,
     HELD_PAST_BOUND,
     AdviceHoldState,

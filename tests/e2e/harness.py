@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 
 from app.advice.models import Advice, SchedulerAction
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Attempt
 from app.slurm.cli_scheduler import CliScheduler
 from tests.plugins.slurm_lab import SlurmLab
@@ -90,7 +90,7 @@ async def running_worker(ctx: AppContext, lab: SlurmLab, *, holder: str | None =
 async def watching(runner: WorkerRunner) -> None:
     """Until the worker is up: a standby after its first try for the lease, the holder after its observer's first
     complete look at Slurm. A job that ends before that look was never seen by this installation and is adopted
-    (history only, app/domain/adoption.py), so tests that expect a decision submit their jobs after it."""
+    (history only, app/domain/admission/adoption.py), so tests that expect a decision submit their jobs after it."""
     await asyncio.wait_for(runner.refreshed.wait(), 60)
     observer = next((s for s in runner.services if isinstance(s, Observer)), None)
     if not runner.has_lease or observer is None:

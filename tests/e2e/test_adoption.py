@@ -1,4 +1,4 @@
-"""The adoption rule on the real lab: an installation acts only on attempt ends it observed (app/domain/adoption.py).
+"""The adoption rule on the real lab: an installation acts only on attempt ends it observed (admission/adoption.py).
 
 * A second, empty installation started while jobs that the first one stopped are still listed by
   Slurm (MinJobAge) records them as history (`job.adopted`) and takes no scheduler action; the attempt's
@@ -25,12 +25,12 @@ from sqlalchemy.engine import make_url
 
 from app.advice.stories import stories_of_jobs
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.domain.adoption import NOT_ACTED_ON
+from app.domain.admission.adoption import NOT_ACTED_ON
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.migrate import upgrade
 from app.main import create_app
-from app.migrate import upgrade
 from tests.e2e.harness import (
     advice_done,
     advice_list,

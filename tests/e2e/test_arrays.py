@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs import queries as job_queries
 from app.jobs.models import Attempt, Job
 from tests.e2e.harness import (

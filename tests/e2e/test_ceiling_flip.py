@@ -14,8 +14,8 @@ import pytest
 
 from app.advice.models import Advice
 from app.api.ids import to_global_id
-from app.context import AppContext
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.api.helpers import operation
 from tests.e2e.harness import (

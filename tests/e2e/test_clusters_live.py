@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select
 
 from app.advice.models import Advice
-from app.clusters import every_cluster
-from app.context import AppContext
+from app.infra.clusters import every_cluster
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.api.helpers import run_graphql
 from tests.e2e.harness import batch_script, eventually, lab_context, policy_comment, unique_environment, watching

@@ -12,11 +12,11 @@ from sqlalchemy import select
 
 from app.advice.models import Advice
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet
 from app.fleet.models import ClusterPause
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.slurm.cli_scheduler import CliScheduler
 from tests.e2e.harness import (
     advice_list,

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Job
 from app.main import create_app
 from tests.e2e.harness import eventually, lab_context, policy_comment, running_worker, unique_environment

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
 from app.evidence.models import Anomaly, Checkpoint, LogSource
+from app.infra.context import AppContext
 from app.jobs.models import Attempt
 from app.slurm.cli_scheduler import CliScheduler
 from tests.plugins.slurm_lab import SlurmLab

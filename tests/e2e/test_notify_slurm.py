@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from tests.e2e.harness import advice_done, batch_script, eventually, lab_context, policy_comment, running_worker
 from tests.e2e.harness import unique_environment as new_environment
 from tests.notify.helpers import Receiver

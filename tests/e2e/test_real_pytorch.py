@@ -2,7 +2,9 @@
 
 The jobs are the examples job authors copy (examples/ddp.sbatch + ddp_train.py: torchrun, DistributedDataParallel
 over gloo on CPU, 2 nodes x 1 torchrun; examples/hf.sbatch + hf_train.py: a Hugging Face Trainer), submitted with
-the user guide's directives (`--requeue`, the APS policy in act mode). Every line the service reads is what torch,
+the user guide's directives (`--requeue`, the APS policy in act mode), on a lab of their own (`slurm_framework_lab`,
+its own xdist group: minutes of training do not hold up the shared lab's tests) whose nodes have host names of
+their own, as on a real cluster. Every line the service reads is what torch,
 torchrun, gloo, srun, tqdm and transformers print. The assertions are issue 24's: the root cause is the process
 that failed first (its node, not a survivor's `Connection reset by peer`), the story cites the evidence the
 Advice was decided on, the hang detector arms on the program's own progress lines (the hang is found before the
@@ -33,7 +35,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.context import AppContext
+from app.api.ids import to_global_id
+from app.domain.decision.rootcause import decided_anomaly
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.e2e.harness import eventually, lab_context, running_worker, unique_environment
 from tests.plugins import require
@@ -50,6 +54,9 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 TRAININGLOOP_SECONDS = 8
 PRETRAINING_SECONDS = 300
 PG_TIMEOUT_SECONDS = 45
+# The hang scenario's collective timeout: far above threshold + query delay, as NCCL's 10-30 min are in production.
+HANG_PG_TIMEOUT_SECONDS = 300
+HANG_QUERY_DELAY_SECONDS = 5.0  # RECOVERY_HANG_QUERY_DELAY (default 60 s), short to keep the suite's time
 
 QUERY = """
 query RealJob($jobId: Int!) {
@@ -58,11 +65,13 @@ query RealJob($jobId: Int!) {
     attempts(first: 10) {
       nodes {
         attemptIndex state nodes exitCode stdoutPath
-        story { sentence happened decided result }
-        advice { operation rule reason exclusions }
+        story { sentence happened decided result anomalyId }
+        advice { operation rule reason exclusions evidence }
         checkpoints(first: 50) { nodes { kind iteration path line } }
         anomalies(first: 50) {
-          nodes { kind category node line lineNumber logPath outlook details blamedNodes { node provenance } }
+          nodes {
+            id kind category node line lineNumber logPath outlook role details blamedNodes { node provenance }
+          }
         }
       }
     }
@@ -205,11 +214,12 @@ async def run_job(
     attempts: int,
     max_requeue_times: int = 1,
     timeout: float = 300,
+    **settings: Any,
 ) -> Run:
     """Submit the example with `train_args`, let the real worker act until the job has ended after `attempts`
-    attempts (or ended for good), and read it back through GraphQL and REST."""
+    attempts (or ended for good), and read it back through GraphQL and REST (`settings`: the service's own)."""
     env = unique_environment()
-    wctx = lab_context(ctx, env, log_dirs=(str(lab.test_dir()),), collector_poll_interval=0.3)
+    wctx = lab_context(ctx, env, log_dirs=(str(lab.test_dir()),), collector_poll_interval=0.3, **settings)
     started = time.monotonic()
     script = _script(example, _comment(env, max_requeue_times=max_requeue_times))
     async with running_worker(wctx, lab):
@@ -260,11 +270,13 @@ async def run_job(
 
 
 def check_story_cites_the_decision(checks: Checks, run: Run, index: int, origin: str) -> dict[str, Any] | None:
-    """The story of attempt `index` cites the anomaly whose line is the origin (never Recovery's own doing)."""
+    """The story of attempt `index` cites the anomaly whose line is the origin (never Recovery's own doing), the
+    one its Advice was decided on (the Advice's evidence refs: the root cause, else the signal's anomaly)."""
     attempt = run.attempts[index]
     happened = (attempt["story"] or {}).get("happened", "")
     cited = run.cited(index)
     checks.expect(cited is not None, f"attempt {index}'s story cites a recorded anomaly by line", happened)
+    check_cites_the_decided_anomaly(checks, run, index)
     if cited is not None:
         said = f"{cited['line'] or ''}\n{(cited['details'] or {}).get('detail') or ''}"  # a traceback's error line
         checks.expect(re.search(origin, said), f"the cited anomaly is the origin /{origin}/", said)
@@ -276,6 +288,33 @@ def check_story_cites_the_decision(checks: Checks, run: Run, index: int, origin:
     rest_story = run.rest[index]["story"]["sentence"] if index < len(run.rest) else None
     checks.expect(rest_story == attempt["story"]["sentence"], "REST tells the same story as GraphQL", rest_story)
     return cited
+
+
+def check_cites_the_decided_anomaly(checks: Checks, run: Run, index: int) -> None:
+    """The story's anomalyId (GraphQL) is the anomaly the Advice was decided on, and the cited line is that one's."""
+    attempt = run.attempts[index]
+    refs = ((attempt.get("advice") or {}).get("evidence") or {}).get("refs") or []
+    decided = decided_anomaly([str(r) for r in refs])
+    expected = to_global_id("Anomaly", decided) if decided is not None else None
+    said = (attempt["story"] or {}).get("anomalyId")
+    checks.expect(
+        decided is not None and said == expected, f"attempt {index}'s story cites the decided anomaly", (said, refs)
+    )
+    cited = run.cited(index)
+    checks.expect(
+        cited is not None and cited["id"] == said, f"attempt {index}'s story sentence names that anomaly's line", cited
+    )
+    after = run.anomalies(index, "AFTER_RECOVERY_ACTED")
+    checks.expect(
+        all(a["id"] != said for a in after), f"attempt {index}'s story cites no line after Recovery acted", None
+    )
+    checks.expect(
+        all(a["role"] == "after Recovery acted" and a["outlook"] is None for a in after),
+        f"attempt {index}'s lines after Recovery acted are kept apart (role, no outlook)",
+        [(a["role"], a["outlook"], a["line"]) for a in after],
+    )
+    if after:
+        print(f"attempt {index}: {len(after)} line(s) kept apart as after Recovery acted")
 
 
 def check_consequences_marked(checks: Checks, run: Run, index: int, root: dict[str, Any] | None) -> None:
@@ -307,6 +346,15 @@ def check_resumed(checks: Checks, run: Run, index: int, iteration: int) -> None:
     )
 
 
+def check_node_provenance(checks: Checks, run: Run, index: int, root: dict[str, Any]) -> None:
+    """The root cause's node is shown with how it was found: its own line names it, or srun's task layout said."""
+    named = root["node"] and root["node"] in (root["line"] or "")
+    source = (root["details"] or {}).get("nodeFrom") or ""
+    checks.expect(named or source, f"attempt {index}'s root-cause node has a provenance", root)
+    happened = (run.attempts[index]["story"] or {}).get("happened", "")
+    checks.expect(named or source in happened, f"attempt {index}'s story shows where its node came from", happened)
+
+
 def fault_node(run: Run, index: int = 0, node_index: int = 1) -> str:
     """The node the faulty process ran on: SLURM_NODEID `node_index` of the attempt's (sorted) node list."""
     return sorted(run.attempts[index]["nodes"])[node_index]
@@ -316,18 +364,13 @@ def fault_node(run: Run, index: int = 0, node_index: int = 1) -> str:
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-@pytest.mark.xfail(
-    strict=False,
-    reason="known gap (issue 24): attempt 0 fails after printed iterations, the resumed attempt 1 before a second "
-    "one, so their failure iterations (6 vs none) differ and same_place does not call the repeat the same",
-)
 async def test_ddp_exception_on_one_rank_repeated_is_recognised_as_the_same(
-    ctx: AppContext, slurm_lab: SlurmLab, torch_python: str
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:
     """The process on the second node gets a batch of the wrong shape at step 7 on every attempt."""
     run = await run_job(
         ctx,
-        slurm_lab,
+        slurm_framework_lab,
         torch_python,
         example="ddp.sbatch",
         train_args="--fault raise --fault-step 7 --fault-attempts all",
@@ -349,6 +392,7 @@ async def test_ddp_exception_on_one_rank_repeated_is_recognised_as_the_same(
                 f"attempt {index}'s root cause is on the failing process's node {fault_node(run, index)}",
                 root["node"],
             )
+            check_node_provenance(checks, run, index, root)
             checks.expect(
                 (root["details"] or {}).get("fingerprint"), f"attempt {index}'s root cause has a fingerprint", root
             )
@@ -364,6 +408,11 @@ async def test_ddp_exception_on_one_rank_repeated_is_recognised_as_the_same(
         "the Advice's reason names the repeat",
         advice.get("reason"),
     )
+    checks.expect(
+        "at iteration 6" in (advice.get("reason") or ""),
+        "the reason knows where: the resumed attempt's first step counter past its checkpoint armed it",
+        advice.get("reason"),
+    )
     roots = [run.cited(i) for i in range(min(2, len(run.attempts)))]
     prints = [(r or {}).get("details", {}).get("fingerprint") for r in roots]
     checks.expect(
@@ -375,17 +424,17 @@ async def test_ddp_exception_on_one_rank_repeated_is_recognised_as_the_same(
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-@pytest.mark.xfail(
-    strict=False,
-    reason="known gap (issue 24): the killed rank's node is named only when a line names its PID or rank with an "
-    "allocated node; in the lab every host is localhost, so some runs name no node",
-)
 async def test_ddp_rank_killed_blames_the_killed_rank_not_the_survivor(
-    ctx: AppContext, slurm_lab: SlurmLab, torch_python: str
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:
     """The process on the second node is SIGKILLed at step 7; the survivor's gloo sees its peer vanish."""
     run = await run_job(
-        ctx, slurm_lab, torch_python, example="ddp.sbatch", train_args="--fault kill --fault-step 7", attempts=2
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="ddp.sbatch",
+        train_args="--fault kill --fault-step 7",
+        attempts=2,
     )
     checks = Checks(f"ddp kill (job {run.job_id}, {run.seconds:.0f} s)")
     checks.expect(re.search(r"exitcode\s*:\s*-9|Signal 9 \(SIGKILL\)", run.output), "torchrun reported SIGKILL", None)
@@ -398,6 +447,7 @@ async def test_ddp_rank_killed_blames_the_killed_rank_not_the_survivor(
             f"the root cause is on the killed process's node {fault_node(run)}, not the survivor's",
             root["node"],
         )
+        check_node_provenance(checks, run, 0, root)
         checks.expect(
             not re.search(r"[Cc]onnection (reset|closed) by peer|Read error", root["line"] or ""),
             "the root cause is not the survivor's peer-connection error",
@@ -409,28 +459,37 @@ async def test_ddp_rank_killed_blames_the_killed_rank_not_the_survivor(
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-@pytest.mark.xfail(
-    strict=False,
-    reason="known gap (issue 24): live, the step counter of `iteration N | loss X` does not arm the hang detector "
-    "on the lab's per-attempt log (offline check-log does), so the hang is found only at gloo's timeout",
-)
 async def test_ddp_rank_hanging_before_a_collective_is_found_before_the_collective_timeout(
-    ctx: AppContext, slurm_lab: SlurmLab, torch_python: str
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:
-    """The process on the second node sleeps before the all-reduce of step 7; gloo would time out after 45 s."""
+    """The process on the second node sleeps before the all-reduce of step 7; gloo would time out after 300 s.
+    Found at the training-loop threshold plus the query delay after the last line (8 + 5 s), by the detector the
+    program's own `iteration N | loss X` lines armed."""
     run = await run_job(
         ctx,
-        slurm_lab,
+        slurm_framework_lab,
         torch_python,
         example="ddp.sbatch",
-        train_args=f"--fault hang --fault-step 7 --pg-timeout {PG_TIMEOUT_SECONDS}",
+        train_args=f"--fault hang --fault-step 7 --pg-timeout {HANG_PG_TIMEOUT_SECONDS}",
         attempts=2,
+        hang_query_delay=HANG_QUERY_DELAY_SECONDS,
     )
     checks = Checks(f"ddp hang (job {run.job_id}, {run.seconds:.0f} s)")
     hangs = run.anomalies(0, "NO_PROGRESS")
     checks.expect(hangs, "attempt 0's hang recorded (NO_PROGRESS): the detector armed on `iteration N | loss X`", None)
+    if hangs:
+        details = hangs[0]["details"] or {}
+        silent = details.get("silentSeconds") or 0
+        print(f"hang found {silent:.1f} s after the last line (threshold {TRAININGLOOP_SECONDS} s)")
+        checks.expect(
+            details.get("trainingLoop") and silent < HANG_PG_TIMEOUT_SECONDS / 4,
+            f"found in the training loop, well before gloo's {HANG_PG_TIMEOUT_SECONDS} s collective timeout",
+            details,
+        )
+        checks.expect("iteration 6 |" in (hangs[0]["line"] or ""), "the hang cites the last progress line", hangs[0])
     timeouts = re.findall(r".*Timed out waiting.*", run.output.split("loaded checkpoint from", 1)[0])
-    checks.expect(not timeouts, f"found before gloo's {PG_TIMEOUT_SECONDS} s collective timeout", timeouts[:1])
+    checks.expect(not timeouts, "no collective timed out before the retry", timeouts[:1])
+    check_cites_the_decided_anomaly(checks, run, 0)
     story = run.attempts[0]["story"] or {}
     checks.expect("hung" in story.get("happened", ""), "attempt 0's story says it hung", story.get("happened"))
     advice = run.attempts[0].get("advice") or {}
@@ -445,11 +504,48 @@ async def test_ddp_rank_hanging_before_a_collective_is_found_before_the_collecti
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-async def test_ddp_nan_loss_is_detected(ctx: AppContext, slurm_lab: SlurmLab, torch_python: str) -> None:
+async def test_ddp_data_loader_stall_before_the_first_checkpoint_is_found(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """The process on the second node waits at step 3 for a batch its DataLoader worker never delivers; the other
+    waits in the all-reduce. Two printed steps arm the detector; there is no checkpoint yet, so the retry starts
+    from scratch and completes."""
+    run = await run_job(
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="ddp.sbatch",
+        train_args=f"--fault stall --fault-step 3 --pg-timeout {HANG_PG_TIMEOUT_SECONDS}",
+        attempts=2,
+        hang_query_delay=HANG_QUERY_DELAY_SECONDS,
+    )
+    checks = Checks(f"ddp data loader stall (job {run.job_id}, {run.seconds:.0f} s)")
+    hangs = run.anomalies(0, "NO_PROGRESS")
+    checks.expect(hangs, "attempt 0's hang recorded (NO_PROGRESS) after two printed steps", run.anomalies(0))
+    if hangs:
+        details = hangs[0]["details"] or {}
+        silent = details.get("silentSeconds") or 0
+        print(f"stall found {silent:.1f} s after the last line (threshold {TRAININGLOOP_SECONDS} s)")
+        checks.expect(details.get("trainingLoop"), "in the training loop's phase", details)
+        checks.expect(silent < HANG_PG_TIMEOUT_SECONDS / 4, "well before the collective timeout", silent)
+        checks.expect("iteration 2 |" in (hangs[0]["line"] or ""), "the hang cites the last progress line", hangs[0])
+    checks.expect(not run.anomalies(0, "CRASH"), "no crash recorded before Recovery acted", run.anomalies(0, "CRASH"))
+    story = run.attempts[0]["story"] or {}
+    checks.expect("hung" in story.get("happened", ""), "attempt 0's story says it hung", story.get("happened"))
+    advice = run.attempts[0].get("advice") or {}
+    checks.expect(advice.get("operation") == "RESTART", "attempt 0: RESTART", advice)
+    check_cites_the_decided_anomaly(checks, run, 0)
+    checks.expect(len(run.attempts) == 2 and run.attempts[1]["state"] == "COMPLETED", "attempt 1 completed", None)
+    checks.expect(not run.loads(1), "attempt 1 loaded nothing (no checkpoint was saved)", run.loads(1))
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+async def test_ddp_nan_loss_is_detected(ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str) -> None:
     """The process on the second node gets NaN input from step 12: the all-reduced loss prints `loss nan`."""
     run = await run_job(
         ctx,
-        slurm_lab,
+        slurm_framework_lab,
         torch_python,
         example="ddp.sbatch",
         train_args="--fault nan --fault-step 12 --save-every 10 --steps 30",
@@ -466,8 +562,76 @@ async def test_ddp_nan_loss_is_detected(ctx: AppContext, slurm_lab: SlurmLab, to
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-async def test_ddp_clean_run_completes_without_anomaly(ctx: AppContext, slurm_lab: SlurmLab, torch_python: str) -> None:
-    run = await run_job(ctx, slurm_lab, torch_python, example="ddp.sbatch", train_args="--fault none", attempts=1)
+async def test_ddp_failure_before_the_first_progress_line(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """The process on the second node fails in its very first step: no progress line, no checkpoint; the retry
+    starts from scratch (nothing to load) and completes."""
+    run = await run_job(
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="ddp.sbatch",
+        train_args="--fault raise --fault-step 1",
+        attempts=2,
+    )
+    checks = Checks(f"ddp raise at step 1 (job {run.job_id}, {run.seconds:.0f} s)")
+    first_file = run.output.split("==> ", 2)[1] if run.output.count("==> ") > 1 else run.output
+    checks.expect("iteration 1 |" not in first_file, "attempt 0 printed no progress line", first_file[:300])
+    advice = run.attempts[0].get("advice") or {}
+    checks.expect(advice.get("operation") == "RESTART", "attempt 0: RESTART", advice)
+    root = check_story_cites_the_decision(checks, run, 0, r"mat1 and mat2 shapes cannot be multiplied")
+    if root is not None:
+        checks.expect(root["category"] == "PYTHON_TRACEBACK", "root cause category", root["category"])
+        checks.expect(root["node"] == fault_node(run), f"the root cause is on {fault_node(run)}", root["node"])
+        check_node_provenance(checks, run, 0, root)
+    check_consequences_marked(checks, run, 0, root)
+    checks.expect(not run.anomalies(0, "NO_PROGRESS"), "no hang: nothing armed the detector", run.anomalies(0))
+    checks.expect(not run.attempts[0]["checkpoints"]["nodes"], "no checkpoint in attempt 0", run.attempts[0])
+    checks.expect(len(run.attempts) == 2 and run.attempts[1]["state"] == "COMPLETED", "attempt 1 completed", None)
+    checks.expect(not run.loads(1), "attempt 1 loaded nothing (there was nothing to load)", run.loads(1))
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+async def test_ddp_exception_during_checkpoint_save(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """At the checkpoint of step 10 the process on the second node's torch.save raises (pickle cannot save its
+    state); the other waits at the save's barrier, so iter_10 is never written and the retry resumes from 5."""
+    run = await run_job(
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="ddp.sbatch",
+        train_args="--fault save --fault-step 10 --steps 15",
+        attempts=2,
+    )
+    checks = Checks(f"ddp save fails (job {run.job_id}, {run.seconds:.0f} s)")
+    origin = r"PicklingError|Can't pickle"
+    checks.expect(re.search(origin, run.output), "torch.save raised pickle's own error", run.output[-300:])
+    saves = [c["iteration"] for c in run.attempts[0]["checkpoints"]["nodes"] if c["kind"] == "saved"]
+    checks.expect(saves == [5], "attempt 0's save of iteration 5 recorded, none of 10", saves)
+    advice = run.attempts[0].get("advice") or {}
+    checks.expect(advice.get("operation") == "RESTART", "attempt 0: RESTART", advice)
+    root = check_story_cites_the_decision(checks, run, 0, origin)
+    if root is not None:
+        checks.expect(root["category"] == "PYTHON_TRACEBACK", "root cause category", root["category"])
+        checks.expect(root["node"] == fault_node(run), f"the root cause is on {fault_node(run)}", root["node"])
+        check_node_provenance(checks, run, 0, root)
+    check_consequences_marked(checks, run, 0, root)
+    checks.expect(not run.anomalies(0, "NO_PROGRESS"), "no hang reported", run.anomalies(0, "NO_PROGRESS"))
+    check_resumed(checks, run, 1, 5)
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+async def test_ddp_clean_run_completes_without_anomaly(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    run = await run_job(
+        ctx, slurm_framework_lab, torch_python, example="ddp.sbatch", train_args="--fault none", attempts=1
+    )
     checks = Checks(f"ddp clean (job {run.job_id}, {run.seconds:.0f} s)")
     checks.expect([a["state"] for a in run.attempts] == ["COMPLETED"], "one attempt, completed", run.attempts)
     checks.expect(not run.anomalies(0), "no anomaly", run.anomalies(0))
@@ -482,11 +646,16 @@ async def test_ddp_clean_run_completes_without_anomaly(ctx: AppContext, slurm_la
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
 async def test_hf_trainer_exception_then_resume_from_checkpoint(
-    ctx: AppContext, slurm_lab: SlurmLab, torch_python: str
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:
     """The Trainer fails at step 8 on the first attempt; the retry resumes from checkpoint-5 and completes."""
     run = await run_job(
-        ctx, slurm_lab, torch_python, example="hf.sbatch", train_args="--fault raise --fault-step 8", attempts=2
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="hf.sbatch",
+        train_args="--fault raise --fault-step 8",
+        attempts=2,
     )
     checks = Checks(f"hf raise (job {run.job_id}, {run.seconds:.0f} s)")
     checks.expect("Saving model checkpoint to" in run.output, "the Trainer printed its own save lines", None)
@@ -512,12 +681,14 @@ async def test_hf_trainer_exception_then_resume_from_checkpoint(
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
-async def test_hf_trainer_nan_loss_is_detected(ctx: AppContext, slurm_lab: SlurmLab, torch_python: str) -> None:
+async def test_hf_trainer_nan_loss_is_detected(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
     """The weights turn to NaN before step 6: the Trainer logs `'grad_norm': 'nan'` itself (its default
     logging_nan_inf_filter hides the loss: `'loss': '0'`)."""
     run = await run_job(
         ctx,
-        slurm_lab,
+        slurm_framework_lab,
         torch_python,
         example="hf.sbatch",
         train_args="--fault nan --fault-step 6 --save-steps 20 --steps 30",

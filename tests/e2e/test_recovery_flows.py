@@ -8,9 +8,9 @@ from sqlalchemy import func, select
 
 from app.advice.models import SchedulerAction
 from app.audit.models import AuditEvent
-from app.context import AppContext
-from app.domain.goodput import BUCKETS
+from app.domain.fleetwide.goodput import BUCKETS
 from app.goodput import queries as goodput_queries
+from app.infra.context import AppContext
 from app.jobs import queries as job_queries
 from tests.e2e.harness import (
     advice_done,

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
 from tests.e2e.harness import (

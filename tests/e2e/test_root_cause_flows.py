@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
 from app.evidence.models import Anomaly
+from app.infra.context import AppContext
 from app.jobs.models import Attempt
 from tests.e2e.harness import (
     advice_done,

@@ -5,8 +5,8 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain import association as assoc
-from app.domain.association import (
+from app.domain.detection import association as assoc
+from app.domain.detection.association import (
     AttemptWindow,
     attribute_shared_event,
     job_file_name,

@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from app.domain.checkpoint_check import CheckResult, CheckStatus
-from app.evidence.checkpoint_probe import check_path
-from app.logs.safe_open import AccessRule
+from app.domain.decision.checkpoint_rules import CheckResult, CheckStatus
+from app.jobfiles.checkpoint_probe import check_path
+from app.jobfiles.safe_open import AccessRule
 
 
 def write(path: Path, data: bytes | str = b"x" * 64) -> Path:

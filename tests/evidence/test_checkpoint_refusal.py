@@ -7,9 +7,9 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from app.context import AppContext
-from app.evidence import checkpoint_checks
+from app.evidence import checkpoint_release as checkpoint_checks
 from app.evidence.models import Checkpoint
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Attempt, Job
 from tests.factories import add_attempt, events, registration

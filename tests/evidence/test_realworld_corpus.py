@@ -9,14 +9,16 @@ from urllib.parse import urlparse
 
 import pytest
 
-from app.domain import rootcause, signatures
+from app.domain.decision import rootcause
+from app.domain.detection import signatures
 from app.slurm.names import expand_hostlist
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "realworld"
 HOLDOUT = FIXTURES / "realworld-holdout"  # never tuned on before its figures were measured (see its README)
 HOLDOUT2 = FIXTURES / "realworld-holdout2"  # issue 24: a seeded random third of the new sources (see its README)
-HELD_OUT = (HOLDOUT, HOLDOUT2)
+HOLDOUT3 = FIXTURES / "realworld-holdout3"  # issue 24 item 10: a seeded half of later new sources (see its README)
+HELD_OUT = (HOLDOUT, HOLDOUT2, HOLDOUT3)
 CORPORA = (CORPUS, *HELD_OUT)
 # FILESYSTEM is required by issue 12 and added to the code's list by the detector work; accepted until then.
 KNOWN_CATEGORIES = set(signatures.CRASH_CATEGORIES) | {"FILESYSTEM"}
@@ -70,6 +72,9 @@ FRAMEWORKS = {
     "ultralytics",
     "nemo-rl",
     "nanogpt",
+    # issue 24 item 10: frameworks of the third growth
+    "tensorpack",
+    "ms-swift",
 }
 KEYS = {
     "name",
@@ -123,8 +128,10 @@ def test_the_held_out_excerpts_are_not_in_the_tuning_corpus(corpus: Path) -> Non
 
 
 def test_the_held_out_sets_share_no_source() -> None:
-    first, second = ({row["source"] for row in _labels(corpus)} for corpus in HELD_OUT)
-    assert first & second == set()
+    sources = [{row["source"] for row in _labels(corpus)} for corpus in HELD_OUT]
+    for index, first in enumerate(sources):
+        for second in sources[index + 1 :]:
+            assert first & second == set()
 
 
 def test_file_names_are_unique_across_the_corpora() -> None:
@@ -133,13 +140,14 @@ def test_file_names_are_unique_across_the_corpora() -> None:
 
 
 def test_the_grown_corpus_meets_issue_24s_size_goals() -> None:
-    """Issue 24 item 10 asks >= 350 excerpts, >= 25 frameworks and >= 40 distinct progress formats (met here), and
-    >= 40 blamed-node files and >= 30 checkpoint loads (not yet: the floors below keep what exists from shrinking)."""
+    """Issue 24 item 10: >= 350 excerpts, >= 25 frameworks, >= 40 blamed-node files, >= 40 distinct progress formats
+    and >= 30 checkpoint loads over the tuning corpus and its held-out sets, and a third held-out set of >= 40."""
     assert len(ROWS) >= 350
     assert len({row["framework"] for row in ROWS}) >= 25
     assert len({row["progress_format"] for row in ROWS if row.get("progress_format")}) >= 40
-    assert sum(1 for row in ROWS if row.get("nodes")) >= 27
-    assert sum(1 for row in ROWS if row.get("checkpoint_load")) >= 17
+    assert sum(1 for row in ROWS if row.get("nodes")) >= 40
+    assert sum(1 for row in ROWS if row.get("checkpoint_load")) >= 30
+    assert len(_labels(HOLDOUT3)) >= 40
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)

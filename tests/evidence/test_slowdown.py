@@ -2,7 +2,7 @@
 
 import datetime as dt
 
-from app.domain.slowdown import BASELINE_SAMPLES, SlowdownState, observe, rate_of
+from app.domain.detection.slowdown import BASELINE_SAMPLES, SlowdownState, observe, rate_of
 
 T = dt.datetime(2026, 11, 30, 2, 0, 0, tzinfo=dt.UTC)
 

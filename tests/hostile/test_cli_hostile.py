@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from app.domain.terminal import terminal_text
+from app.domain.edge.terminal import terminal_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x9b1m\x07\r"

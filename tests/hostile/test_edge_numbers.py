@@ -1,4 +1,4 @@
-"""Numbers and text from outside through app.domain.bounds (issue 22), against a real `recovery serve`: ASCII digits
+"""Numbers and text from outside through domain/edge/bounds.py (issue 22), against a real `recovery serve`: ASCII digits
 only, within int64, no spaces around them, text never cut to fit; a clear 400 (or BAD_USER_INPUT) otherwise."""
 
 from __future__ import annotations

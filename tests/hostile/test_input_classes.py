@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.api.ids import to_global_id
-from app.config import Settings
-from app.context import AppContext
-from app.domain import bounds
-from app.domain.cursor import CursorError, decode_cursor, encode_cursor
-from app.logfilter import AccessLogFilter, mask_url, redact_target
+from app.domain.edge import bounds
+from app.domain.edge.cursor import CursorError, decode_cursor, encode_cursor
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.log_masking import AccessLogFilter, mask_url, redact_target
 from app.main import create_app
 from tests.factories import seed_many
 from tests.hostile.cases import forged_tokens

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Job
 from app.main import create_app
@@ -188,8 +188,8 @@ async def test_line_numbers_that_are_not_ascii_digits_in_range_are_a_400(
 @pytest.mark.slow
 def test_512_mib_of_newlines_is_answered_within_a_second_of_cpu(job_dir: Path) -> None:
     """The issue's bound at the scan cap itself (the log view's reader, without HTTP around it)."""
-    from app.logs.excerpt import MAX_SCAN_BYTES, read_excerpt
-    from app.logs.safe_open import AccessRule
+    from app.jobfiles.excerpt import MAX_SCAN_BYTES, read_excerpt
+    from app.jobfiles.safe_open import AccessRule
 
     blank = job_dir / "out-67.log"
     with blank.open("wb") as handle:

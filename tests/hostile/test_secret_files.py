@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import Settings, SettingsError
-from app.secret_files import MAX_SECRET_BYTES, SecretFileError, read_secret_file
+from app.infra.config import Settings, SettingsError
+from app.infra.secret_files import MAX_SECRET_BYTES, SecretFileError, read_secret_file
 from tests.api.helpers import ROOT, start_server, stop_server
 from tests.hostile.helpers import dashboard_login
 from tests.plugins.database import Database

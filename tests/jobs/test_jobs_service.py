@@ -3,7 +3,7 @@
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.domain.identity import attempt_uuid
+from app.domain.control.identity import attempt_uuid
 from app.feed import queries as feed_queries
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs

@@ -3,7 +3,7 @@
 import asyncio
 import datetime as dt
 
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.leases import service as leases
 
 

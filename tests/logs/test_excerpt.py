@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.logs import excerpt
-from app.logs.safe_open import AccessRule
+from app.jobfiles import excerpt
+from app.jobfiles.safe_open import AccessRule
 
 MINE = AccessRule(uid=os.getuid())
 

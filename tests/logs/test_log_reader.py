@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain import chunkscan
-from app.domain.signatures import CheckpointEvent, CrashSignature
-from app.logs.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
+from app.domain.detection import chunkscan
+from app.domain.detection.rules_file import parse_signature_config
+from app.domain.detection.signatures import CheckpointEvent, CrashSignature
+from app.jobfiles.reader import REUSE_BUFFER_BYTES, FilePosition, LogTailer, count_newlines
 
 ITER = (
     " [2026-11-30 02:00:{s:02d}] iteration {i:>6}/ 1000 | consumed samples: {i} | elapsed time "
@@ -307,9 +308,9 @@ def test_no_byte_sequence_breaks_the_reader(tmp_path_factory, chunks):
         assert position.offset <= (log.stat().st_size if log.exists() else 0)
 
 
-def test_live_reads_arm_on_the_first_counter_advance_across_reads(tmp_path, tailer):
+def test_live_reads_arm_on_the_first_strong_counter_line(tmp_path, tailer):
     # torchlab's DDP program prints "iteration N | loss X | ..." (no "/M" total): fed to the file one line per
-    # read, as the collector sees a running job, no marker until the counter is seen growing.
+    # read, as the collector sees a running job; a counter next to a metric field arms on its first line.
     source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()
     lines = source.split(b"\n")
     log = tmp_path / "job.out"
@@ -322,19 +323,76 @@ def test_live_reads_arm_on_the_first_counter_advance_across_reads(tmp_path, tail
         position = result.position
         if result.latest_progress is not None:
             markers.append((number, result.latest_progress.line_number, result.latest_progress.signal))
-    assert [(n, at) for n, at, _ in markers] == [(4, 4), (5, 5), (6, 6)]
+    assert [(n, at) for n, at, _ in markers] == [(3, 3), (4, 4), (5, 5), (6, 6)]
     assert all(m.arms and m.rule == "structure:iteration" for _, _, m in markers)
-    assert markers[0][2].iteration == 2
+    assert markers[0][2].iteration == 1
 
 
-def test_live_reads_never_arm_on_a_single_counter_line(tmp_path, tailer):
+def test_live_reads_never_arm_on_a_bare_counter_line(tmp_path, tailer):
+    # realworld pytorch-save-cannot-open-001.log: "Start from epoch 0" (line 4) is a counter with no total and no
+    # metric: no marker; "Epoch 0, time usage: ..., average loss: ..." (line 9) prints a metric and arms.
+    lines = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "pytorch-save-cannot-open-001.log"
+    raw_lines = lines.read_bytes().split(b"\n")
     log = tmp_path / "job.out"
-    log.write_bytes(
-        (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()[:200]
-    )
+    log.write_bytes(b"\n".join(raw_lines[:8]) + b"\n")
     result = tailer.read(FilePosition(path=str(log)))
-    text = log.read_text()
-    assert text.count("iteration ") == 1 and result.latest_progress is None
+    assert b"Start from epoch 0" in log.read_bytes() and result.latest_progress is None
+    append(log, raw_lines[8] + b"\n")
+    result = tailer.read(result.position)
+    assert result.latest_progress is not None and result.latest_progress.line_number == 9
+    assert result.latest_progress.signal.arms
+
+
+def test_live_throughput_comes_from_the_progress_parse(tmp_path, tailer):
+    # realworld maxtext-progress-002.log: "completed step: 9, seconds: 1.341, TFLOP/s/device: 257.929,
+    # Tokens/s/device: 36653.244, loss: 0.000" — no configured rate rule reads it; the sample is the rates of the
+    # same reading that gave the progress marker.
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "maxtext-progress-002.log"
+    log = tmp_path / "job.out"
+    log.write_bytes(source.read_bytes())
+    result = tailer.read(FilePosition(path=str(log)))
+    assert result.latest_progress is not None and result.latest_throughput is not None
+    assert result.latest_progress.signal.iteration == 9
+    assert result.latest_throughput.offset == result.latest_progress.offset
+    assert result.latest_throughput.signal.rules == ("structure",)
+    assert result.latest_throughput.signal.values == {"tflops_per_gpu": 257.929, "tokens_per_s": 36653.244}
+
+
+def test_a_configured_rate_rule_wins_its_line(tmp_path, tailer):
+    # realworld horovod-progress-002.log: the default `it_per_s` rule reads "7.69it/s"; the structural sample of
+    # the same line is not added a second time.
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "horovod-progress-002.log"
+    log = tmp_path / "job.out"
+    log.write_bytes(source.read_bytes().split(b"\n")[0] + b"\n")
+    result = tailer.read(FilePosition(path=str(log)))
+    assert [event.signal.rules for event in result.throughput] == [("it_per_s",)]
+
+
+def test_live_reads_arm_a_resumed_run_on_its_first_counter_past_the_loaded_checkpoint(tmp_path, tailer):
+    # The retry of torchlab's DDP job (its own file) loads iter_5.pt and prints "iteration 6 | ...": one counter
+    # line past the loaded iteration is an advance, so a retry that hangs or fails one step later is armed.
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-kill.log").read_text()
+    lines = source.splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith("loaded checkpoint from"))
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(lines[start - 2 : start + 2]) + "\n")  # start-up lines, the load, iteration 6
+    result = tailer.read(FilePosition(path=str(log)))
+    marker = result.latest_progress
+    assert marker is not None and marker.signal.arms and marker.signal.iteration == 6
+    # without the load line that line still arms: it carries a metric (loss), a training loop's mark
+    other = tmp_path / "other.out"
+    other.write_text("\n".join([*lines[start - 2 : start], lines[start + 1]]) + "\n")
+    alone = tailer.read(FilePosition(path=str(other))).latest_progress
+    assert alone is not None and alone.signal.arms
+    # a bare counter (no metric, no total) arms on its first line only past a loaded checkpoint
+    bare = tmp_path / "bare.out"
+    bare.write_text("\n".join([lines[start], "iteration 6"]) + "\n")
+    resumed = tailer.read(FilePosition(path=str(bare))).latest_progress
+    assert resumed is not None and resumed.signal.arms and resumed.signal.iteration == 6
+    fresh = tmp_path / "fresh.out"
+    fresh.write_text("iteration 6\n")
+    first = tailer.read(FilePosition(path=str(fresh))).latest_progress
+    assert first is None or not first.signal.arms
 
 
 def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, tailer):
@@ -349,3 +407,21 @@ def test_live_reads_learn_an_unknown_counter_with_the_template_miner(tmp_path, t
         position = result.position
         armed.append(result.latest_progress.signal.iteration if result.latest_progress else None)
     assert armed == [None, None, 30, 40]
+
+
+def test_an_operator_progress_rule_wins_a_strong_counter_line(tmp_path):
+    # The operator says torchlab's "iteration N | loss X" lines are pretraining (say, a warm-up loop): their rule
+    # decides the phase of the marker on that line; structure does not add a second marker for it.
+    ruleset = parse_signature_config(
+        "[[progress]]\nname = 'warmup_iterations'\nphase = 'pretraining'\nanchors = ['iteration ']\n"
+        "pattern = '^iteration (?P<iteration>\\d+) \\|'\n"
+    )
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "torchlab" / "ddp-clean.log").read_bytes()
+    log = tmp_path / "job.out"
+    log.write_bytes(b"\n".join(source.split(b"\n")[:4]) + b"\n")
+    with LogTailer(ruleset, tz=UTC, traceback_wait=0.0, all_progress=True) as tailer:
+        result = tailer.read(FilePosition(path=str(log)))
+    assert [(e.line_number, e.signal.rule, e.signal.phase) for e in result.progress] == [
+        (3, "warmup_iterations", "pretraining"),
+        (4, "warmup_iterations", "pretraining"),
+    ]

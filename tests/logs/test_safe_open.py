@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.logs import safe_open
-from app.logs.safe_open import AccessRule, Refused
+from app.jobfiles import safe_open
+from app.jobfiles.safe_open import AccessRule, Refused
 
 NOBODY = 65534
 ME = os.getuid()

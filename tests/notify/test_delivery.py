@@ -18,12 +18,12 @@ from sqlalchemy import func, select
 
 from app.advice import queries as advice_queries
 from app.advice import service as advice_service
-from app.config import Settings, SettingsError
-from app.context import AppContext
-from app.domain.advice import Decision, Operation
-from app.domain.mode import ModeDecision
-from app.domain.notify import DEFAULT_EVENTS, mask_url, parse_target
-from app.domain.reconcile import Disposition
+from app.domain.admission.mode import ModeDecision
+from app.domain.control.planner import Disposition
+from app.domain.decision.advice import Decision, Operation
+from app.domain.fleetwide.notify import DEFAULT_EVENTS, mask_url, parse_target
+from app.infra.config import Settings, SettingsError
+from app.infra.context import AppContext
 from app.jobs.models import Attempt
 from app.notify.models import Notification, NotificationDelivery
 from app.slurm.fake import FakeScheduler
@@ -249,7 +249,7 @@ def acting_with(ctx: AppContext, **changes: Any) -> AppContext:
 
 
 async def test_watchdog_release_is_one_message_per_release(ctx: AppContext) -> None:
-    from app.domain.reconcile import StepKind
+    from app.domain.control.planner import StepKind
 
     await _seed(ctx)
     async with ctx.sessions() as session, session.begin():

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.migrate import upgrade
-from app.models import Base
+from app.infra.all_models import Base
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.migrate import upgrade
 from tests.plugins import require
 
 PG_SERVER = os.environ.get("RECOVERY_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")

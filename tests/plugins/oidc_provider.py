@@ -29,7 +29,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
-from app.config import Settings
+from app.infra.config import Settings
 from tests.plugins import require
 
 OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"

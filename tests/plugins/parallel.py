@@ -8,7 +8,9 @@ RECOVERY_TEST_WORKERS=0 always runs in one process, as before.
 Tests are handed out in groups (`--dist loadgroup` with the groups of `group_of`), a group to one worker:
 * every test that uses a Slurm lab is in the group of that lab: `slurm-<release>` (`slurm_lab`, the
   `slurm` marker; tests of several releases at once go with the host's), `slurm-<release>-scratch`
-  (only `slurm_scratch_lab`), `slurm-rest` (the slurmrestd twin, also as `rest_lab` of the host's
+  (only `slurm_scratch_lab`), `slurm-<release>-framework` (`slurm_framework_lab`: the real-PyTorch jobs,
+  minutes each, on a lab of their own so the shared lab's group does not wait behind them), `slurm-rest` (the
+  slurmrestd twin, also as `rest_lab` of the host's
   release). The tests of one lab run one after another in one process, exactly as in a serial run
   (they stop its daemons, wipe its state, count on its few CPUs). Different labs are separate daemons
   on separate ports, so their groups run side by side; `lab up`/`down` and a test's stopped daemon
@@ -32,7 +34,9 @@ import pytest
 from tests.plugins.slurm_lab import host_version
 
 DEFAULT_WORKERS = 3
-LAB_FIXTURES = frozenset({"slurm_lab", "slurm_scratch_lab", "slurmrestd", "rest_lab", "slurm_version"})
+LAB_FIXTURES = frozenset(
+    {"slurm_lab", "slurm_scratch_lab", "slurm_framework_lab", "slurmrestd", "rest_lab", "slurm_version"}
+)
 LAB_GROUP = "slurm-"
 _GROUPS_ENV = "RECOVERY_TEST_GROUPS_DIR"  # where workers write each test's group for the controller
 
@@ -67,6 +71,8 @@ def group_of(item: pytest.Item) -> str:
         return f"{LAB_GROUP}{host}"
     if "slurm_scratch_lab" in fixtures and "slurm_lab" not in fixtures:  # a lab of its own (1 node, own ports)
         return f"{LAB_GROUP}{release}-scratch"
+    if "slurm_framework_lab" in fixtures and "slurm_lab" not in fixtures:  # real frameworks: a lab of their own
+        return f"{LAB_GROUP}{release}-framework"
     return f"{LAB_GROUP}{release}"
 
 

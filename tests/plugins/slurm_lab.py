@@ -16,6 +16,8 @@ MariaDB at 127.0.0.1:3306), on its own ports. On those releases the tests run on
 (the host release covers SQLite), which keeps the added suite time within a few minutes.
 `slurm_scratch_lab` is a 1-node lab per version (`...-scratch`, slurmdbd, its own ports) for
 tests that wipe slurmctld's state (jobs leaving squeue, job-id reuse): never the shared lab.
+`slurm_framework_lab` is a 3-node lab of the host's release (`...-framework`, 25 ports above the host's lab)
+for the real-PyTorch tests: their minutes of training run beside the shared lab's tests, not in front of them.
 """
 
 from __future__ import annotations
@@ -223,11 +225,15 @@ def versions_under_test() -> list[str]:
     return [host_version() if item == "host" else item for item in dict.fromkeys(wanted)]
 
 
-def _lab_dir(version: str, *, scratch: bool) -> str:
+# The labs of one release besides its shared one: directory suffix, ports above the shared lab's, nodes.
+_KINDS = {"shared": ("", 0, 3), "scratch": ("-scratch", 50, 1), "framework": ("-framework", 25, 3)}
+
+
+def _lab_dir(version: str, *, kind: str) -> str:
     base = default_lab_dir().rstrip("/")
     if version != host_version():
         base = f"{base}-{version}"
-    return f"{base}-scratch" if scratch else base
+    return base + _KINDS[kind][0]
 
 
 _LOCK_DEPTH: list[int] = [0]
@@ -257,19 +263,21 @@ def lab_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _start(version: str, *, scratch: bool = False) -> SlurmLab:
-    """Bring one lab up once per process (memoised per version, so two registrations never start it twice)."""
-    key = f"{version}{'-scratch' if scratch else ''}"
+def _start(version: str, *, kind: str = "shared") -> SlurmLab:
+    """Bring one lab up once per process (memoised per version and kind, so two registrations never start it
+    twice). `kind`: the release's shared lab, its scratch lab or its framework lab (see the module's docstring)."""
+    scratch = kind == "scratch"
+    key = version + _KINDS[kind][0]
     if key in _LABS:
         return _LABS[key]
     if key in _LAB_ERRORS:
         raise RuntimeError(_LAB_ERRORS[key])
-    lab_dir = _lab_dir(version, scratch=scratch)
+    lab_dir = _lab_dir(version, kind=kind)
     host = version == host_version()
     slurm = None if host and not scratch else (None if version == "host" else version)
-    # the scratch lab sits 50 ports above its version's lab, whatever RECOVERY_LAB_PORT_OFFSET adds
-    offset = int(os.environ.get("RECOVERY_LAB_PORT_OFFSET", "0") or 0) + (50 if scratch else 0)
-    nodes = 1 if scratch else 3
+    # the scratch and framework labs sit above their version's lab, whatever RECOVERY_LAB_PORT_OFFSET adds
+    offset = int(os.environ.get("RECOVERY_LAB_PORT_OFFSET", "0") or 0) + _KINDS[kind][1]
+    nodes = _KINDS[kind][2]
     try:
         if os.geteuid() != 0:
             raise RuntimeError("the Slurm lab needs root (apt-get, /run/munge); run the tests as root or with sudo -E")
@@ -313,7 +321,7 @@ def _start(version: str, *, scratch: bool = False) -> SlurmLab:
     except Exception as exc:
         _LAB_ERRORS[key] = f"Slurm lab {key} unavailable: {exc}"
         raise RuntimeError(_LAB_ERRORS[key]) from None
-    if host and not scratch:
+    if host and kind == "shared":
         os.environ["SLURM_CONF"] = match.group(1)
         os.environ["RECOVERY_LAB_DIR"] = lab_dir
     session_dir = Path(lab_dir) / "tests" / (time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
@@ -385,9 +393,20 @@ def slurm_lab(slurm_version: str) -> Iterator[SlurmLab]:
 def slurm_scratch_lab(slurm_version: str) -> Iterator[SlurmLab]:
     """A 1-node lab of this release with slurmdbd whose state tests may wipe (never the shared lab)."""
     try:
-        lab = _start(slurm_version, scratch=True)
+        lab = _start(slurm_version, kind="scratch")
     except RuntimeError as exc:
         require(f"the Slurm {slurm_version} scratch lab", str(exc))
+    yield lab
+    lab.cancel_submitted()
+
+
+@pytest.fixture(scope="session")
+def slurm_framework_lab(slurm_version: str) -> Iterator[SlurmLab]:
+    """A 3-node lab of this release for real-framework jobs (minutes of training each), beside the shared one."""
+    try:
+        lab = _start(slurm_version, kind="framework")
+    except RuntimeError as exc:
+        require(f"the Slurm {slurm_version} framework lab", str(exc))
     yield lab
     lab.cancel_submitted()
 

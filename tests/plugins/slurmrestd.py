@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.rest_scheduler import RestScheduler
 from tests.plugins import require

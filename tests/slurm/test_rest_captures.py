@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
 from app.slurm.incremental import JobsParser, decode_jobs_answer
 from app.slurm.parse import ParseError, parse_partition_nodes, parse_sacct_json, parse_snapshot

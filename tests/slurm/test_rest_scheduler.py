@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import JobNotFound, JobStateConflict, TransientSchedulerError
 from app.slurm.rest_auth import SignedTokens, TokenFile

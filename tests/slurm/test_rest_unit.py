@@ -8,7 +8,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
-from app.config import Settings
+from app.infra.config import Settings
 from app.slurm.errors import OperationDisabled, TransientSchedulerError
 from app.slurm.fake import FakeScheduler
 from app.slurm.rest_auth import SignedTokens, TokenFile

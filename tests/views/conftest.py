@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.infra.config import Settings
 from tests.views.helpers import OPERATOR_TOKEN, StubVerifier, dashboard_settings, open_client
 
 
 @pytest.fixture
 def stub_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("app.context.process_authenticator", lambda settings: StubVerifier())
+    monkeypatch.setattr("app.infra.context.process_authenticator", lambda settings: StubVerifier())
 
 
 @pytest.fixture

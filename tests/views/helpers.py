@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 
 from app.auth import OPERATOR, VIEWER, AuthError, Principal
-from app.config import Settings
-from app.context import AppContext
+from app.infra.config import Settings
+from app.infra.context import AppContext
 from app.main import create_app
 
 VIEWER_TOKEN = "viewer-token"

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from app.advice.models import Advice
-from app.config import Settings
+from app.infra.config import Settings
 from tests.factories import seed_many
 from tests.views.helpers import OPERATOR_TOKEN, dashboard_settings, open_client
 from tests.views.html import parse

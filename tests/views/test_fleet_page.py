@@ -5,11 +5,11 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.domain.advice import Failure
-from app.domain.retry import FailureKind
+from app.domain.decision.advice import Failure
+from app.domain.decision.retry import FailureKind
 from app.fleet import service as fleet
 from app.fleet.models import ClusterPause
+from app.infra.config import Settings
 from tests.factories import CLUSTER
 from tests.views.html import parse
 

@@ -6,8 +6,8 @@ import datetime as dt
 from typing import Any
 
 from app.advice.models import Advice
-from app.db import utcnow
 from app.fleet.models import ClusterPause, NodeStanding
+from app.infra.db import utcnow
 from app.jobs import service as jobs
 from tests.factories import CLUSTER, dashboard_registration
 from tests.views.html import parse

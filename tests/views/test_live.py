@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from app.context import AppContext
 from app.feed.listener import shared_waker
+from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
 from app.main import create_app

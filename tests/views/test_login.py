@@ -7,7 +7,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.views.html import parse
 

@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from app.advice.models import Advice
 from app.audit import service as audit
-from app.db import utcnow
+from app.infra.db import utcnow
 from app.jobs import service as jobs
 from app.leases import service as leases
 from tests.factories import CLUSTER, dashboard_registration, seed_history

@@ -12,7 +12,7 @@ from starlette.routing import Mount, Route
 
 from app.advice.models import Advice
 from app.audit.models import AuditEvent
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.main import create_app
 from tests.factories import seed_history
 from tests.views.helpers import dashboard_settings, open_client

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from worker.collector import Collector
 
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered\n"

@@ -5,8 +5,8 @@ import logging
 import pytest
 from sqlalchemy import func, select
 
-from app.context import AppContext
 from app.feed.models import ChangeFeedEntry
+from app.infra.context import AppContext
 from app.slurm.errors import TransientSchedulerError
 from tests.advice.helpers import SlurmLikeFake, acting, submit
 from tests.factories import add_anomaly, advice_of, events

@@ -2,21 +2,26 @@
 
 import datetime as dt
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import Classifier
+from app.domain.detection import line_nodes
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import Classifier
+from app.evidence import findings as diagnosis
+from app.evidence import queries
 from app.evidence import service as evidence
 from app.evidence.models import Anomaly
+from app.infra.context import AppContext
 from tests.advice.helpers import SlurmLikeFake, submit
 from tests.factories import advice_of, attempt
 from worker.advisor import Advisor
 from worker.observer import Observer
 
 C = Classifier(default_ruleset())
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture
@@ -107,3 +112,40 @@ async def test_a_hostless_xid_read_before_the_node_list_waits_for_it(ctx, fake, 
     assert row is not None and row.blamed_nodes == [
         {"node": "node6", "provenance": "allocation", "detail": "the attempt ran on this node only"}
     ]
+
+
+async def test_the_failed_process_s_node_is_found_once_the_node_list_arrives(ctx, fake, observer) -> None:
+    """torchrun's block names the lab's shared hostname; the program's start-up line naming the killed PID says
+    node2. Read before Slurm reported the node list, that line is kept with the anomaly and matched later."""
+    text = (FIXTURES / "torchrun" / "ddp-kill-recovered.log").read_text(encoding="utf-8").splitlines()
+    index = next(i for i, line in enumerate(text) if "exitcode  : -9" in line)
+    startup = line_nodes.lines_naming_pid(text[:index], line_nodes.process_id(text[index]) or "")
+    assert startup and startup[0].startswith("rank 0/2 on node2")
+    await submit(observer, fake, 35, node="node1")
+    target = await attempt(ctx, 35)
+    async with ctx.sessions() as session, session.begin():
+        (await session.get(type(target), target.id)).nodes = []  # not seen running yet
+    signal = C.crash(text[index])
+    assert signal is not None
+    async with ctx.sessions() as session, session.begin():
+        row = await session.get(type(target), target.id)
+        await evidence.record_crash(
+            session,
+            attempt=row,
+            event=evidence.LineEvent(
+                event_key=uuid.uuid4().hex,
+                log_path="/logs/out.log",
+                line_number=index + 1,
+                line=text[index],
+                source_time=None,
+                read_at=dt.datetime.now(dt.UTC),
+                signal=signal,
+                context=tuple(startup),
+            ),
+        )
+    async with ctx.sessions() as session:
+        rows = await queries.anomalies_of_attempts(session, attempt_ids=[target.id])
+    assert rows[0].node != "node2"  # nothing to match against yet
+    cause = diagnosis.attempt_cause(rows, attempt_nodes=("node1", "node2"))
+    assert (cause.category, cause.node) == ("HOST_OOM", "node2")
+    assert diagnosis.attempt_cause(rows).node != "node2"  # without the node list: no guess

@@ -12,8 +12,8 @@ from sqlalchemy import select, update
 
 from app.advice import stories
 from app.advice.models import SchedulerAction
-from app.context import AppContext
 from app.evidence.queries import AFTER_RECOVERY_ACTED
+from app.infra.context import AppContext
 from app.notify.models import Notification
 from app.slurm.fake import make_job
 from tests.advice.helpers import SlurmLikeFake, acting, comment
@@ -100,5 +100,10 @@ async def test_lines_after_recovery_acted_are_kept_apart_and_the_story_cites_the
     async with act.sessions() as session:
         told = (await stories.stories_of_jobs(session, job_ids=[advice.job_id]))[advice.job_id]
     happened = told[0].story.happened
-    assert happened.startswith("Attempt 0 crashed (HOST OOM) on node2 at line 58"), happened
+    # the block's `host :` is the lab's shared `localhost`: the node came from the program's start-up line naming
+    # the killed PID with an allocated node, and the story says so
+    assert happened.startswith(
+        "Attempt 0 crashed (HOST OOM) on node2 (a line naming the failed process's rank or PID) at line 58"
+    ), happened
+    assert "rank 1/2 on node2 (pid 3832" in (cited.details or {}).get("nodeFromLine", ""), cited.details
     assert told[0].anomaly is not None and told[0].anomaly.id == cited.id

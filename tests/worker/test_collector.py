@@ -13,11 +13,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from sqlalchemy import update as sql_update
 
-from app.context import AppContext
-from app.domain.signature_config import SignatureConfigError
+from app.domain.detection.rules_file import SignatureConfigError
 from app.evidence.models import Anomaly, LogSource
+from app.infra.context import AppContext
+from app.jobfiles.reader import LogTailer
 from app.jobs.models import Attempt
-from app.logs.reader import LogTailer
 from tests.factories import add_attempt, anomalies, checkpoints, enrolled_job, events, pending, sources, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector, load_ruleset
@@ -323,7 +323,7 @@ async def test_broken_signatures_file_refuses_to_start(ctx: AppContext, tmp_path
 async def test_no_bytes_break_the_collector(
     ctx: AppContext, tmp_path_factory: pytest.TempPathFactory, chunks: list[bytes]
 ) -> None:
-    from app.db import utcnow
+    from app.infra.db import utcnow
 
     directory = tmp_path_factory.mktemp("bytes")
     out = directory / "out.log"

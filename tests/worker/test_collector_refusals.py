@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
+from app.infra.context import AppContext
+from app.jobfiles.reader import FilePosition, ReadResult
 from app.jobs import service as jobs
 from app.jobs.models import Job
-from app.logs.reader import FilePosition, ReadResult
 from tests.factories import add_attempt, anomalies, enrolled_job, events, registration, rows, sources
 from tests.worker.helpers import CRASH, Clock, collector_for
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.context import AppContext
-from app.db import Base
+from app.infra.context import AppContext
+from app.infra.db import Base
 from tests.factories import add_attempt, anomalies, enrolled_job, update
 from tests.worker.helpers import CRASH, ITERATION, Clock, collector_for
 from worker.collector import Collector
@@ -131,8 +131,8 @@ async def test_a_new_file_in_a_log_directory_is_found_by_polling_alone(ctx: AppC
 
 
 def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_with_news(tmp_path: Path) -> None:
-    from app.logs.reader import FilePosition, LogTailer
-    from app.logs.safe_open import AccessRule
+    from app.jobfiles.reader import FilePosition, LogTailer
+    from app.jobfiles.safe_open import AccessRule
     from worker.collector.discovery import Tracked
     from worker.collector.reading import read_files
 
@@ -146,7 +146,7 @@ def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_
     reads, left = read_files(tailer, tracked, lambda _: mine)  # first look: every file has news
     assert (len(reads), left) == (8, [])
     for read in reads:
-        read.tracked.position = read.position
+        read.tracked.read_from = read.position
     for n in (1, 4, 6):
         with open(tracked[n].path, "a") as handle:
             handle.write("step 2\n")
@@ -154,7 +154,7 @@ def test_an_idle_poll_looks_at_every_file_and_the_file_budget_counts_only_files_
     # the unchanged files cost a stat each; of the three changed, two are read and one waits for the next tick
     assert [r.tracked.source_id for r in reads] == [1, 4] and left == [tracked[6].path]
     for read in reads:
-        read.tracked.position = read.position
+        read.tracked.read_from = read.position
     reads, left = read_files(tailer, tracked, lambda _: mine, max_files=2)
     assert [r.tracked.source_id for r in reads] == [6] and left == []
     tailer.close()

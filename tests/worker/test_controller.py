@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import update
 
 from app.advice.models import Advice, SchedulerAction
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.slurm.errors import TransientSchedulerError
 from app.slurm.fake import make_job
 from tests.advice.helpers import SlurmLikeFake, acting, comment, failed_job, submit
@@ -300,3 +300,25 @@ async def test_singleton_twin_chain_shares_the_retry_limit(act_ctx, fake) -> Non
     assert (second.operation, second.rule) == ("TERMINATE", "retry_limit") and "retry limit 1 reached" in second.reason
     await Controller(act_ctx, fake).tick()
     assert fake.jobs[73].held is True
+
+
+async def test_the_step_hook_runs_around_each_command_and_the_service_has_none(act_ctx, fake, monkeypatch) -> None:
+    """The point tests/fault_worker.py kills or pauses the worker at: after STARTED is committed, before SUCCEEDED."""
+    assert Controller.step_hook is None
+    await failed_job(act_ctx, fake, 32)
+    seen: list[tuple[str, str, list[str]]] = []
+
+    def hook(when: str, step) -> None:
+        seen.append((when, step.value, [call[0] for call in fake.calls if call[0] != "list_jobs"]))
+
+    monkeypatch.setattr(Controller, "step_hook", staticmethod(hook))
+    fake.calls.clear()
+    await Controller(act_ctx, fake).tick()
+    assert seen == [
+        ("before", "requeue_hold", []),
+        ("after", "requeue_hold", ["requeue_hold"]),
+        ("before", "update_exclusions", ["requeue_hold"]),
+        ("after", "update_exclusions", ["requeue_hold", "set_excluded_nodes"]),
+        ("before", "release", ["requeue_hold", "set_excluded_nodes"]),
+        ("after", "release", ["requeue_hold", "set_excluded_nodes", "release"]),
+    ]

@@ -1,7 +1,7 @@
 """Kill -9 of a real `recovery worker` at every step boundary of a reconciliation, on the real Slurm lab.
 
 For each of requeue_hold, update_exclusions and release, the worker is started with the
-test-only RECOVERY_FAULT_INJECT hook (worker/controller.py) so that it SIGKILLs itself right
+test-only RECOVERY_FAULT_INJECT hook (tests/fault_worker.py) so that it SIGKILLs itself right
 before sending the command (its STARTED milestone committed) or right after the command
 returned (before SUCCEEDED is recorded). A second worker without the hook then finishes the
 job. Slurm must show each command's effect exactly once (restart count 1, exclusions set,
@@ -24,10 +24,10 @@ import pytest
 from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.migrate import upgrade
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.migrate import upgrade
 from tests.e2e.harness import advice_done, attempt_running, batch_script, eventually, milestones, policy_comment
 from tests.factories import add_anomaly
 from tests.plugins import require
@@ -81,10 +81,9 @@ def start_worker(ctx: AppContext, lab: SlurmLab, log: Path, *, fault: str | None
     env.pop("RECOVERY_FAULT_INJECT", None)
     if fault:
         env["RECOVERY_FAULT_INJECT"] = fault
+    command = ["-m", "tests.fault_worker"] if fault else ["-m", "app.cli", "worker"]
     with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
-        )
+        return subprocess.Popen([sys.executable, *command], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def wait_exit(process: subprocess.Popen[bytes], timeout: float, log: Path) -> int:

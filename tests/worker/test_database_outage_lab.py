@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory
-from app.migrate import upgrade
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory
+from app.infra.migrate import upgrade
 from tests.e2e.harness import advice_done, attempt_running, batch_script, eventually, milestones, policy_comment
 from tests.factories import add_anomaly
 from tests.plugins.own_postgres import OwnPostgres
@@ -68,7 +68,7 @@ def start_worker(ctx: AppContext, lab: SlurmLab, log: Path) -> subprocess.Popen[
     )
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "tests.fault_worker"], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
         )
 
 

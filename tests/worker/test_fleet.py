@@ -3,9 +3,9 @@ three jobs is excluded by a fourth, a spent budget holds a restart until release
 
 import pytest
 
-from app.context import AppContext
 from app.fleet import queries as fleet_queries
 from app.fleet import service as fleet
+from app.infra.context import AppContext
 from app.notify.models import Notification
 from tests.advice.helpers import SlurmLikeFake, acting, submit
 from tests.factories import advice_of, events, rows
@@ -131,7 +131,7 @@ async def test_drain_is_observed_first_then_sent_verified_and_bounded_by_the_par
     [would] = await events(ctx, "node.would_drain")
     assert would.message.startswith('scontrol update NodeName=node3 State=DRAIN Reason="recovery: suspect after')
     assert not fake.drained and not [c for c in fake.calls if c[0] == "drain_node"]
-    # the operator's ceiling covers drains too (app.domain.gate): RECOVERY_NODE_DRAIN=act alone sends nothing
+    # the operator's ceiling covers drains too (app.domain.decision.gate): RECOVERY_NODE_DRAIN=act alone sends nothing
     await Drainer(acting(ctx, node_drain="act"), fake).tick()
     assert not fake.drained
     act = acting(ctx, node_drain="act", acknowledge_scheduler_actions=True)

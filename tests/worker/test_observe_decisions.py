@@ -9,8 +9,8 @@ from sqlalchemy import update
 
 from app.advice import review
 from app.advice.models import Advice
-from app.context import AppContext
-from app.domain.gate import DECIDED_IN_OBSERVE_TEXT
+from app.domain.decision.gate import DECIDED_IN_OBSERVE_TEXT
+from app.infra.context import AppContext
 from tests.advice.helpers import SlurmLikeFake, acting, failed_job
 from tests.factories import actions, add_anomaly, advice_of, events
 from worker.advisor import Advisor

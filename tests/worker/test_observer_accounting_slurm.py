@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.cli_scheduler import CliScheduler
 from tests.plugins.slurm_lab import SlurmLab

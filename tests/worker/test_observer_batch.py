@@ -12,14 +12,13 @@ from typing import Any
 from sqlalchemy import event, select
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
 from app.feed.models import ChangeFeedEntry
-from app.jobs import service as jobs
+from app.infra.context import AppContext
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.slurm.fake import FakeScheduler, make_job
 from app.slurm.incremental import SnapshotParser
 from app.slurm.parse import parse_snapshot
-from worker.observer import Observer, attempt_values
+from worker.observer import Observer
 
 _WRITE = re.compile(r"^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.I)
 _READ = re.compile(r"^\s*SELECT\b.*?(?:\bFROM\s+\"?(\w+)|$)", re.I | re.S)
@@ -72,7 +71,8 @@ def _population(scheduler: FakeScheduler, env: str, first: int, count: int) -> N
         scheduler.add(dataclasses.replace(job, stdout=f"/logs/{job_id}.out", stderr=f"/logs/{job_id}.out"))
 
 
-async def test_one_tick_registers_any_number_of_jobs_in_the_same_statements(ctx: AppContext) -> None:
+async def test_one_tick_registers_any_number_of_jobs_in_the_same_statements(ctx: AppContext, fast_paths: bool) -> None:
+    """With the fast paths on, one tick's statements do not grow with the jobs; off, they grow with them."""
     env = ctx.settings.environment
     counts = []
     for first, count in ((1000, 12), (2000, 120)):
@@ -87,6 +87,9 @@ async def test_one_tick_registers_any_number_of_jobs_in_the_same_statements(ctx:
             statements.close()
         counts.append(statements.writes)
     small, large = counts
+    if not fast_paths:  # one job at a time: ten times the jobs, ten times the INSERTs
+        assert large["INSERT jobs"] == 10 * small["INSERT jobs"] == 100, (small, large)
+        return
     assert small == large, (small, large)
     # one multi-row INSERT per table (and one UPDATE of the workflows' summaries), whatever the count
     assert large == Counter(
@@ -205,45 +208,20 @@ async def _dump(ctx: AppContext, cluster: str) -> dict[str, list[tuple]]:
 
 
 async def test_batch_registration_writes_what_one_by_one_writes(ctx: AppContext) -> None:
-    """Same rows, audit events, feed entries and their order, adoption, arrays, on two clusters of one database."""
+    """Same rows, audit events, feed entries and their order, adoption, arrays, on two clusters of one database: the
+    observer's first sightings with RECOVERY_FAST_PATHS on (register_jobs) and off (register_job, create_attempt)."""
     scheduler = FakeScheduler()
     _population(scheduler, "test-env", 7000, 30)
-    observer = Observer(ctx, scheduler)
     watching = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     snapshot = await scheduler.list_jobs()
-    items = []
-    for job in snapshot.jobs:
-        registration = observer._registration(job, incarnation=0)
-        if registration is None:
-            continue
-        first = None
-        if registration.enrolment == "ENROLLED":
-            values = attempt_values(job)
-            state = values.pop("state")
-            values |= {"stdout_path": job.stdout, "stderr_path": job.stderr}
-            first = jobs.NewAttempt(attempt_index=job.restart_count, state=state, values=values)
-        items.append((registration, first))
-    assert {r.enrolment for r, _ in items} >= {"ENROLLED", "ENVIRONMENT_MISMATCH", "NOT_ENROLLED"}
-
-    def on(cluster: str) -> list[tuple[jobs.JobRegistration, jobs.NewAttempt | None]]:
-        return [(dataclasses.replace(r, cluster=cluster), a) for r, a in items]
-
-    async with ctx.sessions() as session, session.begin():
-        await jobs.register_jobs(session, items=on("batch"), watching_since=watching)
-    async with ctx.sessions() as session, session.begin():
-        for registration, first in on("single"):
-            record = await jobs.register_job(session, registration=registration)
-            if first is not None:
-                await jobs.create_attempt(
-                    session,
-                    job=record,
-                    attempt_index=first.attempt_index,
-                    state=first.state,
-                    check_adoption=True,
-                    watching_since=watching,
-                    **first.values,
-                )
+    for cluster, fast in (("batch", True), ("single", False)):
+        settings = dataclasses.replace(ctx.settings, cluster=cluster, fast_paths=fast)
+        observer = Observer(dataclasses.replace(ctx, settings=settings), scheduler)
+        observer.state.watching_since = watching
+        async with ctx.sessions() as session, session.begin():
+            assert await observer._register_new(session, list(snapshot.jobs)) == len(snapshot.jobs)
     batch, single = await _dump(ctx, "batch"), await _dump(ctx, "single")
+    assert {dict(job)["enrolment"] for job in batch["jobs"]} >= {"ENROLLED", "ENVIRONMENT_MISMATCH", "NOT_ENROLLED"}
     for table in single:
         assert batch[table] == single[table], table
     assert any(row for row in batch["audit"] if ("event_type", "job.adopted") in row)

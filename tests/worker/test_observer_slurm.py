@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.cli_scheduler import CliScheduler
 from app.slurm.errors import TransientSchedulerError

@@ -7,7 +7,7 @@ import json
 
 from sqlalchemy import select
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Job
 from app.slurm.fake import FakeScheduler, make_job
 from worker.observer import Observer

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.audit.models import AuditEvent
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.jobs.models import Attempt, Job
 from app.slurm.errors import TransientSchedulerError
 from app.slurm.fake import FakeScheduler, make_job

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.config import Settings
-from app.context import AppContext
-from app.db import create_engine, session_factory, utcnow
 from app.evidence.models import Anomaly, LogSource
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import create_engine, session_factory, utcnow
+from app.infra.migrate import upgrade
 from app.jobs.models import Attempt
 from app.leases.models import WorkerLease
-from app.migrate import upgrade
 from tests.e2e.harness import batch_script, eventually
 from tests.plugins import require
 from tests.plugins.database import create_postgres_database, drop_postgres_database

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from app.advice import stories
-from app.context import AppContext
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import Classifier
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.signatures import Classifier
 from app.evidence import service as evidence
+from app.infra.context import AppContext
 from tests.advice.helpers import SlurmLikeFake, submit
 from tests.factories import add_anomaly, advice_of, anomalies, attempt
 from worker.advisor import Advisor

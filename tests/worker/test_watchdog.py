@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import update
 
 from app.advice.models import Advice
-from app.context import AppContext
+from app.infra.context import AppContext
 from tests.advice.helpers import SlurmLikeFake, acting, failed_job, submit
 from tests.factories import actions, advice_of, events
 from worker.controller import Controller

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from app.context import AppContext
+from app.infra.context import AppContext
 from app.leases.models import WorkerLease
 from app.slurm.fake import FakeScheduler
 from worker.registry import build_services, build_watchdog
@@ -75,7 +75,7 @@ def test_recovery_watchdog_command_runs_under_its_lease(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        from app.config import Settings
+        from app.infra.config import Settings
 
         async def holder() -> str | None:
             context = AppContext.open(Settings.build(data_dir=str(tmp_path)))

@@ -7,8 +7,8 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from app.context import AppContext
 from app.evidence.models import LogSource
+from app.infra.context import AppContext
 from tests.factories import add_attempt, anomalies, enrolled_job, events, update
 from tests.worker.helpers import Clock, collector_for
 from worker.watcher import Watcher

@@ -17,18 +17,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.context import AppContext
-from app.db import Session
-from app.domain import association as assoc
-from app.domain import states
-from app.domain.policy import EffectivePolicy
+from app.domain.admission.policy import EffectivePolicy
+from app.domain.control import states
+from app.domain.detection import association as assoc
 from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.feed import queries as feed_queries
+from app.infra.context import AppContext
+from app.infra.db import Session
+from app.infra.sql import IN_CHUNK
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer
+from app.jobfiles.safe_open import AccessRule
 from app.jobs import queries as job_queries
-from app.logs.reader import FilePosition, LogEvent, LogTailer
-from app.logs.safe_open import AccessRule
-from app.sql import IN_CHUNK
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.evidence.models import LogSource
@@ -91,7 +91,7 @@ class Tracked:
     job_id: int | None
     attempt_id: int | None
     shared: bool
-    position: FilePosition
+    read_from: FilePosition  # where the next read starts (the stored position once its read is stored)
     mtime: float | None = None
     closing: bool = False  # final read pending, then stop tracking
     # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading._unchanged
@@ -372,7 +372,7 @@ class Discovery:
                 row = await evidence.add_log_source(session, path=path, job_id=job_id, attempt_id=attempt_id)
                 existing[(path, job_id)] = row
             elif row.closed_at is not None and row.attempt_id is None:
-                row.closed_at = None  # a shared file of a job that runs again
+                await evidence.reopen_log_source(session, source=row)  # a shared file of a job that runs again
         await session.flush()
         live_ids: set[int] = set()
         for key, row in existing.items():

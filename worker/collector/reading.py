@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from app.domain import line_nodes
-from app.domain.logline import decode_line
-from app.domain.signatures import CrashSignature
-from app.logs import safe_open
-from app.logs.reader import FilePosition, LogEvent, LogTailer, ReadResult
-from app.logs.safe_open import AccessRule, Refused
+from app.domain.detection import line_nodes
+from app.domain.detection.line_facts import decode_line
+from app.domain.detection.signatures import CrashSignature
+from app.jobfiles import safe_open
+from app.jobfiles.reader import FilePosition, LogEvent, LogTailer, ReadResult
+from app.jobfiles.safe_open import AccessRule, Refused
 from worker.collector.discovery import Tracked
 
 log = logging.getLogger("recovery.collector")
@@ -65,7 +65,7 @@ def read_files(
 
     Every candidate is looked at (a stat: an idle poll of N files is N stats); only files with
     something to read count against `max_files`, the rest of those are left for the next tick.
-    Each file is opened with its job's rights (`access_of`, app/logs/safe_open.py): a refused path is
+    Each file is opened with its job's rights (`access_of`, app/jobfiles/safe_open.py): a refused path is
     never read, and its FileRead says why.
     """
     reads: list[FileRead] = []
@@ -85,7 +85,7 @@ def read_files(
             continue
         results: list[ReadResult] = []
         context: dict[str, tuple[str, ...]] = {}
-        position = tracked.position
+        position = tracked.read_from
         while True:
             try:
                 result = tailer.read(position, access=access_of(tracked))
@@ -133,11 +133,13 @@ def _launcher_blocks(
         rank = signal.rank
         if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text):
             before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset, access)
-            block_rank, host = line_nodes.launcher_block_facts([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            above = [decode_line(raw) for raw in before.split(b"\n")[:-1]]
+            block_rank, host = line_nodes.launcher_block_facts(above)
             nodes = signal.nodes if host is None or host in signal.nodes else (host, *signal.nodes)
             rank = rank if rank is not None else block_rank
-            if (rank, nodes) != (signal.rank, signal.nodes):
-                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes))
+            first = line_nodes.under_root_cause_head(above)
+            if (rank, nodes, first) != (signal.rank, signal.nodes, signal.first_observed):
+                events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes, first_observed=first))
         pid = line_nodes.process_id(event.text) if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text) else None
         if pid is None and rank is None:
             continue
@@ -178,7 +180,7 @@ def _identity(path: str, st: os.stat_result | None = None) -> tuple[int, ...] | 
 
 def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tracked], AccessRule]) -> bool:
     """The path was refused and neither it nor the job's rule changed since (looked at again every REFUSED_RETRY)."""
-    if tracked.refused is None or tracked.position.inode is not None or tracked.closing:
+    if tracked.refused is None or tracked.read_from.inode is not None or tracked.closing:
         return False
     identity, rule, at = tracked.refused
     return (
@@ -188,7 +190,7 @@ def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tr
 
 def _unchanged(tracked: Tracked, access_of: Callable[[Tracked], AccessRule]) -> bool:
     """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
-    position = tracked.position
+    position = tracked.read_from
     try:
         st = os.lstat(tracked.path)  # never follows a symlink: the job controls the path
     except OSError:

@@ -1,7 +1,7 @@
 """Collector: reads the files jobs write from where it left off and turns lines into evidence (SPEC §4.2).
 
 Which files: each live attempt's StdOut/StdErr, and files in `RECOVERY_LOG_DIRS` whose names
-contain a tracked Slurm job id (`app.domain.association.job_file_name`). Each file is a LogSource
+contain a tracked Slurm job id (`app.domain.detection.association.job_file_name`). Each file is a LogSource
 row holding the reader's whole position, so a restart continues where the last one stopped; the
 reader's event identity (path, inode, offset, line hash) plus insert-or-ignore keeps re-read bytes
 from being recorded twice. File I/O runs in a thread; wake-ups come from inotify (watchfiles) with
@@ -26,14 +26,14 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from app import metrics
-from app.config import Settings
-from app.context import AppContext
-from app.db import utcnow
-from app.domain.signature_config import parse_signature_config
-from app.domain.signature_defaults import default_ruleset
-from app.domain.signatures import RuleSet
-from app.logs.reader import LogTailer
+from app.domain.detection.rules_builtin import default_ruleset
+from app.domain.detection.rules_file import parse_signature_config
+from app.domain.detection.signatures import RuleSet
+from app.infra import metrics
+from app.infra.config import Settings
+from app.infra.context import AppContext
+from app.infra.db import utcnow
+from app.jobfiles.reader import LogTailer
 from worker.collector.discovery import Discovery, JobInfo, Tracked
 from worker.collector.reading import FileRead, read_files
 from worker.collector.recording import Recorder
@@ -180,7 +180,7 @@ class Collector(Service):
         anomalies, applied = await self.recorder.apply(reads, self.jobs, now)
         for read in applied:
             tracked = read.tracked
-            tracked.position = read.position
+            tracked.read_from = read.position
             if tracked.closing:
                 self.discovery.forget(tracked.source_id)
         return anomalies

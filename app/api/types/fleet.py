@@ -7,35 +7,26 @@ from typing import Any
 
 import strawberry
 
+from app.api.derive import graphql_fields
 from app.api.ids import to_global_id
-from app.db import utcnow
-from app.fleet.service import shown_state
+from app.fleet import read_model
 
 
+@graphql_fields(read_model.NODE_EVIDENCE)
 @strawberry.type(description="Hardware/infrastructure evidence that blamed a node in one attempt.")
 class NodeEvidence:
-    job_id: int = strawberry.field(description="Slurm job id.")
-    attempt_index: int
-    category: str | None = strawberry.field(description="Root-cause category, e.g. XID or NODE_FAIL.")
-    outlook: str | None
-    blamed_at: dt.datetime
-    refs: list[str] = strawberry.field(description="Evidence references (anomaly:<id>, attempt_state:...).")
+    row: strawberry.Private[Any]
 
 
+@graphql_fields(read_model.COMPUTE_NODE)
 @strawberry.type(description="A compute node's standing on its cluster (named so: `Node` is the Relay interface).")
 class ComputeNode:
-    cluster: str
-    name: str
-    state: str = strawberry.field(description="OK, SUSPECT, PINNED (an operator), CLEARED (an operator) or EXPIRED.")
-    excluded: bool = strawberry.field(description="Later Advice for any job on the cluster excludes this node.")
-    suspect_until: dt.datetime | None = strawberry.field(description="When the suspicion expires unless renewed.")
-    suspect_since: dt.datetime | None
-    jobs: list[int] = strawberry.field(description="Slurm job ids whose evidence blamed it within the window.")
-    pinned: bool
-    changed_by: str | None = strawberry.field(description="The operator who last pinned, unpinned or cleared it.")
-    drain_status: str | None = strawberry.field(description="SHADOW (observe), SENT, DRAINED, REFUSED or FAILED.")
-    drain_message: str | None
-    evidence: list[NodeEvidence]
+    row: strawberry.Private[Any]
+    blames: strawberry.Private[list[Any]]
+
+    @strawberry.field
+    def evidence(self) -> list[NodeEvidence]:
+        return [NodeEvidence(row=b) for b in self.blames]
 
 
 @strawberry.type(description="An Advice held past a recovery budget: not carried out until released or extended.")
@@ -70,34 +61,9 @@ class BudgetExtension:
     created_by: str
 
 
-def compute_node_of(row: Any, blames: list[Any], now: dt.datetime | None = None) -> ComputeNode:
+def compute_node_of(row: Any, blames: list[Any]) -> ComputeNode:
     """The GraphQL view of a node standing and its blames."""
-    now = now or utcnow()
-    state = shown_state(row, now)
-    return ComputeNode(
-        cluster=row.cluster,
-        name=row.node,
-        state=state,
-        excluded=state in ("SUSPECT", "PINNED"),
-        suspect_until=row.suspect_until,
-        suspect_since=row.suspect_since,
-        jobs=list(row.jobs or ()),
-        pinned=bool(row.pinned),
-        changed_by=row.changed_by,
-        drain_status=row.drain_status,
-        drain_message=row.drain_message,
-        evidence=[
-            NodeEvidence(
-                job_id=b.slurm_job_id,
-                attempt_index=b.attempt_index,
-                category=b.category,
-                outlook=b.outlook,
-                blamed_at=b.blamed_at,
-                refs=[str(r) for r in (b.evidence or {}).get("refs", [])],
-            )
-            for b in blames
-        ],
-    )
+    return ComputeNode(row=row, blames=blames)
 
 
 def hold_of(row: Any) -> RecoveryHold:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import strawberry
 
-from app.domain.goodput import Breakdown
+from app.domain.fleetwide.goodput import Breakdown
 from app.goodput.queries import GoodputReport
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import strawberry
-from strawberry.scalars import JSON
 
 from app.advice.stories import headline
 from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
+from app.api.derive import graphql_fields
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent, audit_event
 from app.api.types.evidence import Anomaly, Checkpoint
@@ -18,9 +17,9 @@ from app.api.types.goodput import Goodput, goodput_of
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.api.types.story import Story
 from app.audit import queries as audit_queries
-from app.domain.identity import format_attempt_ref, format_scheduler_job_id
 from app.evidence import queries as evidence_queries
 from app.jobs import queries as job_queries
+from app.jobs import read_model
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.jobs.models import Attempt as AttemptRow
@@ -35,45 +34,10 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
 
 
 @register
+@graphql_fields(read_model.WORKFLOW)
 @strawberry.type(description="A group of jobs sharing a workflow_id on one cluster; grouping does not imply order.")
 class Workflow(Node):
     row: strawberry.Private[WorkflowRow]
-
-    @strawberry.field(description="The workflow_id of the jobs' policies (or job-<jobId> when they named none).")
-    def key(self) -> str:
-        return self.row.workflow_key
-
-    @strawberry.field
-    def cluster(self) -> str:
-        return self.row.cluster
-
-    @strawberry.field
-    def environment(self) -> str:
-        return self.row.environment
-
-    @strawberry.field(description="State of the newest attempt.")
-    def latest_state(self) -> str | None:
-        return self.row.latest_state
-
-    @strawberry.field
-    def latest_job_name(self) -> str | None:
-        return self.row.latest_job_name
-
-    @strawberry.field
-    def attempt_count(self) -> int:
-        return self.row.attempt_count
-
-    @strawberry.field
-    def failed_attempt_count(self) -> int:
-        return self.row.failed_attempt_count
-
-    @strawberry.field
-    def created_at(self) -> dt.datetime:
-        return self.row.created_at
-
-    @strawberry.field
-    def updated_at(self) -> dt.datetime:
-        return self.row.updated_at
 
     @strawberry.field(
         description="The story of the workflow's newest job (its newest attempt with Advice, else its newest)."
@@ -103,112 +67,20 @@ class Workflow(Node):
         return goodput_of(await loaders_of(info).workflow_goodput.load(self.row.id))
 
 
+@graphql_fields(read_model.POLICY)
 @strawberry.type(
     description="The job's APS policy as parsed: effective values with every default filled in, warnings, errors."
 )
 class Policy:
     row: strawberry.Private[PolicyRow]
 
-    def _value(self, key: str, section: str | None = None) -> Any:
-        effective = self.row.effective or {}
-        if section:
-            effective = effective.get(section) or {}
-        return effective.get(key)
 
-    @strawberry.field(description="`APS` or `HEIMDALL`; null when the comment had no wrapper.")
-    def wrapper(self) -> str | None:
-        return self.row.wrapper
-
-    @strawberry.field
-    def valid(self) -> bool:
-        return self.row.valid
-
-    @strawberry.field(description="The whole effective policy (defaults filled in; unknown keys kept).")
-    def effective(self) -> JSON | None:
-        return JSON(self.row.effective) if self.row.effective is not None else None
-
-    @strawberry.field(description="Findings that do not stop enrolment (e.g. unknown keys), each {path, message}.")
-    def warnings(self) -> JSON:
-        return JSON(self.row.warnings or [])
-
-    @strawberry.field(description="Validation errors, each {path, message} with the JSON path of the bad value.")
-    def errors(self) -> JSON:
-        return JSON(self.row.errors or [])
-
-    @strawberry.field
-    def workflow_id(self) -> str | None:
-        return self._value("workflow_id")
-
-    @strawberry.field
-    def environment(self) -> str | None:
-        return self._value("environment")
-
-    @strawberry.field(description="Requested mode (observe | act); see Attempt.effectiveMode for what applies.")
-    def mode(self) -> str | None:
-        return self._value("mode")
-
-    @strawberry.field
-    def auto_resume_mode(self) -> str | None:
-        return self._value("auto_resume_mode")
-
-    @strawberry.field(description="The job's own retry request; null means the site ceiling applies.")
-    def max_requeue_times(self) -> int | None:
-        return self._value("max_requeue_times")
-
-    @strawberry.field
-    def log_file_paths_shared_across_attempts(self) -> bool | None:
-        return self._value("log_file_paths_shared_across_attempts")
-
-    @strawberry.field
-    def log_based_timeout_enabled(self) -> bool | None:
-        return self._value("log_based_timeout_enabled", "anomaly_detection_config")
-
-    @strawberry.field(description="Hang threshold before the training loop, seconds.")
-    def log_based_timeout_threshold_pretraining(self) -> int | None:
-        return self._value("log_based_timeout_threshold_pretraining", "anomaly_detection_config")
-
-    @strawberry.field(description="Hang threshold inside the training loop, seconds.")
-    def log_based_timeout_threshold_trainingloop(self) -> int | None:
-        return self._value("log_based_timeout_threshold_trainingloop", "anomaly_detection_config")
-
-    @strawberry.field
-    def straggler_detection_enabled(self) -> bool | None:
-        return self._value("straggler_detection_enabled", "anomaly_detection_config")
-
-
+@graphql_fields(read_model.JOB)
 @strawberry.type(
     description="One Slurm job (an incarnation of a job id: reuse of the id starts a new Job) and its enrolment."
 )
 class Job(Node):
     row: strawberry.Private[JobRow]
-
-    @strawberry.field(description="The Slurm job id.")
-    def job_id(self) -> int:
-        return self.row.slurm_job_id
-
-    @strawberry.field
-    def cluster(self) -> str:
-        return self.row.cluster
-
-    @strawberry.field(description="0 for the first submission seen with this job id; higher after job-id reuse.")
-    def incarnation(self) -> int:
-        return self.row.incarnation
-
-    @strawberry.field(
-        description="How Slurm's commands name exactly this job: `1234_7` for task 7 of array 1234, else the job id."
-    )
-    def scheduler_job_id(self) -> str:
-        return format_scheduler_job_id(self.row.slurm_job_id, self.row.array_job_id, self.row.array_task_id)
-
-    @strawberry.field(
-        description="The job array's id when this job is one of its tasks (the last task's own jobId equals it)."
-    )
-    def array_job_id(self) -> int | None:
-        return self.row.array_job_id
-
-    @strawberry.field(description="The task index within its array (null for other jobs and not yet split records).")
-    def array_task_id(self) -> int | None:
-        return self.row.array_task_id
 
     @strawberry.field(
         description="Every recorded task of this job's array, this one included, by task index; empty for other jobs."
@@ -219,38 +91,6 @@ class Job(Node):
         async with loaders_of(info).sessions() as session:
             rows = await job_queries.array_tasks(session, job=self.row)
         return [Job(row=row) for row in rows]
-
-    @strawberry.field
-    def name(self) -> str | None:
-        return self.row.name
-
-    @strawberry.field
-    def user(self) -> str | None:
-        return self.row.user
-
-    @strawberry.field
-    def partition(self) -> str | None:
-        return self.row.partition
-
-    @strawberry.field
-    def submit_time(self) -> dt.datetime | None:
-        return self.row.submit_time
-
-    @strawberry.field(description="The raw Slurm comment.")
-    def comment(self) -> str | None:
-        return self.row.comment
-
-    @strawberry.field(description="ENROLLED, NOT_ENROLLED, ENVIRONMENT_MISMATCH or UNMANAGED_PARTITION.")
-    def enrolment(self) -> str:
-        return self.row.enrolment
-
-    @strawberry.field
-    def enrolment_reason(self) -> str | None:
-        return self.row.enrolment_reason
-
-    @strawberry.field
-    def requested_mode(self) -> str | None:
-        return self.row.requested_mode
 
     @strawberry.field(
         description="observe or act NOW: the requested mode under the operator's current acknowledgment ceiling "
@@ -263,40 +103,10 @@ class Job(Node):
     def mode_reason(self, info: Info) -> str:
         return mode_now(info, self.row).reason
 
-    @strawberry.field(
-        description="observe or act as resolved when the job was registered (a record, not the mode now)."
-    )
-    def mode_at_registration(self) -> str:
-        return self.row.registered_mode
-
     @strawberry.field(description="The job's story: its newest attempt with Advice, else its newest attempt.")
     async def story(self, info: Info) -> Story | None:
         told = headline(await loaders_of(info).stories.load(self.row.id))
         return Story(told=told) if told else None
-
-    @strawberry.field(description="Why modeAtRegistration applied when the job was registered.")
-    def mode_reason_at_registration(self) -> str | None:
-        return self.row.mode_reason
-
-    @strawberry.field
-    def requeue_eligible(self) -> bool | None:
-        return self.row.requeue_eligible
-
-    @strawberry.field
-    def state(self) -> str | None:
-        return self.row.state
-
-    @strawberry.field
-    def restart_count(self) -> int:
-        return self.row.restart_count
-
-    @strawberry.field(description="When a new submission reused this job id (null while current).")
-    def retired_at(self) -> dt.datetime | None:
-        return self.row.retired_at
-
-    @strawberry.field
-    def last_seen_at(self) -> dt.datetime | None:
-        return self.row.last_seen_at
 
     @strawberry.field
     async def workflow(self, info: Info) -> Workflow | None:
@@ -333,61 +143,10 @@ class Job(Node):
 
 
 @register
+@graphql_fields(read_model.ATTEMPT)
 @strawberry.type(description="One execution of a job: attempt 0 first, Slurm's requeue increments the index.")
 class Attempt(Node):
     row: strawberry.Private[AttemptRow]
-
-    @strawberry.field(description="The Slurm job id.")
-    def job_id(self) -> int:
-        return self.row.slurm_job_id
-
-    @strawberry.field(description="0 for the first execution; Slurm's restart count.")
-    def attempt_index(self) -> int:
-        return self.row.attempt_index
-
-    @strawberry.field(description="The attempt's stable UUID, derived from cluster, job id and attempt index.")
-    def heimdall_job_id(self) -> str:
-        return self.row.uuid
-
-    @strawberry.field(description='"<jobId>-<attemptIndex>", accepted wherever an attempt is looked up.')
-    def attempt_ref(self) -> str:
-        return format_attempt_ref(self.row.slurm_job_id, self.row.attempt_index)
-
-    @strawberry.field
-    def cluster(self) -> str:
-        return self.row.cluster
-
-    @strawberry.field
-    def state(self) -> str:
-        return self.row.state
-
-    @strawberry.field
-    def state_reason(self) -> str | None:
-        return self.row.state_reason
-
-    @strawberry.field
-    def exit_code(self) -> int | None:
-        return self.row.exit_code
-
-    @strawberry.field
-    def exit_signal(self) -> int | None:
-        return self.row.exit_signal
-
-    @strawberry.field
-    def nodes(self) -> list[str]:
-        return list(self.row.nodes or [])
-
-    @strawberry.field(description="Nodes Slurm was told to avoid for this attempt.")
-    def excluded_nodes(self) -> list[str]:
-        return list(self.row.excluded_nodes or [])
-
-    @strawberry.field
-    def stdout_path(self) -> str | None:
-        return self.row.stdout_path
-
-    @strawberry.field
-    def stderr_path(self) -> str | None:
-        return self.row.stderr_path
 
     @strawberry.field(description="Whether Slurm would requeue the job (--requeue or the site's JobRequeue).")
     async def requeue_eligible(self, info: Info) -> bool | None:
@@ -395,30 +154,6 @@ class Attempt(Node):
             return self.row.requeue_eligible
         job = await loaders_of(info).job.load(self.row.job_id)
         return job.requeue_eligible if job else None
-
-    @strawberry.field
-    def held(self) -> bool:
-        return self.row.held
-
-    @strawberry.field
-    def start_time(self) -> dt.datetime | None:
-        return self.row.start_time
-
-    @strawberry.field
-    def end_time(self) -> dt.datetime | None:
-        return self.row.end_time
-
-    @strawberry.field
-    def ended_reason(self) -> str | None:
-        return self.row.ended_reason
-
-    @strawberry.field
-    def created_at(self) -> dt.datetime:
-        return self.row.created_at
-
-    @strawberry.field
-    def updated_at(self) -> dt.datetime:
-        return self.row.updated_at
 
     @strawberry.field(description="observe or act NOW for the attempt's job (see modeReason).")
     async def effective_mode(self, info: Info) -> str | None:

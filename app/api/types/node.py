@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import strawberry
 
 from app.api.ids import to_global_id
-from app.domain.mode import ModeDecision, effective_mode
+from app.domain.admission.mode import ModeDecision, effective_mode
 
 Info = strawberry.Info
 

@@ -1,4 +1,4 @@
-"""GraphQL type of an attempt's story (app.domain.story): what happened, what was decided, whether it happened."""
+"""GraphQL type of an attempt's story (presentation/story.py): what happened, what was decided, whether it happened."""
 
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""Structural rules for a node that went away or cannot serve the job, whatever printed it.
+
+A subject that is a machine (node, host, instance, raylet) with a predicate that says it is gone
+(marked dead, missed heartbeats, not responding, unreachable, died, lost), a scheduler's prolog/epilog
+failing on a node, a cloud's termination notice, and a GPU the node reports busy or unavailable. The
+node is the line's own `node` group when it names one; otherwise app/domain/detection/line_nodes.py finds it with
+the attempt's allocation.
+"""
+
+from __future__ import annotations
+
+from app.domain.detection.signatures import NODE_FAIL, XID, Rule
+
+# A machine, never a process: Ray's "The worker died unexpectedly" is one program's process, not a node.
+_SUBJECT = r"(?i:\b(?:node|host|machine|instance|raylet|vm)s?\b)"
+_GONE = (
+    r"(?i:\bmarked (?:as )?dead\b|\bmissed too many heartbeats\b|\b(?:lost|no) heartbeats?\b"
+    r"|\bis not responding\b|\bnot responding\b|\bunreachable\b|\bhas died\b|\bdied unexpectedly\b"
+    r"|\bis dead\b|\bwas lost\b|\bhas been lost\b|\bwent away\b)"
+)
+# A line that only reports a retry or a recovery, or a setting, is not a loss.
+# A socket's "Network is unreachable" (pip, a download) is about a route, not a node of the job.
+_NOT_LOST = (
+    r"(?i:\b(?:timeout|interval|threshold)\s*[:=]|\breconnect(?:ed|ing)\b|\brejoin(?:ed)?\b|\bhealthy\b"
+    r"|\bnetwork is unreachable\b|\[Errno \d+\]|https?://)"
+)
+
+
+def _crash(name: str, category: str, anchors: tuple[str, ...], pattern: str, example: str, exclude: str = "") -> Rule:
+    return Rule(
+        name=name, kind="crash", anchors=anchors, pattern=pattern, label=category, exclude=exclude, example=example
+    )
+
+
+NODE_RULES: tuple[Rule, ...] = (
+    _crash(
+        "scheduler_prolog_failure",
+        NODE_FAIL,
+        ("Prolog failure", "prolog failure", "Epilog failure", "epilog failure", "PROLOG ERROR", "prolog error"),
+        r"(?i:\b(?:prolog|epilog) (?:failure|error|failed)\b)[^\n]{0,40}?\bon (?:node )?(?P<node>[A-Za-z][\w.\-]*)"
+        r"|(?i:\b(?:prolog|epilog) (?:failure|error|failed)\b)",
+        "salloc: Prolog failure on node k003-006",
+    ),
+    _crash(
+        "lame_workers",
+        NODE_FAIL,
+        ("lame workers found", "lame worker"),
+        r"\blame workers? found\b",
+        "INFO:tensorflow:ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:0/device:CPU:0)",
+    ),
+    _crash(
+        "node_lost",
+        NODE_FAIL,
+        (
+            "marked dead",
+            "marked as dead",
+            "too many heartbeats",
+            "heartbeat",
+            "Heartbeat",
+            "not responding",
+            "unreachable",
+            "Unreachable",
+            "has died",
+            "died unexpectedly",
+            "is dead",
+            "was lost",
+            "has been lost",
+            "went away",
+        ),
+        _SUBJECT + r"[^\n]{0,120}?" + _GONE,
+        "The node with client ID 581656f84659be9bba58da993729644cfb554836 has been marked dead because the monitor "
+        "has missed too many heartbeats from it.",
+        exclude=_NOT_LOST,
+    ),
+    _crash(
+        "instance_termination_notice",
+        NODE_FAIL,
+        ("termination is imminent", "preempted", "Preempted", "PREEMPTED", "interruption notice", "being reclaimed"),
+        r"(?i:\btermination is imminent\b|\b(?:instance|vm|node|machine|host|spot|tpu)s?\b[^\n]{0,60}?"
+        r"\b(?:(?:was|has been|is being|got) preempted|preempted\b)|\binterruption notice\b|\bbeing reclaimed\b)",
+        "Dec 17 16:03:58Z translations-1-b-linux-v100-gpu-4-1tb-vvppjagzspgzcf58mfvmzw-1 start-worker 2024/12/17 "
+        "16:03:58 GCP Metadata Service says termination is imminent",
+        exclude=r"(?i:\bpreempt\w*\s*[:=]|--\w*preempt|\bif preempted\b|\bpreemptible\s*[:=])",
+    ),
+    _crash(
+        "gpu_devices_unavailable",
+        XID,
+        ("cudaErrorDevicesUnavailable", "busy or unavailable", "CUDA_ERROR_DEVICE_UNAVAILABLE"),
+        r"cudaErrorDevicesUnavailable|CUDA_ERROR_DEVICE_UNAVAILABLE|device\(s\) is/are busy or unavailable",
+        "2047: cudaSetDevice(cuda_device_id) error( cudaErrorDevicesUnavailable): CUDA-capable device(s) is/are busy "
+        "or unavailable",
+    ),
+)

@@ -1,0 +1,1 @@
+"""Across jobs: recovery budgets, node reputation, goodput, notification targets."""

@@ -1,0 +1,1 @@
+"""The service's own machinery: settings, database, SQL helpers, its logs and metrics, migrations."""
