@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import pytest
 
 from tests.plugins.parallel import group_of
 from tests.plugins.slurm_lab import host_version
@@ -22,12 +24,16 @@ class Item:
         return name if name in self.markers else None
 
 
+def group(item: Item) -> str:
+    return group_of(cast(pytest.Item, item))
+
+
 def test_real_framework_tests_have_a_lab_and_a_group_of_their_own() -> None:
     host = host_version()
     framework = Item("tests/e2e/test_real_pytorch.py::test_x", ("ctx", "slurm_framework_lab"), ("slurm",))
     shared = Item("tests/e2e/test_logs_slurm.py::test_y", ("ctx", "slurm_lab"), ("slurm",))
     scratch = Item("tests/worker/test_z.py::test_z", ("slurm_scratch_lab",), ())
-    assert group_of(framework) == f"slurm-{host}-framework"
-    assert group_of(shared) == f"slurm-{host}"
-    assert group_of(scratch) == f"slurm-{host}-scratch"
-    assert group_of(Item("tests/domain/test_a.py::test_a")) == "tests/domain/test_a.py"
+    assert group(framework) == f"slurm-{host}-framework"
+    assert group(shared) == f"slurm-{host}"
+    assert group(scratch) == f"slurm-{host}-scratch"
+    assert group(Item("tests/domain/test_a.py::test_a")) == "tests/domain/test_a.py"
