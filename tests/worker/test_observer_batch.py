@@ -77,9 +77,7 @@ async def test_one_tick_registers_any_number_of_jobs_in_the_same_statements(ctx:
     counts = []
     for first, count in ((1000, 12), (2000, 120)):
         scheduler = FakeScheduler()
-        observer = Observer(
-            dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, fast_paths=True)), scheduler
-        )  # the batch path
+        observer = Observer(ctx, scheduler)
         observer.state.watching_since = dt.datetime.now(dt.UTC)  # a later tick: the old FAILED job is adopted
         _population(scheduler, env, first, count)
         statements = Statements(ctx)
