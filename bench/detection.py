@@ -215,6 +215,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     """All figures of the table, by name."""
     recall, precision, primary, legacy_primary = Score(), Score(), Score(), Score()
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
+    nodes_allocated, nodes_hosts_only = Score(), Score()
     outlook, rank, progress, armed, loads = Score(), Score(), Score(), Score(), Score()
     false_crash: list[str] = []
     false_arming: list[str] = []
@@ -244,6 +245,9 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         blame = set(lab.get("nodes", []))
         if blame:
             nodes.add(r.blamed is not None and set(r.blamed) == blame, r.name)
+            # With an `allocation` the node list is matched as in production; without, host names in lines only.
+            split = nodes_allocated if lab.get("allocation") else nodes_hosts_only
+            split.add(r.blamed is not None and set(r.blamed) == blame, r.name)
             legacy_nodes.add(set(r.legacy_nodes) == blame, r.name)
         elif r.blamed:
             false_blame.append(r.name)
@@ -273,6 +277,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "legacy_first_category_accuracy": legacy_primary,
         "outlook_accuracy": outlook,
         "node_extraction": nodes,
+        "node_extraction_with_allocation": nodes_allocated,
+        "node_extraction_host_names_only": nodes_hosts_only,
         "legacy_signature_nodes": legacy_nodes,
         "false_node_blames": false_blame,
         "xid_number": xid,
@@ -302,6 +308,8 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
         "legacy_first_category_accuracy",
         "outlook_accuracy",
         "node_extraction",
+        "node_extraction_with_allocation",
+        "node_extraction_host_names_only",
         "legacy_signature_nodes",
         "xid_number",
         "checkpoint_iteration",
@@ -340,6 +348,9 @@ def print_figures(figures: dict[str, Any], out: Any = sys.stdout, tag: str = "")
         shown = f"{len(value)}" if isinstance(value, list) else f"{value.pct:.1f}"
         target_shown = f"{target:g}"
         out.write(f"figure {name}{'_' + tag if tag else ''} {shown} {unit} goal {op} {target_shown}\n")
+    for name in ("node_extraction_with_allocation", "node_extraction_host_names_only"):
+        split: Score = figures[name]
+        out.write(f"figure {name}{'_' + tag if tag else ''} {split.pct:.1f} % of {split.total} files (no goal)\n")
 
 
 def corpus_stats(labels: list[dict[str, Any]]) -> dict[str, int]:
