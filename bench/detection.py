@@ -348,9 +348,6 @@ def print_figures(figures: dict[str, Any], out: Any = sys.stdout, tag: str = "")
         shown = f"{len(value)}" if isinstance(value, list) else f"{value.pct:.1f}"
         target_shown = f"{target:g}"
         out.write(f"figure {name}{'_' + tag if tag else ''} {shown} {unit} goal {op} {target_shown}\n")
-    for name in ("node_extraction_with_allocation", "node_extraction_host_names_only"):
-        split: Score = figures[name]
-        out.write(f"figure {name}{'_' + tag if tag else ''} {split.pct:.1f} % of {split.total} files (no goal)\n")
 
 
 def corpus_stats(labels: list[dict[str, Any]]) -> dict[str, int]:
