@@ -35,7 +35,9 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
 ``report["root_cause"]``. A label's optional ``allocation`` (a Slurm hostlist, "node[1-4]") and
 ``tasks_per_node`` ("4(x2)") are passed to check-log as the attempt's node list and task layout (as
-``recovery check-log --nodes ... --tasks-per-node ...`` does). A key the detectors do not produce yet
+``recovery check-log --nodes ... --tasks-per-node ...`` does); the table splits the node figure into files whose
+label has an ``allocation`` (the production path) and files scored from host names in the lines only.
+A key the detectors do not produce yet
 scores as a miss, so the figures light up as the detectors learn them. The "legacy" rows of the table
 score what today's report already has (first crash signature's category, union of per-signature nodes) for comparison.
 
