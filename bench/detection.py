@@ -35,7 +35,9 @@ What it reads from the report dict (`recovery check-log --json` prints the same 
 The last three top-level keys (and ``xid``) are also looked up under ``report["failure"]`` and
 ``report["root_cause"]``. A label's optional ``allocation`` (a Slurm hostlist, "node[1-4]") and
 ``tasks_per_node`` ("4(x2)") are passed to check-log as the attempt's node list and task layout (as
-``recovery check-log --nodes ... --tasks-per-node ...`` does). A key the detectors do not produce yet
+``recovery check-log --nodes ... --tasks-per-node ...`` does); the table splits the node figure into files whose
+label has an ``allocation`` (the production path) and files scored from host names in the lines only.
+A key the detectors do not produce yet
 scores as a miss, so the figures light up as the detectors learn them. The "legacy" rows of the table
 score what today's report already has (first crash signature's category, union of per-signature nodes) for comparison.
 
@@ -215,6 +217,7 @@ def score(results: list[FileResult]) -> dict[str, Any]:
     """All figures of the table, by name."""
     recall, precision, primary, legacy_primary = Score(), Score(), Score(), Score()
     nodes, legacy_nodes, xid, ckpt, ckpt_kind = Score(), Score(), Score(), Score(), Score()
+    nodes_allocated, nodes_hosts_only = Score(), Score()
     outlook, rank, progress, armed, loads = Score(), Score(), Score(), Score(), Score()
     false_crash: list[str] = []
     false_arming: list[str] = []
@@ -244,6 +247,9 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         blame = set(lab.get("nodes", []))
         if blame:
             nodes.add(r.blamed is not None and set(r.blamed) == blame, r.name)
+            # With an `allocation` the node list is matched as in production; without, host names in lines only.
+            split = nodes_allocated if lab.get("allocation") else nodes_hosts_only
+            split.add(r.blamed is not None and set(r.blamed) == blame, r.name)
             legacy_nodes.add(set(r.legacy_nodes) == blame, r.name)
         elif r.blamed:
             false_blame.append(r.name)
@@ -273,6 +279,8 @@ def score(results: list[FileResult]) -> dict[str, Any]:
         "legacy_first_category_accuracy": legacy_primary,
         "outlook_accuracy": outlook,
         "node_extraction": nodes,
+        "node_extraction_with_allocation": nodes_allocated,
+        "node_extraction_host_names_only": nodes_hosts_only,
         "legacy_signature_nodes": legacy_nodes,
         "false_node_blames": false_blame,
         "xid_number": xid,
@@ -302,6 +310,8 @@ def print_table(figures: dict[str, Any], out: Any = sys.stdout, verbose: bool = 
         "legacy_first_category_accuracy",
         "outlook_accuracy",
         "node_extraction",
+        "node_extraction_with_allocation",
+        "node_extraction_host_names_only",
         "legacy_signature_nodes",
         "xid_number",
         "checkpoint_iteration",

@@ -229,3 +229,39 @@ def test_categories_by_structure(text, category) -> None:
 def test_an_exception_class_only_counts_at_the_start_of_a_line(text) -> None:
     found = CLASSIFIER.crash(text)
     assert found is None or found.rule != "python_exception_class_line"
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "rule", "category", "nodes"),
+    [
+        # https://github.com/NVIDIA/open-gpu-kernel-modules/issues/688 (journald: the host field before "kernel:")
+        ("nvidia-driver-gpu-lost-assert-001.log", 5, "gpu_fallen_off_bus", XID, ("abggdna-DGX-Station-A100",)),
+        # https://github.com/deepspeedai/Megatron-DeepSpeed/pull/14 (an announced exit, no traceback)
+        (
+            "megatron-deepspeed-load-optimizer-exit-001.log",
+            3,
+            "announced_exit_after_failed_load",
+            "PYTHON_TRACEBACK",
+            (),
+        ),
+    ],
+)
+def test_a_lost_gpu_and_an_announced_exit_are_crashes(name, number, rule, category, nodes) -> None:
+    found = CLASSIFIER.crash(line(name, number))
+    assert found is not None
+    assert (found.rule, found.category, found.nodes) == (rule, category, nodes)
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "allocation", "nodes"),
+    [
+        # https://github.com/NVIDIA/nccl/issues/1710: the NCCL host prefix inside a markdown quote ("> node201:...")
+        ("nccl-ib-async-wq-error-001.log", 1, (), ("node201",)),
+        # BigScience Jean Zay README: "Connect to PEER<port> failed" names the peer, not the reporting host r11i6n2
+        ("nccl-connect-refused-node-001.log", 1, (), ("10.148.3.247",)),
+        ("nccl-connect-refused-node-001.log", 1, ("r11i6n2", "ip-10-148-3-247"), ("ip-10-148-3-247",)),
+        ("nccl-connect-refused-node-001.log", 1, ("r11i6n2", "r10i6n5"), ()),
+    ],
+)
+def test_nodes_a_quoted_nccl_line_and_a_failed_connect_name(name, number, allocation, nodes) -> None:
+    assert ln.nodes_in_line(line(name, number), allocation) == nodes

@@ -18,7 +18,8 @@ _IP_FIELD = re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)")  # Ray/vLLM "(pid=1, ip
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
-    re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),  # NCCL
+    # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue
+    re.compile(r"^\s*(?:>\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),
     _IP_FIELD,
     re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
     # Prose and key=value host fields ("failed on node cn131", "node=gpu-12", "hostname: a100-3"): a host name
@@ -57,8 +58,18 @@ def match_allocation(name: str, allocation: Sequence[str]) -> str | None:
     return None
 
 
+# NCCL's "Connect to PEER<port> failed": the peer did not answer; the reporting host (the line's prefix) is fine.
+_FAILED_PEER = re.compile(r"\bConnect to (?P<node>[\w.\-]+)<\d+> failed\b")
+
+
 def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
-    """Nodes a line names: launcher/Slurm/NCCL host fields, and any token equal to an allocated node."""
+    """Nodes a line names: launcher/Slurm/NCCL host fields, and any token equal to an allocated node; a line
+    reporting a failed connection to a peer names the peer alone."""
+    peer = _FAILED_PEER.search(line)
+    if peer is not None:
+        name = peer.group("node")
+        allocated = match_allocation(name, allocation) if allocation else name
+        return (allocated,) if allocated is not None else ()
     found: dict[str, None] = {}
     for pattern in _HOST_FIELDS:
         for match in pattern.finditer(line):

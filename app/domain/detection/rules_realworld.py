@@ -44,8 +44,8 @@ GPU_RULES: tuple[Rule, ...] = (
     _crash(
         "gpu_fallen_off_bus",
         XID,
-        ("fallen off the bus",),
-        r"fallen off the bus",
+        ("fallen off the bus", "lost from the bus", "NV_ERR_GPU_IS_LOST"),
+        r"fallen off the bus|GPU lost from the bus|NV_ERR_GPU_IS_LOST",
         "NVRM: GPU at 0000:01:00.0 has fallen off the bus.",
     ),
     _crash(
@@ -102,6 +102,16 @@ GPU_RULES: tuple[Rule, ...] = (
 
 # Launchers' failure summaries: torchrun / torch.distributed.elastic. A negative exit code is a signal.
 LAUNCHER_RULES: tuple[Rule, ...] = (
+    # A program that says it could not load what it needs and is exiting (Megatron's checkpoint loader): a
+    # deliberate exit without a traceback.
+    _crash(
+        "announced_exit_after_failed_load",
+        PYTHON_TRACEBACK,
+        ("exiting", "Exiting"),
+        r"(?i:\b(?:unable|failed) to (?:load|restore|read|open)\b[^\n]{0,400}?[,;.]\s*exiting\b)",
+        "Unable to load optimizer from checkpoint /data/iter_0000001/mp_rank_00/model_optim_rng.pt. Specify "
+        "--no-load-optim or --finetune to prevent attempting to load the optimizer state, exiting ...",
+    ),
     _crash(
         "torch_elastic_failed_signal",
         SEGFAULT,
