@@ -53,9 +53,9 @@ def _shown_key(page: httpx.Response) -> str:
 
 
 def _workflow_links(page: httpx.Response) -> dict[str, str]:
-    """{workflow id: href} of the Overview's table."""
+    """{workflow id: href} of the Overview's table (each workflow's story line links its id)."""
     found = {}
-    for href, text in re.findall(r'<td><a href="([^"]*)">([^<]*)</a></td>', page.text):
+    for href, text in re.findall(r'<a class="workflow-key" href="([^"]*)">([^<]*)</a>', page.text):
         if "/dashboard/workflow/" in html.unescape(href):
             found[html.unescape(text)] = html.unescape(href)
     return found
