@@ -144,6 +144,7 @@ class Advisor(Service):
         self._partitions: dict[str, tuple[float, tuple[str, ...] | None]] = {}  # name -> (valid until, nodes)
         self.classifier = _classifier(ctx.settings)  # reads the iteration out of an attempt's last progress line
         self._awaiting_nodes: dict[Signal, float] = {}  # signal -> when it first waited for the attempt's nodes
+        self._awaiting_origin: dict[Signal, float] = {}  # signal -> when it first waited for the failure's origin
 
     # ------------------------------------------------------------ finding work
 
@@ -153,7 +154,7 @@ class Advisor(Service):
             signals += await self._resume()
         new, feed_to, anomaly_to = await self._new_signals()
         signals += new
-        signals = list(self._awaiting_nodes) + signals
+        signals = list(self._awaiting_nodes) + list(self._awaiting_origin) + signals
         changed = 0
         for signal in _dedupe(signals):
             with log_context():
@@ -267,9 +268,12 @@ class Advisor(Service):
                 if signal.anomaly_id is not None
                 else None
             )
-            failure = await self._failure(session, attempt, anomaly)
-            if failure is None:
+            found = await self._failure(session, attempt, anomaly)
+            if found is None:
                 return 0
+            failure, consequence_only = found
+            if self._await_origin(signal, failure, consequence_only):
+                return 0  # decided once the line naming the failed process is read, or the wait is over
             if self._await_allocation(signal, attempt, failure):
                 return 0  # decided once the observer has recorded where the attempt runs
             check = await self._checkpoint_check(session, job, attempt)
@@ -354,6 +358,20 @@ class Advisor(Service):
             stored=existing.checkpoint_check if existing is not None else None,
         )
 
+    def _await_origin(self, signal: Signal, failure: Failure, consequence_only: bool) -> bool:
+        """True while every crash line read so far only reports another process's failure (a lost peer, the
+        launcher's SIGTERM, srun's `Terminated`): that process's own report is on its way, and acting now would
+        make everything it prints "after Recovery acted". Bounded by RECOVERY_ORIGIN_WAIT_SECONDS."""
+        waiting = consequence_only
+        if not waiting:
+            self._awaiting_origin.pop(signal, None)
+            return False
+        since = self._awaiting_origin.setdefault(signal, time.monotonic())
+        if time.monotonic() - since < self.settings.origin_wait_seconds:
+            return True
+        self._awaiting_origin.pop(signal, None)
+        return False
+
     def _await_allocation(self, signal: Signal, attempt: Attempt, failure: Failure) -> bool:
         """True while an infrastructure crash blames nobody only because the attempt's nodes are not known yet."""
         waiting = (
@@ -399,8 +417,11 @@ class Advisor(Service):
         self._partitions[partition] = (time.monotonic() + PARTITION_CACHE_SECONDS, nodes)
         return nodes
 
-    async def _failure(self, session: Session, attempt: Attempt, anomaly: Anomaly | None) -> Failure | None:
-        """The domain's Failure for this signal: the attempt's root cause, checkpoints and the nodes evidence blames."""
+    async def _failure(
+        self, session: Session, attempt: Attempt, anomaly: Anomaly | None
+    ) -> tuple[Failure, bool] | None:
+        """The domain's Failure for this signal (the attempt's root cause, checkpoints and the nodes evidence blames),
+        and whether its root cause so far is only a known consequence of another process's failure."""
         anomalies = await evidence_queries.anomalies_of_attempts(session, attempt_ids=[attempt.id])
         # Every crash line recorded so far, not only those up to this signal's: the lines of one read arrive
         # together, and the survivor's peer error read first must not be decided on without the launcher's
@@ -440,7 +461,7 @@ class Advisor(Service):
             refs = [f"attempt_state:{attempt.id}:{state}"] + ([f"anomaly:{anomaly.id}"] if anomaly is not None else [])
             if cause.primary_anomaly_id is not None and (anomaly is None or anomaly.kind == "CRASH"):
                 refs.append(f"root_cause:anomaly:{cause.primary_anomaly_id}")
-            return Failure(
+            scheduler_failure = Failure(
                 attempt_index=attempt.attempt_index,
                 kind=FailureKind.SCHEDULER_FAILURE,
                 state=state,
@@ -455,12 +476,13 @@ class Advisor(Service):
                 signature=cause.signature,
                 iteration=cause.iteration,
             )
+            return scheduler_failure, cause.consequence_only
         assert anomaly is not None  # use_state holds when there is no anomaly
         crash = anomaly.kind == "CRASH"
         refs = [f"anomaly:{anomaly.id}"]
         if crash and cause.primary_anomaly_id not in (None, anomaly.id):
             refs.append(f"root_cause:anomaly:{cause.primary_anomaly_id}")
-        return Failure(
+        failure = Failure(
             attempt_index=attempt.attempt_index,
             kind=FailureKind(anomaly.kind),
             category=(cause.category or anomaly.category) if crash else anomaly.category,
@@ -473,6 +495,7 @@ class Advisor(Service):
             signature=cause.signature if crash else None,
             iteration=cause.iteration if crash else None,
         )
+        return failure, crash and cause.consequence_only
 
     async def _history(self, session: Session, job: Job, attempt: Attempt) -> list[AttemptRecord]:
         """The job's attempts before this one, as the retry rules see them."""

@@ -257,6 +257,12 @@ class Settings:
         _float,
         "How long a job may be missing from squeue (and accounting) before its attempt is marked UNKNOWN.",
     )
+    origin_wait_seconds: float = setting(
+        5.0,
+        _float,
+        "Seconds the advisor waits before acting when every crash line so far only reports another process's "
+        "failure (a lost peer, the launcher's SIGTERM), for the line naming the process that failed first.",
+    )
     hang_query_delay: float = setting(
         60.0,
         _float,

@@ -219,6 +219,10 @@ async def run_job(
     """Submit the example with `train_args`, let the real worker act until the job has ended after `attempts`
     attempts (or ended for good), and read it back through GraphQL and REST (`settings`: the service's own)."""
     env = unique_environment()
+    # The production lease length (the harness's 3 s is for failover tests): training processes share this
+    # machine's cores with the worker, and a lease lapsing between renewals fences off the very requeue-hold
+    # these tests are about (seen as "lease no longer ours; not sending requeue_hold", the job never retried).
+    settings.setdefault("lease_seconds", 15.0)
     wctx = lab_context(ctx, env, log_dirs=(str(lab.test_dir()),), collector_poll_interval=0.3, **settings)
     started = time.monotonic()
     script = _script(example, _comment(env, max_requeue_times=max_requeue_times))
@@ -363,7 +367,9 @@ def fault_node(run: Run, index: int = 0, node_index: int = 1) -> str:
 # ---------------------------------------------------------------- torchrun + DDP over gloo
 
 
-@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+# Both databases: "the same failure" compares fingerprints stored as JSON across attempts, and the story's cited
+# anomaly is read back through each one's queries.
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
 async def test_ddp_exception_on_one_rank_repeated_is_recognised_as_the_same(
     ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:

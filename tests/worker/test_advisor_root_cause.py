@@ -2,6 +2,7 @@
 
 import datetime as dt
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,42 @@ async def test_the_failed_process_s_node_is_found_once_the_node_list_arrives(ctx
     cause = diagnosis.attempt_cause(rows, attempt_nodes=("node1", "node2"))
     assert (cause.category, cause.node) == ("HOST_OOM", "node2")
     assert diagnosis.attempt_cause(rows).node != "node2"  # without the node list: no guess
+
+
+async def test_a_lost_peer_alone_waits_for_the_line_naming_the_failed_process(ctx, fake, observer) -> None:
+    """The survivor's `Connection reset by peer` (real gloo text, tests/fixtures/torchrun) reports another process's
+    death: acting on it would make the launcher's report of the killed rank "after Recovery acted". The advisor
+    waits (RECOVERY_ORIGIN_WAIT_SECONDS) and decides once the launcher's summary arrives, citing it."""
+    await submit(observer, fake, 36, node="node1")
+    peer = (
+        "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+        "[127.0.0.1]:28809: Connection reset by peer"
+    )
+    await crash_line(ctx, 36, peer, number=1)
+    advisor = Advisor(ctx)
+    await advisor.tick()
+    await advisor.tick()
+    assert await advice_of(ctx, 36) == []  # the origin may still be on its way
+    summary = (
+        "E1205 23:52:56.181000 32506 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 433) of binary: /venv/bin/python"
+    )
+    await crash_line(ctx, 36, summary, number=2)
+    await advisor.tick()
+    [advice] = await advice_of(ctx, 36)
+    async with ctx.sessions() as session:
+        rows = {row.line_number: row.id for row in await session.scalars(select(Anomaly))}
+    assert advice.anomaly_id == rows[2]  # decided on the launcher's summary, not the lost peer
+    assert f"root_cause:anomaly:{rows[2]}" in advice.evidence["refs"]
+
+
+async def test_a_lost_peer_alone_is_decided_after_the_wait(ctx, fake, observer) -> None:
+    """Bounded: when no other line comes, the consequence is decided on after the wait."""
+    await submit(observer, fake, 37, node="node1")
+    await crash_line(ctx, 37, "RuntimeError: Connection closed by peer [10.0.0.2]:29500", number=1)
+    advisor = Advisor(
+        AppContext(settings=replace(ctx.settings, origin_wait_seconds=0.0), engine=ctx.engine, sessions=ctx.sessions)
+    )
+    await advisor.tick()
+    [advice] = await advice_of(ctx, 37)
+    assert advice.operation == "RESTART"
