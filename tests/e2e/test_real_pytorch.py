@@ -155,7 +155,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _comment(environment: str, *, max_requeue_times: int) -> str:
+def _comment(environment: str, *, max_requeue_times: int, trainingloop_seconds: float = TRAININGLOOP_SECONDS) -> str:
     """The user guide's APS directive in act mode, with the hang thresholds of these jobs."""
     body = {
         "workflow_id": f"wf-{uuid.uuid4().hex[:6]}",
@@ -167,7 +167,7 @@ def _comment(environment: str, *, max_requeue_times: int) -> str:
         "anomaly_detection_config": {
             "log_based_timeout_enabled": True,
             "log_based_timeout_threshold_pretraining": PRETRAINING_SECONDS,
-            "log_based_timeout_threshold_trainingloop": TRAININGLOOP_SECONDS,
+            "log_based_timeout_threshold_trainingloop": trainingloop_seconds,
         },
     }
     return json.dumps({"APS": body}, separators=(",", ":"))
@@ -213,6 +213,7 @@ async def run_job(
     train_args: str,
     attempts: int,
     max_requeue_times: int = 1,
+    trainingloop_seconds: float = TRAININGLOOP_SECONDS,
     timeout: float = 300,
     **settings: Any,
 ) -> Run:
@@ -225,7 +226,8 @@ async def run_job(
     settings.setdefault("lease_seconds", 15.0)
     wctx = lab_context(ctx, env, log_dirs=(str(lab.test_dir()),), collector_poll_interval=0.3, **settings)
     started = time.monotonic()
-    script = _script(example, _comment(env, max_requeue_times=max_requeue_times))
+    comment = _comment(env, max_requeue_times=max_requeue_times, trainingloop_seconds=trainingloop_seconds)
+    script = _script(example, comment)
     async with running_worker(wctx, lab):
         job_id = lab.submit(
             script,
@@ -505,6 +507,38 @@ async def test_ddp_rank_hanging_before_a_collective_is_found_before_the_collecti
         "the reason knows the progress the job printed",
         advice.get("reason"),
     )
+    check_resumed(checks, run, 1, 5)
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+async def test_ddp_gloo_collective_timeout_is_a_transient_collective_timeout(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """The process on the second node sleeps before the all-reduce of step 7 and the job's hang threshold is set
+    above gloo's 12 s timeout, so gloo's own `Timed out waiting 12000ms` on the survivor ends the run: one category
+    with NCCL's watchdog timeout (a collective timed out), a transient outlook, restarted and resumed."""
+    run = await run_job(
+        ctx,
+        slurm_framework_lab,
+        torch_python,
+        example="ddp.sbatch",
+        train_args="--fault hang --fault-step 7 --pg-timeout 12",
+        attempts=2,
+        trainingloop_seconds=PRETRAINING_SECONDS,
+    )
+    checks = Checks(f"ddp gloo timeout (job {run.job_id}, {run.seconds:.0f} s)")
+    origin = r"Timed out waiting \d+ms"
+    checks.expect(re.search(origin, run.output), "gloo printed its own collective timeout", run.output[-300:])
+    checks.expect(not run.anomalies(0, "NO_PROGRESS"), "no hang reported (the threshold is above gloo's)", None)
+    root = check_story_cites_the_decision(checks, run, 0, origin)
+    if root is not None:
+        checks.expect(root["category"] == "NCCL_TIMEOUT", "the collective timeout's category", root["category"])
+        checks.expect(root["outlook"] == "transient", "a collective timeout is transient", root["outlook"])
+    advice = run.attempts[0].get("advice") or {}
+    checks.expect(advice.get("operation") == "RESTART", "attempt 0: RESTART", advice)
+    checks.expect("outlook transient" in (advice.get("reason") or ""), "the reason says transient", advice)
+    check_consequences_marked(checks, run, 0, root)
     check_resumed(checks, run, 1, 5)
     checks.verdict()
 
