@@ -72,6 +72,17 @@ NODE_RULES: tuple[Rule, ...] = (
         "has missed too many heartbeats from it.",
         exclude=_NOT_LOST,
     ),
+    # Ray's driver: the raylet (the node's daemon) went away unexpectedly; `ip=` names the node.
+    _crash(
+        "raylet_terminated",
+        NODE_FAIL,
+        ("Raylet is terminated",),
+        r"Raylet is terminated: ip=[\w.:-]+[^\n]*(?i:unexpected)",
+        "2023-04-12 10:20:10,996 WARNING worker.py:1986 -- Raylet is terminated: ip=10.0.35.88, "
+        "id=976bc7dded84cf30ed35b8051b9d9e6df0df4eceea1f84d81caae551. Termination is unexpected. "
+        "Possible reasons include: (1) SIGKILL by the user or system OOM killer, (2) Invalid memory access from "
+        "Raylet causing SIGSEGV or SIGBUS, (3) Other termination signals. Last 20 lines of the Raylet logs:",
+    ),
     _crash(
         "instance_termination_notice",
         NODE_FAIL,
