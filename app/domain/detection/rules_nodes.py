@@ -72,6 +72,23 @@ NODE_RULES: tuple[Rule, ...] = (
         "has missed too many heartbeats from it.",
         exclude=_NOT_LOST,
     ),
+    # The driver cannot bring a GPU up again (after it fell off the bus): the kernel's host field names the node.
+    _crash(
+        "gpu_init_failed",
+        XID,
+        ("RmInitAdapter failed", "rm_init_adapter failed"),
+        r"NVRM: [^\n]{0,60}?(?:RmInitAdapter failed|rm_init_adapter failed)",
+        "May 27 16:50:10 fedora kernel: NVRM: GPU 0000:09:00.0: RmInitAdapter failed! (0x22:0x56:894)",
+    ),
+    # slurmstepd could not end the step's processes: Slurm drains the node ("Kill task failed").
+    _crash(
+        "stepd_terminated_unkillable",
+        NODE_FAIL,
+        ("JOB NOT ENDING WITH SIGNALS",),
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ STEPD TERMINATED ON (?P<node>[\w.-]+) AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS",
+        "[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON cn106 AT 2020-12-14T09:44:56 "
+        "DUE TO JOB NOT ENDING WITH SIGNALS ***",
+    ),
     # Ray's driver: the raylet (the node's daemon) went away unexpectedly; `ip=` names the node.
     _crash(
         "raylet_terminated",

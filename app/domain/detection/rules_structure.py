@@ -114,8 +114,14 @@ STRUCTURE_CRASH_RULES: tuple[Rule, ...] = (
         "crash",
         "device_resource_exhausted",
         CUDA_OOM,
-        ("RESOURCE_EXHAUSTED: Out of memory", "RESOURCE_EXHAUSTED: Failed to allocate", "CUDA_ERROR_OUT_OF_MEMORY"),
-        r"RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)|CUDA_ERROR_OUT_OF_MEMORY",
+        (
+            "RESOURCE_EXHAUSTED: Out of memory",
+            "RESOURCE_EXHAUSTED: Failed to allocate",
+            "RESOURCE_EXHAUSTED: Attempting to reserve",
+            "CUDA_ERROR_OUT_OF_MEMORY",
+        ),
+        r"RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate|Attempting to reserve \S+ at the \w+ of memory)"
+        r"|CUDA_ERROR_OUT_OF_MEMORY",
         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.",
     ),
     _rule(
