@@ -159,7 +159,11 @@ class ThroughputSample:
 Signal = CrashSignature | CheckpointEvent | ProgressMarker | ThroughputSample
 
 _RANK = re.compile(r"(?:\[\s*[Rr]ank\s*[:=]?\s*(\d+)\s*\]|\b[Rr]ank\s*[:=]?\s*(\d+)\b)")
-_NCCL_HOST = re.compile(r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*|\.\.\.[\w.-]+):\d+:\d+ \[\d+\]")
+# NCCL's `host:pid:tid [dev]` prefix; a container's host name may start with a digit ("50428e4af543"),
+# never be all digits.
+_NCCL_HOST = re.compile(
+    r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*|\d[\w.-]*?[A-Za-z][\w.-]*|\.\.\.[\w.-]+):\d+:\d+ \[\d+\]"
+)
 _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
