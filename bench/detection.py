@@ -70,6 +70,7 @@ CORPORA: dict[str, Path] = {
     "holdout": FIXTURES / "realworld-holdout",
     "holdout2": FIXTURES / "realworld-holdout2",
     "holdout3": FIXTURES / "realworld-holdout3",
+    "holdout4": FIXTURES / "realworld-holdout4",
 }
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (

@@ -14,12 +14,16 @@ from app.domain.decision.rootcause import Finding
 _PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
 
 
-_IP_FIELD = re.compile(r"\bip[:=]\s*(?P<node>[\w.\-]+)")  # Ray/vLLM "(pid=1, ip=...)", "ip: ..."
+# Ray/vLLM "(pid=1, ip=...)", "ip: ...", Ray's JSON events '"ip":"156.176.0.154"'
+_IP_FIELD = re.compile(r"\bip['\"]?[:=]\s*['\"]?(?P<node>[\w.\-]+)")
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
     # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue
-    re.compile(r"^\s*(?:>\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*):\d+:\d+ \[\d+\]"),
+    re.compile(
+        r"^\s*(?:>\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*|\d[\w.\-]*?[A-Za-z][\w.\-]*)"
+        r":\d+:\d+ \[\d+\]"
+    ),
     _IP_FIELD,
     re.compile(r"srun: error: (?P<node>[\w.\-]+): tasks? \d"),
     # Prose and key=value host fields ("failed on node cn131", "node=gpu-12", "hostname: a100-3"): a host name

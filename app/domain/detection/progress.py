@@ -29,7 +29,7 @@ _EPOCH_ITER = re.compile(
 # "steps = 1000" (plural, spaces around "=") is a setting in a header, not a step; "step 3495064.0" is a Slurm step id.
 _NAMED = re.compile(
     r"(?<![\w/.=-])(?<!skipped )(?<!nan )(?<!of )"
-    r"(?P<kw>global[_ ]step|train_step|iteration|iter|step)(?P<pl>s)?['\"‘’]?"
+    r"(?P<kw>global[_ ]step|train_step|iteration|iter|step|batch)(?P<pl>s)?['\"‘’]?"
     r"(?P<sep>\s*:\s*|\s*=\s*|#|\s+)\[?\s*(?P<n>\d+)(?![\d.]*%|\d*\.\w)(?:\s*/\s*(?P<total>\d+))?",
     re.IGNORECASE,
 )
@@ -167,7 +167,7 @@ def parse_step(line: str) -> StepReading | None:
             total = int(match["total"])
             value = int(match["e"]) * (total + 1) + int(match["n"])
             found = StepReading(f"epoch-iter/{total}", float(value), total)
-    if found is None and ("step" in lowered or "iter" in lowered):
+    if found is None and ("step" in lowered or "iter" in lowered or "batch=" in lowered or "batch:" in lowered):
         found = _named(line)
     if found is None and "/" in line and _METRIC_KEY.search(line):
         for match in _FRACTION.finditer(line):
@@ -195,6 +195,10 @@ def _named(line: str) -> StepReading | None:
             continue  # "Total optimization steps = 1000": a setting
         keyword = match["kw"].lower().replace(" ", "_")
         named_total = int(match["total"]) if match["total"] else None
+        if keyword == "batch" and named_total is None:
+            continue  # "batch 32" is a size; only "batch=3108/3200" (Composer) counts batches done
+        if keyword == "batch" and "=" not in match["sep"] and ":" not in match["sep"]:
+            continue
         if named_total is None or int(match["n"]) <= named_total:
             key = keyword if named_total is None else f"{keyword}/{named_total}"
             return StepReading(key, float(match["n"]), named_total)

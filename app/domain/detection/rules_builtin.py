@@ -234,6 +234,14 @@ CRASH_RULES: tuple[Rule, ...] = (
         r"Traceback \(most recent call last\):",
         "Traceback (most recent call last):",
     ),
+    # rich's boxed traceback (typer, accelerate, HF scripts with rich installed): the header sits in a frame line.
+    _crash(
+        "python_rich_traceback",
+        PYTHON_TRACEBACK,
+        ("Traceback (most recent call last) ",),
+        r"[─━╭┏] Traceback \(most recent call last\) [─━╮┓]",
+        "╭───────────────────── Traceback (most recent call last) ──────────────────────╮",
+    ),
 )
 
 BENIGN_RULES: tuple[Rule, ...] = (

@@ -72,6 +72,34 @@ NODE_RULES: tuple[Rule, ...] = (
         "has missed too many heartbeats from it.",
         exclude=_NOT_LOST,
     ),
+    # The driver cannot bring a GPU up again (after it fell off the bus): the kernel's host field names the node.
+    _crash(
+        "gpu_init_failed",
+        XID,
+        ("RmInitAdapter failed", "rm_init_adapter failed"),
+        r"NVRM: [^\n]{0,60}?(?:RmInitAdapter failed|rm_init_adapter failed)",
+        "May 27 16:50:10 fedora kernel: NVRM: GPU 0000:09:00.0: RmInitAdapter failed! (0x22:0x56:894)",
+    ),
+    # slurmstepd could not end the step's processes: Slurm drains the node ("Kill task failed").
+    _crash(
+        "stepd_terminated_unkillable",
+        NODE_FAIL,
+        ("JOB NOT ENDING WITH SIGNALS",),
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ STEPD TERMINATED ON (?P<node>[\w.-]+) AT \S+ DUE TO JOB NOT ENDING WITH SIGNALS",
+        "[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON cn106 AT 2020-12-14T09:44:56 "
+        "DUE TO JOB NOT ENDING WITH SIGNALS ***",
+    ),
+    # Ray's driver: the raylet (the node's daemon) went away unexpectedly; `ip=` names the node.
+    _crash(
+        "raylet_terminated",
+        NODE_FAIL,
+        ("Raylet is terminated",),
+        r"Raylet is terminated: ip=[\w.:-]+[^\n]*(?i:unexpected)",
+        "2023-04-12 10:20:10,996 WARNING worker.py:1986 -- Raylet is terminated: ip=10.0.35.88, "
+        "id=976bc7dded84cf30ed35b8051b9d9e6df0df4eceea1f84d81caae551. Termination is unexpected. "
+        "Possible reasons include: (1) SIGKILL by the user or system OOM killer, (2) Invalid memory access from "
+        "Raylet causing SIGSEGV or SIGBUS, (3) Other termination signals. Last 20 lines of the Raylet logs:",
+    ),
     _crash(
         "instance_termination_notice",
         NODE_FAIL,

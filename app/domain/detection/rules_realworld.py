@@ -184,7 +184,7 @@ SLURM_RULES: tuple[Rule, ...] = (
         "shell_core_dumped",
         SEGFAULT,
         ("(core dumped)",),
-        r"(?:[Bb]us [Ee]rror|Aborted|Illegal instruction|Floating point exception) \(core dumped\)",
+        r"(?:[Bb]us [Ee]rror|Aborted|Illegal instruction|Floating point exception)\s+\(core dumped\)",
         "Bus error (core dumped)",
     ),
     _crash(
@@ -425,21 +425,24 @@ _EXCEPTIONS = (
     "ZeroDivisionError",
     "ChildFailedError",
 )
+# A launcher's label before a process's line: "[rank3]:", "rank3:", "3: " (srun -l), "[default0]:", "[host1:0]" (--tee).
+_LAUNCHER_TAG = r"^(?:\[?[Rr]ank\s?\d+\]?:\s?|\[[A-Za-z][\w.-]*:?\d+\]:?\s?|\d+: )?"
 EXCEPTION_LINE_RULES: tuple[Rule, ...] = (
     _crash(
         "python_exception_line",
         PYTHON_TRACEBACK,
         tuple(name + ":" for name in _EXCEPTIONS),
-        r"^(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+: )?(?:[\w.]+\.)?(?:" + "|".join(_EXCEPTIONS) + r"):",
+        _LAUNCHER_TAG + r"(?:[\w.]+\.)?(?:" + "|".join(_EXCEPTIONS) + r"):",
         "ModuleNotFoundError: No module named 'project'",
     ),
-    # By structure: a line that starts (after a launcher's rank label) with a dotted exception class name and a
+    # By structure: a line that starts (after a launcher's rank label: "[rank3]:", "[default0]:", torchrun --tee's
+    # "[host1:0]") with a dotted exception class name and a
     # message is the last line of an uncaught exception whose traceback the excerpt or the buffer lost.
     _crash(
         "python_exception_class_line",
         PYTHON_TRACEBACK,
         ("Error: ", "Exception: "),
-        r"^(?:\[?[Rr]ank\s?\d+\]?:\s?|\[default\d+\]:\s?|\d+: )?(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception): \S",
+        _LAUNCHER_TAG + r"(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception): \S",
         "torch.distributed.elastic.rendezvous.api.RendezvousClosedError: rendezvous closed",
     ),
 )

@@ -37,7 +37,7 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:saved|written|stored)\b"
         r"|\b(?:[Mm]odel|[Ww]eights|[Ss]napshot) (?:saved|written|stored) (?:to|in|at|into) \S)",
         "Saving checkpoint for step 1200",
-        exclude=_CKPT_NOT,
+        exclude=_CKPT_NOT + r"|(?i:\b(?:load(?:ed|ing)?|resum(?:e|ed|ing)|restor(?:e|ed|ing))\b[^\n]{0,30}?\bsaved\b)",
     ),
     _rule(
         "checkpoint",
@@ -46,6 +46,7 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         (*_CKPT_ANCHORS, "esum", "estor", "ESUM"),  # "Initializing from cv/checkpoint_20.t7": "heckpoint"
         r"(?i:\b(?:load(?:ed|ing)?|resum(?:e|ed|ing)|restor(?:e|ed|ing))\b[^\n]{0,60}?(?:checkpoint|ckpt)"
         r"|(?:checkpoint|ckpt)\w*\b[^\n]{0,60}?\b(?:loaded|restored|resumed)\b"
+        r"|\b(?:load(?:ed|ing)?|resum(?:e|ed|ing)|restor(?:e|ed|ing))\b[^\n]{0,40}?\s['\"]?[\w./~=+-]*(?:checkpoint|ckpt)"
         r"|\bresum(?:ed|ing)\b[^\n]{0,30}?\b(?:from|at)\b[^\n]{0,40}?(?:step|iter|epoch)[\s_=:-]*\d"
         r"|\bresum(?:e|ed|ing)\s+(?:training\s+)?from\s+\S*[/\\]|\bresum(?:ed|ing) training\b"
         r"|\bresumed\b[^\n]{0,30}?\b(?:iter|iteration|step|global_step)\s*[:=]?\s*\d"
@@ -113,8 +114,14 @@ STRUCTURE_CRASH_RULES: tuple[Rule, ...] = (
         "crash",
         "device_resource_exhausted",
         CUDA_OOM,
-        ("RESOURCE_EXHAUSTED: Out of memory", "RESOURCE_EXHAUSTED: Failed to allocate", "CUDA_ERROR_OUT_OF_MEMORY"),
-        r"RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate)|CUDA_ERROR_OUT_OF_MEMORY",
+        (
+            "RESOURCE_EXHAUSTED: Out of memory",
+            "RESOURCE_EXHAUSTED: Failed to allocate",
+            "RESOURCE_EXHAUSTED: Attempting to reserve",
+            "CUDA_ERROR_OUT_OF_MEMORY",
+        ),
+        r"RESOURCE_EXHAUSTED: (?:Out of memory|Failed to allocate|Attempting to reserve \S+ at the \w+ of memory)"
+        r"|CUDA_ERROR_OUT_OF_MEMORY",
         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.",
     ),
     _rule(

@@ -159,7 +159,11 @@ class ThroughputSample:
 Signal = CrashSignature | CheckpointEvent | ProgressMarker | ThroughputSample
 
 _RANK = re.compile(r"(?:\[\s*[Rr]ank\s*[:=]?\s*(\d+)\s*\]|\b[Rr]ank\s*[:=]?\s*(\d+)\b)")
-_NCCL_HOST = re.compile(r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*|\.\.\.[\w.-]+):\d+:\d+ \[\d+\]")
+# NCCL's `host:pid:tid [dev]` prefix; a container's host name may start with a digit ("50428e4af543"),
+# never be all digits.
+_NCCL_HOST = re.compile(
+    r"(?:^|[\s\]:])(?P<node>[A-Za-z][\w.-]*|\d[\w.-]*?[A-Za-z][\w.-]*|\.\.\.[\w.-]+):\d+:\d+ \[\d+\]"
+)
 _HOST_PORT = re.compile(r"\b(?P<node>[A-Za-z][\w-]*\d[\w-]*):\d+\b")
 _BRACKET_HOST = re.compile(r"\[(?!rank\d|Rank\s?\d)(?P<node>[A-Za-z][A-Za-z-]*\d[\w-]*)\]")
 _KERNEL_HOST = re.compile(r"(?:^|\s)(?P<node>[A-Za-z][\w.-]*)\s+kernel:")
@@ -179,6 +183,32 @@ _EPOCH_IN_LINE = re.compile(r"(?<![\w/.-])(?i:epoch)\s*[:=#]?\s*(\d+)\b(?!\.\d)"
 _PATH_IN_LINE = re.compile(
     r"(?<![\w])(?P<path>(?:[~.]{0,2}/|[A-Za-z]:\\)?[\w.~=+-]+(?:[/\\][\w.~=+-]+)+/?|[\w.=+-]+\.(?:pt|pth|ckpt|bin|safetensors|distcp|pkl|h5|npz))"
 )
+# The number a checkpoint path's last component ends with, after a separator: ".../checkpoints/001000",
+# "resnet18_v2-0102.params" (never "gpt3", "llama-7b", a shard "model-00001-of-00002.bin", nor an epoch "epoch_76.pth":
+# an epoch is no step, and the next line may name the step, line_facts.py).
+_TRAILING_NUMBER = re.compile(
+    r"(?:^|[/\\_.=-])(?<!-of-)(?<![Ee]poch[_=-])(?<![Ee]poch)0*(\d{1,12})(?:\.[A-Za-z]\w{0,11})*$"
+)
+# A path that names a checkpoint: preferred over other paths of the line (a date "12/20", a config file).
+_CHECKPOINT_PATH_WORD = re.compile(
+    r"(?i:ckpt|checkpoint|iter_|global_step|step|epoch|model|weights|snapshot|\.(?:pt|pth|bin|safetensors|params|h5|npz|pkl|distcp)$)"
+)
+
+
+def _checkpoint_path(line: str) -> str | None:
+    """The path a checkpoint line names: the first path that looks like a checkpoint, else the last path that
+    has a letter (never a date or a fraction such as "12/20")."""
+    last: str | None = None
+    for found in _PATH_IN_LINE.finditer(line):
+        candidate = found.group("path")
+        if not any(char.isalpha() for char in candidate):
+            continue
+        if _CHECKPOINT_PATH_WORD.search(candidate):
+            return candidate
+        last = candidate
+    return last
+
+
 _RANK_PREFIX = re.compile(r"^\s*(?:\[?[Rr]ank\s?\d+\]?:\s?|\d+:\s)")
 
 
@@ -329,8 +359,7 @@ class Classifier:
                 continue
             path = _group(match, "path")
             if not path and not _group(match, "tag"):
-                found_path = _PATH_IN_LINE.search(line)
-                path = found_path.group("path") if found_path else None
+                path = _checkpoint_path(line)
             if path:
                 path = path.strip().strip("'\"").rstrip(".,;:)")
             iteration = _int_or_none(_group(match, "iteration"))
@@ -344,6 +373,8 @@ class Classifier:
                 else:
                     hint = path or _group(match, "tag") or line
                     found = _ITERATION_IN_PATH.search(hint) or _EPOCH_IN_LINE.search(line)
+                    if found is None and path:
+                        found = _TRAILING_NUMBER.search(path.rstrip("/\\"))  # ".../001000", "resnet18-0102.params"
                     iteration = int(found.group(1)) if found else None
             return CheckpointEvent(
                 kind=rule.label, framework=rule.framework, rule=rule.name, iteration=iteration, path=path or None
