@@ -334,7 +334,14 @@ class Controller(Service):
             weighed = f"stacks:anomaly:{existing.anomaly_id}" in (advice.evidence or {}).get("refs", [])
             young = utcnow() - existing.captured_at < dt.timedelta(seconds=STACK_WEIGH_WAIT)
             return bool(blamed and not weighed and young)
-        taken = await stack_capture.capture(self.settings, job_id=advice.slurm_job_id, nodes=obs.nodes)
+        binary = getattr(self.scheduler, "binary", None)  # the CLI adapter's Slurm binaries and environment
+        taken = await stack_capture.capture(
+            self.settings,
+            job_id=advice.slurm_job_id,
+            nodes=obs.nodes,
+            srun=binary("srun") if callable(binary) else None,
+            env=getattr(self.scheduler, "env", None),
+        )
         log.info(
             "controller: stacks of job %s %s in %.0f ms (%s)",
             advice.slurm_job_id,

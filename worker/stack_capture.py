@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,11 @@ def srun_path(settings: Settings) -> str:
     return os.path.join(settings.slurm_bin_dir, "srun") if settings.slurm_bin_dir else "srun"
 
 
-def argv_of(settings: Settings, job_id: int | str, nodes: int) -> list[str]:
+def argv_of(settings: Settings, job_id: int | str, nodes: int, srun: str | None = None) -> list[str]:
     """The one srun command (the probe's per-process budget leaves time for srun's own start and exit)."""
     inner = max(1.0, bound(settings) - 4.0)
     return [
-        srun_path(settings),
+        srun or srun_path(settings),
         f"--jobid={job_id}",
         "--overlap",
         f"--nodes={nodes}",
@@ -87,15 +88,24 @@ def command_text(job_id: int | str, nodes: int, settings: Settings) -> str:
     return f"srun --jobid={job_id} --overlap --nodes={nodes} --ntasks-per-node=1 {python} -c <stack probe>"
 
 
-async def capture(settings: Settings, *, job_id: int | str, nodes: tuple[str, ...]) -> Capture:
-    """Run the probe on every node of the allocation within the bound; never raises."""
+async def capture(
+    settings: Settings,
+    *,
+    job_id: int | str,
+    nodes: tuple[str, ...],
+    srun: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Capture:
+    """Run the probe on every node of the allocation within the bound; never raises. `srun` and `env`: the
+    scheduler adapter's (its Slurm binaries and SLURM_CONF), else from the settings."""
     count = max(1, len(nodes))
     text = command_text(job_id, count, settings)
     started = time.monotonic()
-    env = {**os.environ, "SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None
+    if env is None and settings.slurm_conf:
+        env = {**os.environ, "SLURM_CONF": settings.slurm_conf}
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv_of(settings, job_id, count),
+            *argv_of(settings, job_id, count, srun),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
