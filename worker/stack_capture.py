@@ -134,8 +134,9 @@ async def capture(
         result.problems.append(f"srun exit {proc.returncode}: {stderr[-500:]}")
     if status != TIMEOUT and not result.reports:
         outcome = FAILED
-        if not stderr and proc.returncode == 0:
-            result.problems.append("the probe printed no report")
+        if proc.returncode == 0:
+            said = f": {(stderr or out.decode('utf-8', 'replace'))[-500:]}" if stderr or out else ""
+            result.problems.append(f"the probe printed no report{said}")
     return replace(result, status=outcome, bytes=len(out) + len(err))
 
 

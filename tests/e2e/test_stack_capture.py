@@ -161,7 +161,7 @@ async def test_rank_stopped_with_sigstop_is_named_in_state_t(
     """The second node's rank SIGSTOPs itself: py-spy reads it without attaching; its state is T."""
     run, checks, capture = await _hang(ctx, slurm_framework_lab, torch_python, "sigstop")
     judgment = capture.get("judgment") or {}
-    outlier = next((r for r in capture.get("ranks") or [] if r.get("rank") == 1), {})
+    outlier: dict[str, Any] = next((r for r in capture.get("ranks") or [] if r.get("rank") == 1), {})
     checks.expect(outlier.get("state") == "T", "rank 1 is in state T (stopped)", outlier)
     checks.expect("stopped" in (judgment.get("why") or ""), "the judgment says it was stopped", judgment)
     checks.expect(re.search(r"ddp_train\.py:\d+", judgment.get("where") or ""), "... where: ddp_train.py", judgment)
