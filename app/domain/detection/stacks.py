@@ -227,7 +227,7 @@ class Judgment:
             "outlook": self.outlook,
             "blameNode": self.blame_node,
             "sentence": self.sentence,
-            "peers": list(self.peers),
+            "peerRanks": list(self.peers),  # never "peers": that key holds node names (worker/advisor.py)
         }
 
 
