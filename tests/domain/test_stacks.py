@@ -165,3 +165,21 @@ def test_real_pyspy_dump_parses_to_the_waiting_frame(mode: str, tmp_path: Path) 
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_the_story_and_the_advice_reason_say_what_the_stacks_showed() -> None:
+    from app.domain.decision.advice import Failure, describe_failure
+    from app.domain.decision.retry import FailureKind
+    from app.domain.presentation.story import AnomalyFact, AttemptFacts, tell
+
+    judged = stacks.judge([peer(0, "node-a"), outlier(state="D", wchan="nfs_wait_bit_killable")])
+    assert judged is not None
+    facts = AttemptFacts(
+        attempt_index=0,
+        state="RUNNING",
+        anomaly=AnomalyFact(kind="NO_PROGRESS", category="NO_OUTPUT_TRAININGLOOP"),
+        stacks=judged.sentence,
+    )
+    assert "(stacks: rank 1 on node-b held the others back: main in ddp_train.py:141" in tell(facts).happened
+    failure = Failure(attempt_index=0, kind=FailureKind.NO_PROGRESS, stack_note=judged.sentence)
+    assert describe_failure(failure).endswith(f"(stacks: {judged.sentence})")

@@ -128,6 +128,10 @@ async def _hang(ctx: AppContext, lab: SlurmLab, python: str, fault: str, step: i
         "REST shows the same capture, with the nodes' raw reports",
         rest_capture.get("sentence"),
     )
+    happened = (first.get("story") or {}).get("happened") or ""
+    checks.expect(
+        "rank 1 on " + node + " held the others back" in happened, "the story says which rank on which node", happened
+    )
     stack_anomalies = [a for a in first.get("anomalies", {}).get("nodes", []) if a["kind"] == "STACK"]
     checks.expect(len(stack_anomalies) == 1, "the judgment is recorded as one STACK anomaly", stack_anomalies)
     checks.expect((first.get("advice") or {}).get("operation") == "RESTART", "attempt 0: RESTART as before", first)
