@@ -24,11 +24,16 @@ from typing import Any
 import pytest
 
 from app.infra.context import AppContext
+from tests.e2e.harness import eventually, lab_context, running_worker, unique_environment
 from tests.e2e.test_real_pytorch import (
+    EXAMPLES,
     HANG_PG_TIMEOUT_SECONDS,
     HANG_QUERY_DELAY_SECONDS,
     Checks,
     _api,
+    _comment,
+    _free_port,
+    _script,
     check_resumed,
     fault_node,
     run_job,
@@ -195,6 +200,48 @@ async def test_rank_blocked_on_a_fifo_blames_its_node(
     advice = attempts[0].get("advice") or {}
     checks.expect(node in (advice.get("exclusions") or []), f"the retry excludes {node}", advice)
     checks.expect(node not in (attempts[1]["nodes"] if len(attempts) > 1 else [node]), "attempt 1 ran elsewhere", None)
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_observe_mode_captures_the_stacks_and_sends_nothing(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """The same sleeping rank under an observe-mode policy: the stacks are captured (read-only) and no command is
+    sent; the job keeps hanging until the test cancels it."""
+    env = unique_environment()
+    wctx = lab_context(
+        ctx,
+        env,
+        log_dirs=(str(slurm_framework_lab.test_dir()),),
+        collector_poll_interval=0.3,
+        hang_query_delay=HANG_QUERY_DELAY_SECONDS,
+        stack_capture_pyspy=PYSPY,
+    )
+    comment = _comment(env, max_requeue_times=1).replace('"mode":"act"', '"mode":"observe"')
+    async with running_worker(wctx, slurm_framework_lab):
+        job_id = slurm_framework_lab.submit(
+            _script("ddp.sbatch", comment),
+            PYTHON=torch_python,
+            PROGRAM_DIR=str(EXAMPLES),
+            RDZV_HOST="127.0.0.1",
+            RDZV_PORT=str(_free_port()),
+            TRAIN_ARGS=f"--fault hang --fault-step 7 --pg-timeout {HANG_PG_TIMEOUT_SECONDS}",
+        )
+
+        async def captured() -> dict[str, Any] | None:
+            attempts, _ = await _captured(wctx, job_id)
+            return (attempts[0].get("stackCapture") if attempts else None) or None
+
+        capture = await eventually(captured, timeout=240, what=f"job {job_id}'s stacks captured in observe mode")
+        state = slurm_framework_lab.state(job_id)
+    attempts, _ = await _captured(wctx, job_id)
+    checks = Checks(f"observe mode (job {job_id})")
+    checks.expect(capture.get("mode") == "observe", "taken under the observe-mode Advice", capture.get("mode"))
+    checks.expect(capture.get("status") == "CAPTURED", "captured from every node", capture)
+    checks.expect((capture.get("judgment") or {}).get("rank") == 1, "rank 1 named", capture.get("judgment"))
+    checks.expect(state == "RUNNING", "nothing was sent: the job still runs", state)
+    checks.expect(len(attempts) == 1, "no restart", len(attempts))
     checks.verdict()
 
 
