@@ -75,8 +75,9 @@ async def _captured(ctx: AppContext, job_id: int) -> tuple[list[dict[str, Any]],
         body = response.json()
         assert response.status_code == 200 and not body.get("errors"), body
         rest = await api.http.get(f"/v1/jobs/by-scheduler-id/{job_id}")
-        assert rest.status_code == 200, rest.text
-    return body["data"]["job"]["attempts"]["nodes"], rest.json()["attempts"]
+        assert rest.status_code in {200, 404}, rest.text  # 404: not registered yet
+    job = body["data"]["job"]
+    return (job["attempts"]["nodes"] if job else []), (rest.json()["attempts"] if rest.status_code == 200 else [])
 
 
 async def _hang(ctx: AppContext, lab: SlurmLab, python: str, fault: str, step: int = 7) -> tuple[Any, Checks, dict]:
