@@ -25,6 +25,7 @@ PROBE_SOURCE = (Path(__file__).resolve().parents[1] / "app" / "evidence" / "stac
 MARK = "RECOVERY-STACK-PROBE "
 MAX_TIMEOUT = 60.0
 TEXT_CAP = 16_000  # bytes of one command's output kept (py-spy per process, nvidia-smi per node)
+PER_NODE_MAX = 16  # allocations up to this size get one srun per node (see capture)
 GRACE = 1.5  # seconds srun gets to end the step after SIGTERM, inside the bound
 TOTAL_CAP = 400_000  # bytes of one capture's stored reports
 
@@ -59,13 +60,16 @@ def srun_path(settings: Settings) -> str:
     return os.path.join(settings.slurm_bin_dir, "srun") if settings.slurm_bin_dir else "srun"
 
 
-def argv_of(settings: Settings, job_id: int | str, nodes: int, srun: str | None = None) -> list[str]:
-    """The one srun command (the probe's per-process budget leaves time for srun's own start and exit)."""
+def argv_of(
+    settings: Settings, job_id: int | str, nodes: int, srun: str | None = None, nodelist: str | None = None
+) -> list[str]:
+    """One srun command (the probe's per-process budget leaves time for srun's own start and exit)."""
     inner = max(1.0, bound(settings) - 4.0)
     return [
         srun or srun_path(settings),
         f"--jobid={job_id}",
         "--overlap",
+        *([f"--nodelist={nodelist}"] if nodelist else []),
         f"--nodes={nodes}",
         f"--ntasks={nodes}",
         "--ntasks-per-node=1",
@@ -97,15 +101,53 @@ async def capture(
     env: Mapping[str, str] | None = None,
 ) -> Capture:
     """Run the probe on every node of the allocation within the bound; never raises. `srun` and `env`: the
-    scheduler adapter's (its Slurm binaries and SLURM_CONF), else from the settings."""
+    scheduler adapter's (its Slurm binaries and SLURM_CONF), else from the settings.
+
+    Up to PER_NODE_MAX nodes get one srun each, in parallel: a node whose slurmd does not answer then costs only
+    its own report (PARTIAL), where one srun for all would wait for it and bring back nothing."""
+    if env is None and settings.slurm_conf:
+        env = {**os.environ, "SLURM_CONF": settings.slurm_conf}
+    if not 1 < len(nodes) <= PER_NODE_MAX:
+        return await _capture_once(settings, job_id, nodes, srun, env, nodelist=None)
+    started = time.monotonic()
+    parts = await asyncio.gather(
+        *(_capture_once(settings, job_id, (node,), srun, env, nodelist=node) for node in nodes)
+    )
+    reports = [r for part in parts for r in part.reports]
+    answered = {str(r.get("node") or "") for r in reports}
+    if len(answered) >= len(set(nodes)):
+        status = CAPTURED
+    elif reports:
+        status = PARTIAL
+    else:
+        status = TIMEOUT if any(part.status == TIMEOUT for part in parts) else FAILED
+    return Capture(
+        status,
+        f"{command_text(job_id, 1, settings).replace('--nodes=1', '--nodelist=<node> --nodes=1')} (one per node)",
+        _ms(started),
+        nodes,
+        reports=reports,
+        ranks=[rank for part in parts for rank in part.ranks],
+        problems=[problem for part in parts for problem in part.problems],
+        bytes=sum(part.bytes for part in parts),
+    )
+
+
+async def _capture_once(
+    settings: Settings,
+    job_id: int | str,
+    nodes: tuple[str, ...],
+    srun: str | None,
+    env: Mapping[str, str] | None,
+    *,
+    nodelist: str | None,
+) -> Capture:
     count = max(1, len(nodes))
     text = command_text(job_id, count, settings)
     started = time.monotonic()
-    if env is None and settings.slurm_conf:
-        env = {**os.environ, "SLURM_CONF": settings.slurm_conf}
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv_of(settings, job_id, count, srun),
+            *argv_of(settings, job_id, count, srun, nodelist),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
