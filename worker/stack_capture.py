@@ -216,12 +216,15 @@ def read_output(out: str, command: str, duration_ms: float, nodes: tuple[str, ..
 
 def rank_stack(node: str, process: dict[str, Any]) -> stacks.RankStack:
     """One process's report as the judgment reads it."""
-    pid = int(process.get("pid") or 0)
-    pyspy = process.get("pyspy") or {}
+    raw_pid = process.get("pid")
+    pid = raw_pid if isinstance(raw_pid, int) else 0  # the report comes from the job's node: nothing is trusted
+    found = process.get("pyspy")
+    pyspy: dict[str, Any] = found if isinstance(found, dict) else {}
     threads = stacks.parse_pyspy(str(pyspy.get("text") or ""))
     rank = process.get("rank")
     flight_seq = None
-    flight = process.get("flight") or {}
+    recorded = process.get("flight")
+    flight: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     if isinstance(flight, dict) and flight.get("b64"):
         try:
             record, why = stacks.read_flight_record(base64.b64decode(str(flight["b64"]), validate=True))
@@ -233,7 +236,9 @@ def rank_stack(node: str, process: dict[str, Any]) -> stacks.RankStack:
         else:
             flight["error"] = why
         flight.pop("b64", None)  # the dump's bytes are not kept; what was read from them is
-    task_states = tuple(str(t.get("state") or "") for t in process.get("threads") or [] if isinstance(t, dict))
+    listed = process.get("threads")
+    threads_seen: list[Any] = listed if isinstance(listed, list) else []
+    task_states = tuple(str(t.get("state") or "")[:2] for t in threads_seen if isinstance(t, dict))
     return stacks.RankStack(
         rank=rank if isinstance(rank, int) else None,
         node=node,

@@ -7,6 +7,7 @@ so re-reading the same bytes after a restart records nothing twice.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -933,6 +934,9 @@ async def record_stack_capture(
     """Store the capture (once per attempt), its judgment's STACK anomaly, and the `stack.captured` audit event."""
     now = now or utcnow()
     judgment = stacks.judge(taken.ranks)
+    if judgment is not None and judgment.blame_node and judgment.node not in set(taken.nodes_asked):
+        # only a node of the attempt's own allocation is ever blamed, whatever a report says it is called
+        judgment = dataclasses.replace(judgment, blame_node=False)
     outliers = [f"rank {judgment.rank}"] if judgment is not None and judgment.rank is not None else []
     groups = stacks.merge(taken.ranks, outliers)
     anomaly = await _record_judgment(session, attempt, judgment, trigger_anomaly_id) if judgment else None
