@@ -25,7 +25,7 @@ import pytest
 
 from app.infra.context import AppContext
 from tests.e2e.harness import eventually, lab_context, running_worker, unique_environment
-from tests.e2e.test_real_pytorch import (
+from tests.e2e.pytorch_jobs import (
     EXAMPLES,
     HANG_PG_TIMEOUT_SECONDS,
     HANG_QUERY_DELAY_SECONDS,
@@ -38,7 +38,7 @@ from tests.e2e.test_real_pytorch import (
     fault_node,
     run_job,
 )
-from tests.e2e.test_real_pytorch import torch_python as real_torch_python
+from tests.e2e.pytorch_jobs import torch_python as real_torch_python
 from tests.plugins.slurm_lab import SlurmLab
 from worker import stack_capture
 
