@@ -22,6 +22,10 @@ the allocation, SLURM_NODEID) at step --fault-step, on the attempts --fault-atte
   --fault nan     that rank's batch turns to NaN: the all-reduced gradients and the loss become nan
   --fault stall   that rank's batch comes from a DataLoader worker that never delivers it (a stuck
                   data pipeline); the others wait in the all-reduce, as with hang
+  --fault sigstop the rank stops itself with SIGSTOP before the step (state T); the others wait in the
+                  gradient all-reduce, as with hang
+  --fault fifo    the rank reads its next batch from a FIFO nobody writes (blocked in the kernel's open of
+                  the FIFO); the others wait in the all-reduce, as with hang
   --fault save    at the checkpoint of step --fault-step that rank's torch.save of its own state fails
                   (an object pickle cannot save); the others wait at the save's barrier, so that
                   checkpoint is never written and the retry resumes from the one before
@@ -55,7 +59,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, default=0.2, help="extra time per step, so a run can be watched")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", "checkpoints"))
     parser.add_argument("--pg-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
-    parser.add_argument("--fault", choices=("none", "raise", "kill", "hang", "stall", "nan", "save"), default="none")
+    faults = ("none", "raise", "kill", "hang", "stall", "nan", "save", "sigstop", "fifo")
+    parser.add_argument("--fault", choices=faults, default="none")
     parser.add_argument("--fault-step", type=int, default=7)
     parser.add_argument("--fault-node", type=int, default=1, help="SLURM_NODEID of the failing process")
     parser.add_argument("--fault-attempts", default="0", help="comma-separated attempt numbers, or 'all'")
@@ -74,6 +79,14 @@ class StalledSamples(torch.utils.data.Dataset[torch.Tensor]):
     def __getitem__(self, index: int) -> torch.Tensor:
         time.sleep(self.seconds)
         return torch.zeros(FEATURES)
+
+
+def read_shard_from(path: Path) -> bytes:
+    """A batch read from a named pipe (a FIFO): it blocks until a writer opens the other end."""
+    if not path.exists():
+        os.mkfifo(path)
+    with open(path, "rb") as pipe:  # noqa: PTH123 - the FIFO's open is where it waits
+        return pipe.read()
 
 
 def newest_checkpoint(directory: Path) -> Path | None:
@@ -128,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 inputs = inputs[:, :-1]  # a batch with one feature too few: the Linear layer refuses it
             elif args.fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            elif args.fault == "sigstop":
+                os.kill(os.getpid(), signal.SIGSTOP)  # stopped until someone sends SIGCONT (nobody does)
+            elif args.fault == "fifo":
+                read_shard_from(directory / f"shard-rank{rank}.fifo")
             elif args.fault == "hang":
                 time.sleep(10 * args.pg_timeout)  # the peers wait in the all-reduce below
             elif args.fault == "stall":  # the batch from a DataLoader worker that waits on its reads

@@ -385,6 +385,7 @@ async def attempt_details(request: Request) -> Response:
         )
         told = (await stories.stories_of_jobs(session, job_ids=[job.id])).get(job.id, [])
         refused_logs = await evidence_queries.refused_log_files(session, attempt_id=attempt.id, job_id=job.id)
+        stack_capture = await evidence_queries.stack_capture_of_attempt(session, attempt_id=attempt.id)
     mine = next((t for t in told if t.attempt.id == attempt.id), None)
     caused_by = next((t for t in told if t.next_attempt is not None and t.next_attempt.id == attempt.id), None)
     raw = attempt_json(
@@ -418,6 +419,7 @@ async def attempt_details(request: Request) -> Response:
             "now": utcnow(),
             "self_url": current_url(request, with_query=False),
             "refused_logs": refused_logs,
+            "stack_capture": stack_capture,
         },
         partial="_attempt_details.html",
     )

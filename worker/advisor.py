@@ -242,7 +242,7 @@ class Advisor(Service):
             signals += [
                 Signal(attempt_id, anomaly_id)
                 for anomaly_id, attempt_id, kind in anomalies
-                if kind in evidence_queries.DECIDED_KINDS
+                if kind in evidence_queries.DECIDED_KINDS or kind == evidence_queries.STACK
             ]
         return signals, feed_to, anomaly_to
 
@@ -268,10 +268,22 @@ class Advisor(Service):
                 if signal.anomaly_id is not None
                 else None
             )
+            stack_ref: list[str] = []
+            if anomaly is not None and anomaly.kind == evidence_queries.STACK:
+                # the stacks re-weigh the signal that made Recovery end the attempt; they are not a signal of their own
+                stack_ref = [f"stacks:anomaly:{anomaly.id}"]
+                trigger = (anomaly.details or {}).get("triggerAnomalyId")
+                anomaly = (
+                    await evidence_queries.get_anomaly(session, anomaly_id=trigger)
+                    if isinstance(trigger, int)
+                    else None
+                )
             found = await self._failure(session, attempt, anomaly)
             if found is None:
                 return 0
             failure, consequence_only = found
+            if stack_ref:
+                failure = replace(failure, evidence_refs=(*failure.evidence_refs, *stack_ref))
             if self._await_origin(signal, failure, consequence_only):
                 return 0  # decided once the line naming the failed process is read, or the wait is over
             if self._await_allocation(signal, attempt, failure):
@@ -449,6 +461,7 @@ class Advisor(Service):
         for row in seen:
             if row.kind not in (evidence_service.CRASH, evidence_queries.AFTER_RECOVERY_ACTED):
                 named |= anomaly_nodes(row)
+        stack_note = next((row.message for row in reversed(seen) if row.kind == evidence_queries.STACK), None)
         summary = await evidence_queries.checkpoint_summary(session, attempt_ids=[attempt.id])
         saved, iteration = summary.get(attempt.id, (0, None))
         state = attempt.state
@@ -475,6 +488,7 @@ class Advisor(Service):
                 outlook=cause.outlook,
                 signature=cause.signature,
                 iteration=cause.iteration,
+                stack_note=stack_note,
             )
             return scheduler_failure, cause.consequence_only
         assert anomaly is not None  # use_state holds when there is no anomaly
@@ -494,6 +508,7 @@ class Advisor(Service):
             outlook=cause.outlook if crash else None,
             signature=cause.signature if crash else None,
             iteration=cause.iteration if crash else None,
+            stack_note=stack_note,
         )
         return failure, crash and cause.consequence_only
 

@@ -51,6 +51,8 @@ from app.domain.control.planner import (
 from app.domain.decision.advice import Rule
 from app.domain.decision.checkpoint_rules import release_block_reason
 from app.domain.decision.gate import ActionKind, GateAnswer, GateQuestion, GateReason, may_send
+from app.evidence import queries as evidence_queries
+from app.evidence import service as evidence_service
 from app.fleet import service as fleet_service
 from app.infra.context import AppContext
 from app.infra.db import Session, utcnow
@@ -59,7 +61,7 @@ from app.jobs import queries as job_queries
 from app.slurm.adapter import JobLookup, JobTarget, Scheduler, job_target
 from app.slurm.errors import OperationDisabled, SchedulerError, require_observation
 from app.slurm.records import CommandResult, SlurmJob, Snapshot
-from worker import singleton
+from worker import singleton, stack_capture
 from worker.milestones import Sent, run_command
 from worker.service import Service
 
@@ -73,6 +75,7 @@ MAX_PASSES_PER_TICK = 12  # a RESTART needs 3 commands; bounded so one tick cann
 DUE_BATCH = 200
 BACKOFF_BASE = 1.0  # seconds; doubles per consecutive transient failure of one Advice
 BACKOFF_MAX = 60.0
+STACK_WEIGH_WAIT = 30.0  # seconds the controller waits for the advisor to weigh a node the stacks blame
 
 
 def backoff_delay(failures: int | None) -> dt.timedelta:
@@ -249,6 +252,8 @@ class Controller(Service):
         if not observed:
             await self._backoff(advice_id, note)
             return 0
+        if await self.stacks_first(advice_id, state, obs):
+            return 0  # the advisor weighs the node the stacks blame before the attempt is ended
         target = command_target(advice.slurm_job_id, snapshot.get(advice.slurm_job_id), array)
         if target is None:
             await self._backoff(
@@ -311,6 +316,66 @@ class Controller(Service):
             if await self.fleet_held(session, advice=advice, in_flight=bool(milestones), now=now):
                 return 0
         return await self.execute(advice_id, state, step, target, gate=answer.record)
+
+    async def stacks_first(self, advice_id: int, state: AdviceState, obs: JobObservation | None) -> bool:
+        """Capture every rank's stack once before the attempt is ended (worker/stack_capture.py); True while this pass
+        must wait for the advisor to weigh the node the stacks blame (bounded by STACK_WEIGH_WAIT)."""
+        running = obs is not None and obs.state.upper() == "RUNNING" and obs.restart_count == state.attempt_index
+        if not self.settings.stack_capture or not running or state.operation not in {"RESTART", "TERMINATE"}:
+            return False
+        assert obs is not None
+        async with self.ctx.sessions() as session:
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
+            if advice is None:
+                return False
+            existing = await evidence_queries.stack_capture_of_attempt(session, attempt_id=advice.attempt_id)
+        if existing is not None:
+            blamed = existing.anomaly_id is not None and (existing.judgment or {}).get("blameNode")
+            weighed = f"stacks:anomaly:{existing.anomaly_id}" in (advice.evidence or {}).get("refs", [])
+            young = utcnow() - existing.captured_at < dt.timedelta(seconds=STACK_WEIGH_WAIT)
+            return bool(blamed and not weighed and young)
+        binary = getattr(self.scheduler, "binary", None)  # the CLI adapter's Slurm binaries and environment
+        taken = await stack_capture.capture(
+            self.settings,
+            job_id=advice.slurm_job_id,
+            nodes=obs.nodes,
+            srun=binary("srun") if callable(binary) else None,
+            env=getattr(self.scheduler, "env", None),
+        )
+        log.info(
+            "controller: stacks of job %s %s in %.0f ms (%s)",
+            advice.slurm_job_id,
+            taken.status,
+            taken.duration_ms,
+            "; ".join(taken.problems[:3]) or "no problem",
+        )
+        async with self.ctx.sessions() as session, session.begin():
+            advice = await advice_queries.get_advice(session, advice_id=advice_id)
+            attempt = await job_queries.get_attempt(session, attempt_id=advice.attempt_id) if advice else None
+            if advice is None or attempt is None:
+                return False
+            row = await evidence_service.record_stack_capture(
+                session,
+                attempt=attempt,
+                advice_id=advice.id,
+                mode=advice.mode,
+                trigger_anomaly_id=advice.anomaly_id,
+                taken=evidence_service.TakenStacks(
+                    status=taken.status,
+                    command=taken.command,
+                    duration_ms=taken.duration_ms,
+                    bytes=taken.bytes,
+                    nodes_asked=taken.nodes_asked,
+                    nodes_answered=taken.nodes_answered,
+                    ranks=taken.ranks,
+                    reports=taken.reports,
+                    problems=taken.problems,
+                ),
+            )
+            judgment = row.judgment or {}
+            if judgment.get("sentence"):
+                await advice_service.cite_stacks(session, advice=advice, sentence=str(judgment["sentence"]), ref=None)
+            return bool(row.anomaly_id is not None and judgment.get("blameNode"))
 
     def gate_question(self, kind: ActionKind, job: Job | None, advice: Advice) -> GateQuestion:
         """What the one gate reads for a command of this Advice: the ceiling, the job now, the mode it was decided

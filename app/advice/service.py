@@ -454,6 +454,17 @@ def command_text(step: Step, job_id: int | str) -> str:
 # ---------------------------------------------------------------- reconciliation status
 
 
+async def cite_stacks(session: AsyncSession, *, advice: Advice, sentence: str, ref: str | None) -> None:
+    """The Advice's reason names what the stacks captured before acting showed (same generation: a citation, not a
+    decision; a blamed node reaches the exclusions through the advisor)."""
+    text = f"Stacks before acting: {sentence}"
+    if text not in (advice.reason or ""):
+        advice.reason = f"{advice.reason} {text}".strip() if advice.reason else text
+    if ref:
+        advice.evidence = _refs(advice.evidence, [ref])
+    await announce(session, advice=advice, payload={"change": "stacks"})
+
+
 async def keep_pending(
     session: AsyncSession, *, advice: Advice, reason: str | None, message: str, now: dt.datetime
 ) -> bool:

@@ -22,7 +22,7 @@ from app.domain.decision.rootcause import decided_anomaly
 from app.domain.fleetwide.trust import BUDGET_EXCEEDED, STORM_PAUSED
 from app.domain.presentation.story import AdviceFact, AnomalyFact, AttemptFacts, NextFact, Story, tell
 from app.evidence.models import Anomaly, Checkpoint
-from app.evidence.queries import DECIDED_KINDS
+from app.evidence.queries import DECIDED_KINDS, STACK
 from app.infra.sql import rows_in, scalars_in
 from app.jobs.models import Attempt, Job
 
@@ -114,6 +114,12 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         newest[x.attempt_id] = x  # ordered by id: the newest wins
         by_id[x.id] = x
     anomalies = {attempt_id: cited_anomaly(advice.get(attempt_id), by_id) or x for attempt_id, x in newest.items()}
+    stacks_said = {  # what the stacks captured before Recovery acted showed (the judgment's sentence)
+        x.attempt_id: x.message
+        for x in await scalars_in(
+            session, select(Anomaly).where(Anomaly.kind == STACK).order_by(Anomaly.id), Anomaly.attempt_id, ids
+        )
+    }
     loaded: dict[int, Checkpoint] = {}
     for c in await scalars_in(
         session,
@@ -159,6 +165,7 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
             resumed_iteration=loaded[a.id].iteration if a.id in loaded else None,
             adopted=a.adopted_at is not None,
             saved_iteration=saved_so_far.get(a.id),
+            stacks=stacks_said.get(a.id),
         )
         result[a.job_id].append(Told(a, tell(facts), adv, anomalies.get(a.id), nxt))
     return result

@@ -57,6 +57,7 @@ class Loaders:
         self.anomaly = keyed(evidence_queries.anomalies_by_ids)
         self.advice = keyed(advice_queries.advice_by_ids)
         self.advice_of_attempt = keyed(advice_queries.advice_of_attempts, "attempt_ids")
+        self.stack_capture_of_attempt = keyed(evidence_queries.stack_captures_of_attempts, "attempt_ids")
         self.milestones = keyed(advice_queries.milestones_of_advice, "advice_ids", list)
         self.audit_event = keyed(audit_queries.events_by_ids)
         self.stories = keyed(stories.stories_of_jobs, "job_ids", list)  # job id -> [Told] in attempt order

@@ -121,7 +121,8 @@ STORY = {
     ],
     "description": "One plain sentence: what happened, what Recovery decided, whether it happened.",
 }
-ATTEMPT = openapi_object(job_models.ATTEMPT, {"story": STORY})
+STACK_CAPTURE = {**openapi_object(evidence_models.STACK_CAPTURE), "type": ["object", "null"]}  # null: none taken
+ATTEMPT = openapi_object(job_models.ATTEMPT, {"story": STORY, "stackCapture": STACK_CAPTURE})
 MILESTONE = openapi_object(advice_models.SCHEDULER_ACTION)
 ADVICE = openapi_object(
     advice_models.ADVICE,

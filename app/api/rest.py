@@ -31,6 +31,7 @@ from app.domain.control.identity import (
 from app.domain.edge import bounds
 from app.domain.edge.cursor import MAX_CURSOR_LENGTH, CursorError
 from app.domain.presentation.story import OUTCOMES
+from app.evidence import queries as evidence_queries
 from app.evidence import read_model as evidence_models
 from app.fleet import queries as fleet_queries
 from app.fleet import read_model as fleet_models
@@ -143,6 +144,7 @@ _WORKFLOW = rest_json(job_models.WORKFLOW)
 _ADVICE = rest_json(advice_models.ADVICE)
 _RECONCILIATION = rest_json(advice_models.RECONCILIATION)
 milestone_json = rest_json(advice_models.SCHEDULER_ACTION)
+stack_capture_json = rest_json(evidence_models.STACK_CAPTURE)
 audit_json = rest_json(audit_models.AUDIT_EVENT)
 workflow_json = _WORKFLOW
 
@@ -267,6 +269,7 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
             session, ids=[a.workflow_id for a in page.items if a.workflow_id]
         )
         told = await stories.stories_of_jobs(session, job_ids=sorted({a.job_id for a in page.items}))
+        captures = await evidence_queries.stack_captures_of_attempts(session, attempt_ids=[a.id for a in page.items])
     by_attempt = {t.attempt.id: t for rows in told.values() for t in rows}
     attempts = [
         {
@@ -274,6 +277,7 @@ async def jobs_by_scheduler_id(request: Request, ctx: AppContext) -> Response:
                 a, jobs.get(a.job_id), workflows.get(a.workflow_id) if a.workflow_id else None, ctx.settings
             ),
             "story": story_json(by_attempt.get(a.id)),
+            "stackCapture": stack_capture_json(captures[a.id]) if a.id in captures else None,
         }
         for a in page.items
     ]

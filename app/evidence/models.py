@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.infra.db import Base, BigId, UTCDateTime, utcnow
@@ -125,3 +125,31 @@ class PendingLogEvent(Base):
     tries: Mapped[int] = mapped_column(Integer, default=0)
     next_try_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     read_time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class StackCapture(Base):
+    """Every rank's stack, state and flight-recorder position, taken right before Recovery ended a RUNNING attempt."""
+
+    __tablename__ = "stack_captures"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    # One capture per attempt: the first time Recovery was about to end it (act or observe mode).
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), unique=True)
+    advice_id: Mapped[int | None] = mapped_column(BigId)
+    status: Mapped[str] = mapped_column(String(16))  # CAPTURED | PARTIAL | FAILED | TIMEOUT
+    mode: Mapped[str | None] = mapped_column(String(16))  # the Advice's mode when it was taken (act | observe)
+    command: Mapped[str] = mapped_column(Text)
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    bytes: Mapped[int] = mapped_column(BigId, default=0)
+    nodes_asked: Mapped[list[str]] = mapped_column(JSON, default=list)
+    nodes_answered: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # [{"rank", "node", "pid", "state", "wchan", "frames": [{"func", "file", "line"}], "error", ...}]
+    ranks: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # merged stacks: [{"ranks", "nodes", "where", "state", "wchan", "frames", "outlier"}]
+    groups: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    judgment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # the nodes' raw reports (py-spy and nvidia-smi text, bounded; flight-recorder positions, never its bytes)
+    reports: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    problems: Mapped[list[str]] = mapped_column(JSON, default=list)
+    anomaly_id: Mapped[int | None] = mapped_column(BigId)  # the anomaly the judgment recorded, if any
+    captured_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

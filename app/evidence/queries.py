@@ -10,13 +10,16 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent, StackCapture
 from app.infra.pagination import Page, PageRequest, paginate
 from app.infra.sql import by_ids, first_per_group, rows_in, scalars_in
 from app.jobs.models import Attempt
 
 # Anomaly kinds the advisor decides on.
 DECIDED_KINDS = ("CRASH", "NO_PROGRESS", "SLOWDOWN")
+# The judgment of a stack capture (app/evidence/stack_captures.py): re-weighs the attempt with the anomaly that made
+# Recovery end it (its node joins the blamed nodes), never decided on by itself.
+STACK = "STACK"
 # A crash line printed after Recovery sent requeue-hold or cancel for its attempt: the ending Recovery
 # caused, kept for the record and shown apart, never decided on and never a root cause.
 AFTER_RECOVERY_ACTED = "AFTER_RECOVERY_ACTED"
@@ -295,3 +298,19 @@ async def refused_log_files(session: AsyncSession, *, attempt_id: int, job_id: i
         )
     )
     return {path: reason for path, reason in rows.all() if reason}
+
+
+# ---- stack captures -----------------------------------------------------------------------------
+
+
+async def stack_capture_of_attempt(session: AsyncSession, *, attempt_id: int) -> StackCapture | None:
+    """The attempt's stack capture, if one was taken."""
+    return await session.scalar(select(StackCapture).where(StackCapture.attempt_id == attempt_id))
+
+
+async def stack_captures_of_attempts(session: AsyncSession, *, attempt_ids: Sequence[int]) -> dict[int, StackCapture]:
+    """Stack captures by attempt id."""
+    if not attempt_ids:
+        return {}
+    rows = await session.scalars(select(StackCapture).where(StackCapture.attempt_id.in_(list(attempt_ids))))
+    return {row.attempt_id: row for row in rows}

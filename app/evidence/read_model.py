@@ -105,3 +105,72 @@ ANOMALY = ReadModel(
         Field("detected_at", dt.datetime, rest=False),
     ),
 )
+
+
+def merged_stacks(row: Any) -> str:
+    """The capture's merged stacks in one line: "ranks 0, 2: `x` in `a.py:1`; rank 1: `y` in `b.py:2`"."""
+    parts = []
+    for group in row.groups or []:
+        ranks = [str(r) for r in group.get("ranks") or []]
+        numbers = [r.removeprefix("rank ") for r in ranks]
+        ranked = all(r.startswith("rank ") for r in ranks)
+        who = (("ranks " if len(numbers) > 1 else "rank ") + ", ".join(numbers)) if ranked else ", ".join(ranks)
+        parts.append(f"{who}: {group.get('where')}" + (" (outlier)" if group.get("outlier") else ""))
+    return "; ".join(parts)
+
+
+def _judged(key: str) -> Any:
+    def read(row: Any) -> str | None:
+        value = (row.judgment or {}).get(key)
+        return str(value) if value is not None else None
+
+    return read
+
+
+STACK_CAPTURE = ReadModel(
+    "StackCapture",
+    (
+        _ID,
+        Field(
+            "status",
+            str,
+            description="CAPTURED (every node answered), PARTIAL (some did), FAILED or TIMEOUT (none did; recovery "
+            "went on as before).",
+            choices=("CAPTURED", "PARTIAL", "FAILED", "TIMEOUT"),
+        ),
+        Field("mode", str, nullable=True, description="The Advice's mode when the stacks were taken (act or observe)."),
+        Field("command", str, description="The srun command that ran the probe on every node."),
+        Field(
+            "duration_ms", float, description="How long the capture took (bounded by RECOVERY_STACK_CAPTURE_TIMEOUT)."
+        ),
+        Field("bytes", int, description="Bytes the nodes answered."),
+        Field("nodes_asked", (list, str)),
+        Field("nodes_answered", (list, str)),
+        Field("merged", str, source=merged_stacks, description="Identical stacks grouped with their rank list."),
+        Field(
+            "groups",
+            (list, dict),
+            description="Merged stacks: {ranks, nodes, where, state, wchan, frames, outlier}, largest group first.",
+        ),
+        Field(
+            "ranks",
+            (list, dict),
+            description="Every process seen: {rank, node, pid, state (R/S/D/T), wchan, frames, where, error}.",
+        ),
+        Field(
+            "judgment",
+            dict,
+            nullable=True,
+            description="The rank that held the others back: {rank, node, where, why, outlook, blameNode, sentence}.",
+        ),
+        Field("sentence", str, nullable=True, source=_judged("sentence"), description="The judgment in one sentence."),
+        Field("problems", (list, str), description="What could not be read (a node that did not answer, permissions)."),
+        Field(
+            "reports",
+            (list, dict),
+            graphql=False,
+            description="The nodes' raw reports (py-spy and nvidia-smi text, bounded; flight-recorder positions).",
+        ),
+        Field("captured_at", dt.datetime),
+    ),
+)

@@ -7,6 +7,7 @@ so re-reading the same bytes after a restart records nothing twice.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -23,12 +24,12 @@ from app.audit import service as audit
 from app.domain.control import states
 from app.domain.decision import rootcause
 from app.domain.detection import association as assoc
-from app.domain.detection import line_nodes, slowdown
+from app.domain.detection import line_nodes, slowdown, stacks
 from app.domain.detection.hang import ProgressState
 from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker
 from app.evidence import queries as evidence_queries
-from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
-from app.evidence.queries import AFTER_RECOVERY_ACTED
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent, StackCapture
+from app.evidence.queries import AFTER_RECOVERY_ACTED, STACK
 from app.feed import service as feed
 from app.infra import metrics
 from app.infra.db import dialect_of, utcnow
@@ -880,3 +881,135 @@ async def _windows_of(session: AsyncSession, job_id: int | None) -> list[assoc.A
         return []
     rows = await job_queries.attempts_of(session, job_id=job_id)
     return [assoc.AttemptWindow(a.attempt_index, a.start_time, a.end_time) for a in rows]
+
+
+# ---- stack captures (before Recovery ends a RUNNING attempt: worker/stack_capture.py) ------------------------
+
+CATEGORY = "stack_outlier"
+DETECTOR = "stack"
+
+
+@dataclass(frozen=True)
+class TakenStacks:
+    """What the worker's capture returned, as stored."""
+
+    status: str
+    command: str
+    duration_ms: float
+    bytes: int
+    nodes_asked: Sequence[str]
+    nodes_answered: Sequence[str]
+    ranks: Sequence[stacks.RankStack]
+    reports: list[dict[str, Any]]
+    problems: Sequence[str]
+
+
+def rank_json(stack: stacks.RankStack) -> dict[str, Any]:
+    """One rank as stored."""
+    return {
+        "rank": stack.rank,
+        "node": stack.node,
+        "pid": stack.pid,
+        "state": stack.state,
+        "wchan": stack.wchan,
+        "threads": stack.threads,
+        "threadStates": list(stack.thread_states),
+        "frames": [f.to_json() for f in stack.frames],
+        "where": stacks.describe(stack),
+        "error": stack.error,
+        "flightSeq": stack.flight_seq,
+    }
+
+
+async def record_stack_capture(
+    session: AsyncSession,
+    *,
+    attempt: Attempt,
+    advice_id: int | None,
+    mode: str | None,
+    trigger_anomaly_id: int | None,
+    taken: TakenStacks,
+    now: dt.datetime | None = None,
+) -> StackCapture:
+    """Store the capture (once per attempt), its judgment's STACK anomaly, and the `stack.captured` audit event."""
+    now = now or utcnow()
+    judgment = stacks.judge(taken.ranks)
+    if judgment is not None and judgment.blame_node and judgment.node not in set(taken.nodes_asked):
+        # only a node of the attempt's own allocation is ever blamed, whatever a report says it is called
+        judgment = dataclasses.replace(judgment, blame_node=False)
+    outliers = [f"rank {judgment.rank}"] if judgment is not None and judgment.rank is not None else []
+    groups = stacks.merge(taken.ranks, outliers)
+    anomaly = await _record_judgment(session, attempt, judgment, trigger_anomaly_id) if judgment else None
+    row = StackCapture(
+        attempt_id=attempt.id,
+        advice_id=advice_id,
+        status=taken.status,
+        mode=mode,
+        command=taken.command,
+        duration_ms=taken.duration_ms,
+        bytes=taken.bytes,
+        nodes_asked=list(taken.nodes_asked),
+        nodes_answered=list(taken.nodes_answered),
+        ranks=[rank_json(s) for s in taken.ranks],
+        groups=[g.to_json() for g in groups],
+        judgment=judgment.to_json() if judgment else None,
+        reports=taken.reports,
+        problems=list(taken.problems)[:50],
+        anomaly_id=anomaly.id if anomaly is not None else None,
+        captured_at=now,
+    )
+    session.add(row)
+    await session.flush()
+    merged = stacks.merged_text(groups)
+    said = judgment.sentence if judgment else (merged or "no stack")
+    await audit.record(
+        session,
+        component="controller",
+        event_type="stack.captured",
+        level="INFO" if taken.status == "CAPTURED" else "WARNING",
+        message=f"attempt {attempt.slurm_job_id}/{attempt.attempt_index}: stacks {taken.status} "
+        f"in {taken.duration_ms / 1000:.1f} s: {said}",
+        payload={
+            "captureId": row.id,
+            "status": taken.status,
+            "command": taken.command,
+            "durationMs": taken.duration_ms,
+            "bytes": taken.bytes,
+            "nodesAsked": list(taken.nodes_asked),
+            "nodesAnswered": list(taken.nodes_answered),
+            "merged": merged,
+            "judgment": row.judgment,
+            "problems": row.problems,
+            "mode": mode,
+        },
+        cluster=attempt.cluster,
+        slurm_job_id=attempt.slurm_job_id,
+        attempt_index=attempt.attempt_index,
+        workflow_id=attempt.workflow_id,
+        produced_at=now,
+    )
+    return row
+
+
+async def _record_judgment(
+    session: AsyncSession, attempt: Attempt, judgment: stacks.Judgment, trigger_anomaly_id: int | None
+) -> Anomaly | None:
+    blamed = (
+        [{"node": judgment.node, "provenance": stacks.PROVENANCE, "detail": f"rank {judgment.rank}: {judgment.why}"}]
+        if judgment.blame_node
+        else None
+    )
+    return await record_anomaly(
+        session,
+        attempt=attempt,
+        kind=STACK,
+        category=CATEGORY,
+        detector=DETECTOR,
+        event_key=derived_key("stack", attempt.id),
+        message=judgment.sentence,
+        node=judgment.node if judgment.blame_node else None,
+        line=f"rank {judgment.rank} on {judgment.node}: {judgment.where} ({judgment.why})",
+        details={**judgment.to_json(), "triggerAnomalyId": trigger_anomaly_id},
+        outlook=judgment.outlook,
+        blamed_nodes=blamed,
+    )

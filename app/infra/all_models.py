@@ -2,7 +2,7 @@
 
 from app.advice.models import Advice, SchedulerAction
 from app.audit.models import AuditEvent
-from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent
+from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent, StackCapture
 from app.feed.models import ChangeFeedEntry
 from app.fleet.models import BudgetExtension, ClusterPause, NodeBlame, NodeStanding, RecoveryHold, RestartGrant
 from app.infra.db import Base
@@ -28,6 +28,7 @@ __all__ = [
     "Notification",
     "NotificationDelivery",
     "PendingLogEvent",
+    "StackCapture",
     "Policy",
     "RecoveryHold",
     "RestartGrant",

@@ -314,6 +314,23 @@ class Settings:
         _float,
         "Seconds one checkpoint check may take (read-only walk, at most 5000 entries); past it the check is UNCHECKED.",
     )
+    stack_capture: bool = setting(
+        True,
+        _bool,
+        "Capture every rank's stack (py-spy, state, nvidia-smi, NCCL flight recorder) through `srun --overlap` "
+        "before ending a hung, stalled or partly failed RUNNING attempt (observe mode too); fail-open.",
+    )
+    stack_capture_timeout: float = setting(
+        20.0,
+        _float,
+        "Seconds the stack capture may take in all (at most 60); past it the capture is TIMEOUT and recovery goes on.",
+    )
+    stack_capture_pyspy: str = setting(
+        "py-spy", _str, "py-spy on the job's nodes: a path, or a name looked up on the node's PATH (empty: none)."
+    )
+    stack_capture_python: str = setting(
+        "python3", _str, "The Python interpreter on the job's nodes that runs the stack probe (stdlib only)."
+    )
     watchdog_mode: str = setting(
         "observe",
         _choice("observe", "act"),

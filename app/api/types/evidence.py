@@ -13,9 +13,11 @@ from app.evidence import read_model
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
     from app.evidence.models import Anomaly as AnomalyRow
     from app.evidence.models import Checkpoint as CheckpointRow
+    from app.evidence.models import StackCapture as StackCaptureRow
 else:  # strawberry resolves annotations at run time: a row is opaque to it
     AnomalyRow = Any
     CheckpointRow = Any
+    StackCaptureRow = Any
 
 
 @graphql_fields(read_model.CHECKPOINT)
@@ -54,6 +56,20 @@ class Anomaly(Node):
             for e in (self.row.blamed_nodes or [])
             if isinstance(e, dict) and e.get("node")
         ]
+
+    @strawberry.field
+    async def attempt(self, info: Info) -> AttemptRef:
+        return await attempt_of(info, self.row.attempt_id)
+
+
+@graphql_fields(read_model.STACK_CAPTURE)
+@strawberry.type(
+    description="Every rank's stack, state and wait channel (py-spy, /proc, nvidia-smi, NCCL flight recorder), taken "
+    "right before Recovery ended a hung, stalled or partly failed RUNNING attempt, with the merged stacks and the "
+    "rank that held the others back."
+)
+class StackCapture(Node):
+    row: strawberry.Private[StackCaptureRow]
 
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:

@@ -12,7 +12,7 @@ from app.api.connections import AUDIT, NESTED, Connection, nested_connection, pa
 from app.api.derive import graphql_fields
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent, audit_event
-from app.api.types.evidence import Anomaly, Checkpoint
+from app.api.types.evidence import Anomaly, Checkpoint, StackCapture
 from app.api.types.goodput import Goodput, goodput_of
 from app.api.types.node import Info, Node, loaders_of, mode_now, register, workflow_of
 from app.api.types.story import Story
@@ -183,6 +183,14 @@ class Attempt(Node):
     async def advice(self, info: Info) -> Advice | None:
         row = await loaders_of(info).advice_of_attempt.load(self.row.id)
         return Advice(row=row) if row else None
+
+    @strawberry.field(
+        description="Every rank's stack, taken right before Recovery ended this attempt while it was RUNNING (a hang, "
+        "a slowdown, a partial failure); null when none was taken."
+    )
+    async def stack_capture(self, info: Info) -> StackCapture | None:
+        row = await loaders_of(info).stack_capture_of_attempt.load(self.row.id)
+        return StackCapture(row=row) if row else None
 
     @strawberry.field(
         description="Recognised checkpoint save/load lines, newest first (evidence, not proof of loadability)."

@@ -69,6 +69,8 @@ class Failure:
     outlook: str | None = None
     signature: str | None = None
     iteration: int | None = None
+    # What the ranks' stacks showed before Recovery ended the attempt (app.domain.detection.stacks), if captured.
+    stack_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,12 @@ def _stop_tail(operation: Operation) -> str:
 
 
 def describe_failure(failure: Failure) -> str:
-    """A short human description of what happened to the attempt."""
+    """A short human description of what happened to the attempt, with what its stacks showed when captured."""
+    said = _describe_failure(failure)
+    return f"{said} (stacks: {failure.stack_note})" if failure.stack_note else said
+
+
+def _describe_failure(failure: Failure) -> str:
     prefix = f"attempt {failure.attempt_index}"
     if failure.kind is FailureKind.SCHEDULER_FAILURE:
         state = (failure.state or "UNKNOWN").upper()

@@ -91,6 +91,7 @@ class AttemptFacts:
     resumed_iteration: int | None = None
     adopted: bool = False  # it ended before this installation was watching (app/domain/admission/adoption.py)
     saved_iteration: int | None = None  # the newest checkpoint saved by this job up to this attempt (from its logs)
+    stacks: str | None = None  # the stacks taken before Recovery ended it: which rank held the others back, where
 
 
 # The adoption rule in the story's words (admission/adoption.py NOT_ACTED_ON; no sibling group is imported here).
@@ -191,6 +192,8 @@ def _stopped(facts: AttemptFacts) -> str:
 def tell(facts: AttemptFacts) -> Story:
     """The story of one attempt (see the module docstring)."""
     happened = _happened(facts)
+    if facts.stacks:
+        happened = f"{happened} (stacks: {facts.stacks})"
     advice = facts.advice
     state = facts.state.upper()
     if advice is None:
