@@ -94,9 +94,11 @@ def test_recovery_latency_smoke_runs_on_a_lab_of_its_own() -> None:
     figures = assert_ends_with_figures(
         result,
         [
-            "recovery_exit_to_running_vs_requeueexit",
-            "recovery_crash_line_to_release",
-            "recovery_partial_failure_vs_requeueexit",
+            "recovery_requeue_vs_requeueexit_fast",
+            "recovery_twin_vs_requeueexit_fast",
+            "recovery_partial_twin_vs_requeueexit_fast",
+            "recovery_partial_requeue_vs_requeueexit_fast",
+            "recovery_crash_line_to_last_command_fast",
         ],
     )
     # Its own lab has RequeueExit: every figure, the baselines' ratios too, was measured (a nan would mean not).

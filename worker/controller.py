@@ -95,6 +95,7 @@ def observation_of(job: SlurmJob) -> JobObservation:
         excluded_nodes=tuple(job.excluded_nodes),
         nodes=tuple(job.nodes),
         requeue_eligible=job.requeue,
+        expedited=job.expedited_requeue,
     )
 
 

@@ -15,6 +15,7 @@ from app.domain.admission.mode import ENROLLED, Admission, Requested, admission,
 from app.domain.admission.policy import parse_comment
 from app.domain.control import states
 from app.domain.control.identity import SubmissionFingerprint, job_id_reuse_reason
+from app.domain.control.planner import JobObservation, slurm_expedited_hold
 from app.infra import metrics
 from app.infra.config import Settings
 from app.infra.context import AppContext
@@ -321,7 +322,7 @@ class Observer(Service):
             await jobs.update_attempt(session, attempt=latest, job=record, check_adoption=True, **values)
             return
         if latest is not None:
-            await self._close_previous(session, latest, record)
+            await self._close_previous(session, latest, record, job)
         previous = latest
         paths = self._paths_for(job, record, latest_index=index, previous=previous)
         await jobs.create_attempt(
@@ -357,17 +358,33 @@ class Observer(Service):
         stale = {previous.stdout_path, previous.stderr_path} - {None}
         return {name: (None if value in stale else value) for name, value in paths.items()}
 
-    async def _close_previous(self, session: Session, attempt: Attempt, record: Job) -> None:
+    async def _close_previous(self, session: Session, attempt: Attempt, record: Job, job: SlurmJob) -> None:
         """The restart count moved: the previous attempt has ended (it keeps its own record).
 
         When we never saw it end (the requeue came between two ticks), accounting knows how it ended
         (e.g. FAILED with exit code 1 before our requeue-hold); only without accounting is it REQUEUED.
+        An expedited job (25.11+) whose next attempt Slurm holds itself failed by itself: FAILED, so it is decided.
         """
         if attempt.state in states.ENDED:
             if attempt.end_time is None:
                 await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
             return
         final = _final_record(await self._history(record.slurm_job_id, comment=record.comment), attempt.attempt_index)
+        if (final is None or final.state in ("REQUEUED", "PENDING")) and _expedited_hold(job, attempt.attempt_index):
+            # "holding expedited requeue ... as no epilogs failed": no node failure made this requeue, the job's
+            # own failure did (accounting says REQUEUED), and Slurm leaves the next attempt held for good
+            exit_code = final.exit_code if final is not None and final.exit_code is not None else job.exit_code
+            await jobs.update_attempt(
+                session,
+                attempt=attempt,
+                job=record,
+                state="FAILED",
+                exit_code=exit_code if exit_code is not None else attempt.exit_code,
+                end_time=(final.end if final is not None else None) or attempt.end_time or utcnow(),
+                ended_reason="failed by itself: Slurm requeue-held its expedited requeue (--requeue=expedite "
+                "restarts at once only after a node failure or a failed epilog)",
+            )
+            return
         if final is not None and final.state not in ("REQUEUED", "PENDING"):
             await jobs.update_attempt(
                 session,
@@ -493,6 +510,20 @@ class Observer(Service):
                 cluster=self.settings.cluster,
                 payload={"outageSeconds": round(outage, 1)},
             )
+
+
+def _expedited_hold(job: SlurmJob, attempt_index: int) -> bool:
+    """Slurm holds attempt `attempt_index` + 1 of an expedited job itself (it failed without a node failure)."""
+    observation = JobObservation(
+        state=job.state,
+        restart_count=job.restart_count,
+        held=job.held,
+        state_reason=job.state_reason,
+        state_description=job.state_description,
+        priority=job.priority,
+        expedited=job.expedited_requeue,
+    )
+    return slurm_expedited_hold(observation, attempt_index)
 
 
 def _final_record(history: list[AccountingRecord] | None, attempt_index: int) -> AccountingRecord | None:

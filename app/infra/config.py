@@ -575,6 +575,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("RECOVERY_LAB_DBD", "lab", "1: the lab also runs slurmdbd (`--dbd` sets it for lab.sh)."),
     ("RECOVERY_LAB_RESTD", "lab", "1: the lab also runs slurmrestd with JWT auth (`--restd` sets it for lab.sh)."),
     (
+        "RECOVERY_LAB_TIMINGS",
+        "lab",
+        "fast (5 s requeue delay, schedulers every 1-2 s) or default: Slurm's own timings (or `--timings`).",
+    ),
+    (
         "RECOVERY_FAULT_INJECT",
         "tests",
         "`python -m tests.fault_worker` only (not part of the service): kill -9 or pause the worker at a command "

@@ -15,6 +15,9 @@ DEFAULT_LAB_DIR = "/tmp/recovery-lab"
 # "host" runs the host's own Slurm packages; the others name the Debian release whose packages the
 # lab runs (from a root built once with debootstrap when the host's release ships another one)
 SLURM_VERSIONS = ("host", "22.05", "24.11", "26.05")
+# "fast": a requeued job may run 5 s later and the schedulers run every 1-2 s (tests); "default": Slurm's own
+# defaults (cred_expire and, 25.11+, requeue_delay 120 s; sched_interval=60, bf_interval=30), as sites run
+TIMINGS = ("fast", "default")
 
 
 def default_lab_dir() -> str:
@@ -36,18 +39,22 @@ def run(
     slurm: str | None = None,
     restd: bool = False,
     port_offset: int | None = None,
+    timings: str | None = None,
     out: IO[str] = sys.stdout,
 ) -> int:
     """Run one lab action; its stdout (export lines or the status report) goes to `out`, progress to stderr.
 
     `slurm` is one of SLURM_VERSIONS (None: $RECOVERY_LAB_SLURM, else the host's); `port_offset`
     shifts every port (None: $RECOVERY_LAB_PORT_OFFSET, else 0). `down` and `status` act on what
-    the lab directory runs, whatever `slurm` says.
+    the lab directory runs, whatever `slurm` says. `timings` is one of TIMINGS (None: $RECOVERY_LAB_TIMINGS,
+    else fast).
     """
     if action not in ACTIONS:
         raise ValueError(f"unknown lab action {action!r}; expected one of {', '.join(ACTIONS)}")
     if slurm is not None and slurm not in SLURM_VERSIONS:
         raise ValueError(f"unknown Slurm version {slurm!r}; expected one of {', '.join(SLURM_VERSIONS)}")
+    if timings is not None and timings not in TIMINGS:
+        raise ValueError(f"unknown lab timings {timings!r}; expected one of {', '.join(TIMINGS)}")
     env = dict(os.environ)
     env.update(
         RECOVERY_LAB_DIR=lab_dir or default_lab_dir(),
@@ -59,6 +66,8 @@ def run(
         env["RECOVERY_LAB_SLURM"] = slurm
     if port_offset is not None:
         env["RECOVERY_LAB_PORT_OFFSET"] = str(port_offset)
+    if timings is not None:
+        env["RECOVERY_LAB_TIMINGS"] = timings
     # stderr is inherited so progress shows while it works; stdout is captured for `out`
     proc = subprocess.run(["bash", script_path(), action], env=env, stdout=subprocess.PIPE, text=True, check=False)
     out.write(proc.stdout)
@@ -94,6 +103,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port-offset", type=int, default=None, help="added to every port, to run several labs at once (default 0)"
     )
     parser.add_argument(
+        "--timings",
+        choices=TIMINGS,
+        default=None,
+        help="fast (default, $RECOVERY_LAB_TIMINGS): requeued jobs wait 5 s, schedulers every 1-2 s; "
+        "default: Slurm's defaults (120 s requeue delay, sched_interval=60, bf_interval=30)",
+    )
+    parser.add_argument(
         "--lab-dir", default=None, help=f"state directory (default $RECOVERY_LAB_DIR or {DEFAULT_LAB_DIR})"
     )
 
@@ -108,6 +124,7 @@ def run_args(action: str, args: argparse.Namespace) -> int:
         slurm=args.slurm,
         restd=args.restd,
         port_offset=args.port_offset,
+        timings=args.timings,
     )
 
 

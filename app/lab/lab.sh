@@ -31,6 +31,10 @@
 #   RECOVERY_LAB_INSTALL=1               0 = never call apt-get (fail when packages are missing)
 #   RECOVERY_LAB_TIMEOUT=120             seconds to wait for each daemon and the nodes
 #   RECOVERY_LAB_EXTRA_CONF=""           extra slurm.conf lines
+#   RECOVERY_LAB_TIMINGS=fast            fast: a requeued job may start 5 s later (cred_expire=5), the
+#                                        schedulers run every 2 s/1 s; default: Slurm's own defaults
+#                                        (cred_expire 120 s, requeue_delay 120 s on 25.11+, sched_interval=60,
+#                                        bf_interval=30), the timings sites run with
 # stdout carries only eval-able `export ...` lines (up) or the status report (status);
 # progress goes to stderr. Every daemon we start has its pid in $DIR/run/*.pid, and `down`
 # signals only those pids after checking /proc/PID/exe, never by process name; it unmounts
@@ -50,6 +54,7 @@ DB_HOST=${RECOVERY_LAB_DB_HOST:-127.0.0.1}
 DB_PORT=${RECOVERY_LAB_DB_PORT:-3306}
 INSTALL=${RECOVERY_LAB_INSTALL:-1}
 TIMEOUT=${RECOVERY_LAB_TIMEOUT:-120}
+TIMINGS=${RECOVERY_LAB_TIMINGS:-fast}
 CONF=$DIR/etc/slurm.conf
 RUN=$DIR/run
 LOG=$DIR/log
@@ -71,6 +76,8 @@ suite_of() {
     *) return 1 ;;
   esac
 }
+# the release has SchedulerParameters=requeue_delay and expedited requeue (25.11+: here 26.05)
+has_requeue_delay() { [ "$VERSION" = 26.05 ]; }
 version_shift() { case $1 in 24.11) echo 100 ;; 26.05) echo 200 ;; *) echo 0 ;; esac; }
 host_codename() { (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-unknown}") || echo unknown; }
 
@@ -101,7 +108,7 @@ load_labenv() {
   [ -f "$LABENV" ] || return 1
   # shellcheck disable=SC1090
   . "$LABENV"
-  PORT_OFFSET=$LAB_PORT_OFFSET DBD=$LAB_DBD RESTD=$LAB_RESTD
+  PORT_OFFSET=$LAB_PORT_OFFSET DBD=$LAB_DBD RESTD=$LAB_RESTD TIMINGS=${LAB_TIMINGS:-fast}
   RECOVERY_LAB_DB_NAME=$LAB_DB_NAME ROOTS=$LAB_ROOTS
   resolve_version "$LAB_VERSION"
 }
@@ -282,7 +289,20 @@ AccountingStoragePass=$MUNGE_DIR/munge.socket.2"
     acct="AccountingStorageType=accounting_storage/none"
   fi
   # in a root, munged is the lab's own (its socket in the lab dir); on the host, the usual one
-  authinfo="cred_expire=5"
+  # Slurm's defaults (cred_expire 120, no SchedulerParameters) or the lab's fast ones; the release's own
+  # requeue_delay (25.11+; it defaults to cred_expire) is named so that `status` and the config say it
+  local sched ctldparams=""
+  if [ "$TIMINGS" = default ]; then
+    authinfo="cred_expire=120"
+    sched="bf_interval=30,sched_interval=60"
+    has_requeue_delay && sched="$sched,requeue_delay=120"
+  else
+    authinfo="cred_expire=5"
+    sched="bf_interval=1,sched_interval=2"
+  fi
+  # 25.11+: a job submitted with --requeue=expedite is requeued at once (no delay, top priority) on a node failure
+  has_requeue_delay && ctldparams="
+SlurmctldParameters=enable_expedited_requeue"
   if [ "$MODE" = root ]; then
     authinfo="$authinfo,socket=$MUNGE_DIR/munge.socket.2"
     dbd_authinfo="
@@ -310,7 +330,8 @@ SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 CredType=cred/munge
-# a requeued/released job may start cred_expire s later (default 120; 5 is the minimum accepted)
+# a requeued/released job may start cred_expire s later (default 120; 5 is the minimum accepted;
+# 25.11+ requeue_delay, which defaults to it)
 AuthInfo=$authinfo$authalt
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
@@ -331,8 +352,8 @@ JobCompLoc=$LOG/jobcomp.txt
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-# defaults (bf_interval=30, sched_interval=60) delay a released job by up to a minute
-SchedulerParameters=bf_interval=1,sched_interval=2
+# Slurm's defaults (bf_interval=30, sched_interval=60) delay a released job by up to a minute (--timings)
+SchedulerParameters=$sched$ctldparams
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
@@ -419,6 +440,7 @@ LAB_DBD=$DBD
 LAB_RESTD=$RESTD
 LAB_DB_NAME=$DB_NAME
 LAB_ROOTS=$ROOTS
+LAB_TIMINGS=$TIMINGS
 EOF
   mv "$LABENV.new" "$LABENV"
 }
@@ -575,6 +597,7 @@ nodes_ready() { # every configured node registered and usable; resume drained on
 do_up() {
   [ "$(id -u)" = 0 ] || die "must run as root (apt-get, debootstrap, chroot, /run/munge); try sudo -E"
   case $NODES in [1-9]) ;; *) die "RECOVERY_LAB_NODES must be 1..9" ;; esac
+  case $TIMINGS in fast | default) ;; *) die "RECOVERY_LAB_TIMINGS must be fast or default" ;; esac
   resolve_version "$WANT"
   if [ -f "$LABENV" ]; then
     local prev
@@ -694,6 +717,7 @@ do_status() {
   fi
   echo "ports: slurmctld $CTLD_PORT, nodes $((NODE_PORT_BASE + 1))..$((NODE_PORT_BASE + NODES))$([ "$DBD" = 1 ] && echo ", slurmdbd $DBD_PORT")$([ "$RESTD" = 1 ] && echo ", slurmrestd $RESTD_PORT")"
   echo "RECOVERY_SLURM_BIN_DIR=$DIR/bin"
+  echo "timings: $(timings_line)"
   for pf in "$RUN"/*.pid; do
     [ -e "$pf" ] || continue
     name=$(basename "$pf" .pid)
@@ -713,6 +737,25 @@ do_status() {
   fi
   echo "lab is down"
   return 3
+}
+
+# what decides how soon a requeued or released job runs, as slurm.conf says it (the running slurmctld's when it answers)
+timings_line() {
+  local shown cred sched ctld
+  shown=$(Rt 5 scontrol show config 2>/dev/null) || shown=""
+  if [ -n "$shown" ]; then
+    cred=$(printf '%s\n' "$shown" | sed -n 's/^AuthInfo *= *//p' | tr ',' '\n' | sed -n 's/^cred_expire=//p')
+    sched=$(printf '%s\n' "$shown" | sed -n 's/^SchedulerParameters *= *//p')
+    ctld=$(printf '%s\n' "$shown" | sed -n 's/^SlurmctldParameters *= *//p')
+  else
+    cred=$(sed -n 's/^AuthInfo=//p' "$CONF" 2>/dev/null | tr ',' '\n' | sed -n 's/^cred_expire=//p')
+    sched=$(sed -n 's/^SchedulerParameters=//p' "$CONF" 2>/dev/null)
+    ctld=$(sed -n 's/^SlurmctldParameters=//p' "$CONF" 2>/dev/null)
+  fi
+  local delay
+  delay=$(printf '%s\n' "$sched" | tr ',' '\n' | sed -n 's/^requeue_delay=//p')
+  if has_requeue_delay; then delay="requeue_delay ${delay:-${cred:-120}} s"; else delay="no requeue_delay before 25.11"; fi
+  echo "$TIMINGS (cred_expire ${cred:-120} s, $delay, SchedulerParameters=${sched:-(Slurm defaults: sched_interval=60,bf_interval=30)}$([ -n "$ctld" ] && echo ", SlurmctldParameters=$ctld"))"
 }
 
 do_build() {

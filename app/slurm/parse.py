@@ -182,6 +182,11 @@ def load_json(raw: bytes | str) -> dict:
 #   beside the pattern in `standard_output`, `submit_line`, `step_id`.
 # Accounting (`sacct --json`): 22.05's exit codes are always SUCCESS/0; 24.11 marks an attempt
 # ended by a requeue as state ["PENDING", "REQUEUED"], 26.05 as the state it ended in.
+def _expedited(flags: Any) -> bool:
+    """squeue's job flags (a list on v0.0.40+) name EXPEDITED_REQUEUE: the job asked for --requeue=expedite."""
+    return isinstance(flags, list) and "EXPEDITED_REQUEUE" in flags
+
+
 def parse_job(record: dict) -> SlurmJob:
     """One job object of any version; raises (KeyError, TypeError, ValueError) only when it has no usable id."""
     get = record.get
@@ -289,6 +294,7 @@ def parse_job(record: dict) -> SlurmJob:
         het_job_id=het_job_id,
         het_job_offset=het_job_offset,
         dependency=_text(get("dependency")),
+        expedited_requeue=_expedited(get("flags")),
         user_id=_id_number(get("user_id")),
         group_id=_id_number(get("group_id")),
     )
@@ -387,6 +393,7 @@ JOB_FIELDS = (
     "excluded_nodes",
     "hold",
     "dependency",  # singleton_dependency finds the held twin by it
+    "flags",  # EXPEDITED_REQUEUE (25.11+)
     "standard_output",
     "standard_error",
     "stdout_expanded",

@@ -54,6 +54,9 @@ class SlurmJob:
     het_job_id: int | None = None
     het_job_offset: int | None = None
     dependency: str | None = None  # e.g. "singleton(unfulfilled)"; None when the job has none
+    # submitted with --requeue=expedite (25.11+, squeue's flags EXPEDITED_REQUEUE): on a node failure Slurm requeues
+    # it at once by itself; when it fails on its own Slurm requeue-holds it ("holding expedited requeue")
+    expedited_requeue: bool = False
     # The numeric uid/gid the job runs as (squeue's user_id/group_id): whose rights its files are read with.
     user_id: int | None = None
     group_id: int | None = None

@@ -538,3 +538,33 @@ def test_controller_converges_against_simulated_slurm_despite_crashes(
         assert set(exclusions) <= set(slurm.excluded)
         assert effective[0] == "requeue_hold" and "release" in effective
         assert not set(slurm.nodes) & set(exclusions)
+
+
+def expedited_held(rc: int = 1) -> JobObservation:
+    """Slurm's own requeue-hold of an expedited job that failed by itself ("holding expedited requeue")."""
+    return replace(our_held(rc), expedited=True)
+
+
+def test_slurms_hold_of_an_expedited_job_that_failed_by_itself_is_released() -> None:
+    # no milestone of ours: Slurm itself requeue-held attempt 1, where our requeue-hold would have put it
+    assert plan_next_step(restart(excl=("n1",)), expedited_held(), now=NOW).kind is EX
+    step = plan_next_step(restart(excl=()), expedited_held(), now=NOW)
+    assert step.kind is REL and step.idempotency_key == "7:1:release"
+    # after our release the attempt runs: we did bring it back
+    done = plan_next_step(restart(excl=()), obs("RUNNING", 1, expedited=True), now=NOW, milestones=[Milestone(1, REL)])
+    assert (done.kind, done.reason) == (DONE, R.DESIRED_STATE_OBSERVED)
+    # a hold on an expedited job that is not Slurm's requeue-hold, or of another attempt, is never ours to release
+    user = replace(expedited_held(), state_description=None)
+    assert plan_next_step(restart(excl=()), user, now=NOW).kind is WAIT
+    assert plan_next_step(restart(excl=()), replace(our_held(), expedited=False), now=NOW).kind is WAIT
+
+
+def test_slurms_expedited_restart_is_the_retry_wherever_it_runs() -> None:
+    # a node failure: Slurm requeued the expedited job itself and it runs again, even on the node we would exclude
+    for state, nodes in (("RUNNING", ("n1",)), ("COMPLETED", ())):
+        step = plan_next_step(restart(excl=("n1",)), obs(state, 1, nodes=nodes, expedited=True), now=NOW)
+        assert (step.kind, step.reason) == (DONE, R.ALREADY_SATISFIED), step
+        assert "expedited requeue" in step.message
+    # not expedited: the same observation is a restart that went where it must not
+    plain = plan_next_step(restart(excl=("n1",)), obs("RUNNING", 1, nodes=("n1",)), now=NOW)
+    assert (plain.kind, plain.reason) == (ABANDON, R.SUPERSEDED)

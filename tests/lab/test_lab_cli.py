@@ -93,6 +93,35 @@ def test_status_says_which_release_runs_and_lists_daemons(slurm_lab: SlurmLab) -
         assert re.search(rf"^{re.escape(name[:-4])} running pid {pid}$", report, re.M), (name, report)
     assert re.search(rf"^slurm: .*slurm-wlm {re.escape(slurm_lab.release)}\.", report, re.M), report
     assert "PARTITION" in report and "debug*" in report
+    # the timings the running slurmctld has (the shared labs run fast); every 26.05 lab offers expedited requeue
+    delay = "requeue_delay 5 s" if slurm_lab.release == "26.05" else "no requeue_delay before 25.11"
+    assert re.search(rf"^timings: fast \(cred_expire 5 s, {delay}, SchedulerParameters=bf_interval=1,", report, re.M)
+    assert ("SlurmctldParameters=enable_expedited_requeue" in report) == (slurm_lab.release == "26.05"), report
+
+
+@pytest.mark.slurm
+@pytest.mark.slurm_versions
+def test_default_timings_are_slurms_own(slurm_lab: SlurmLab) -> None:
+    lab_dir = f"{slurm_lab.lab_dir}-timings"
+    offset = (slurm_lab.port_offset or 0) + 80
+    with lab_lock():
+        try:
+            out = io.StringIO()
+            assert run("up", lab_dir=lab_dir, slurm=slurm_lab.version, nodes=1, port_offset=offset, timings="default",
+                       out=out) == 0  # fmt: skip
+            conf = Path(f"{lab_dir}/etc/slurm.conf").read_text()
+            report = io.StringIO()
+            assert run("status", lab_dir=lab_dir, out=report) == 0
+        finally:
+            run("down", lab_dir=lab_dir, out=io.StringIO())
+    assert re.search(r"^AuthInfo=cred_expire=120(,socket=\S+)?$", conf, re.M), conf
+    newer = slurm_lab.release == "26.05"  # 25.11+: requeue_delay (else cred_expire) and expedited requeue
+    scheduler = "bf_interval=30,sched_interval=60" + (",requeue_delay=120" if newer else "")
+    assert f"SchedulerParameters={scheduler}" in conf.splitlines()
+    assert ("SlurmctldParameters=enable_expedited_requeue" in conf.splitlines()) == newer
+    assert re.search(r"^timings: default \(cred_expire 120 s, ", report.getvalue(), re.M), report.getvalue()
+    with pytest.raises(ValueError, match="unknown lab timings"):
+        run("up", lab_dir=lab_dir, timings="slow")
 
 
 @pytest.mark.slurm

@@ -82,6 +82,7 @@ class JobObservation:
     excluded_nodes: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     requeue_eligible: bool | None = None
+    expedited: bool = False  # submitted with --requeue=expedite (25.11+)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,17 @@ def hold_caused_by_us(milestones: Sequence[Milestone], observation: JobObservati
     )
 
 
+def slurm_expedited_hold(observation: JobObservation, attempt_index: int) -> bool:
+    """Slurm's own requeue-hold of an expedited job that failed by itself (no node failure, no failed epilog:
+    "holding expedited requeue ... as no epilogs failed"): it already made attempt `attempt_index` + 1 and holds it
+    exactly where our requeue-hold would have, so the restart is ours to release."""
+    return (
+        observation.expedited
+        and observation.restart_count == attempt_index + 1
+        and hold_kind(observation) is HoldKind.REQUEUE_HOLD
+    )
+
+
 def _succeeded(milestones: Sequence[Milestone], step: StepKind, generation: int | None = None) -> bool:
     return any(
         m.step is step and m.status == "SUCCEEDED" and (generation is None or m.generation == generation)
@@ -224,9 +236,8 @@ def plan_next_step(
 
 
 def _done(milestones: Sequence[Milestone], ours: StepKind, message: str) -> Step:
-    reason = (
-        DispositionReason.DESIRED_STATE_OBSERVED if _intended(milestones, ours) else DispositionReason.ALREADY_SATISFIED
-    )
+    acted = _intended(milestones, ours) or (ours is StepKind.REQUEUE_HOLD and _intended(milestones, StepKind.RELEASE))
+    reason = DispositionReason.DESIRED_STATE_OBSERVED if acted else DispositionReason.ALREADY_SATISFIED
     return Step(StepKind.DONE, message, reason)
 
 
@@ -278,7 +289,9 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
 
     # The successor (attempt k+1) exists.
     if hold is not HoldKind.NONE:
-        if hold_caused_by_us(milestones, obs, k):
+        # our requeue-hold, or Slurm's own of an expedited job that failed by itself: either way attempt k+1 waits
+        # for our release (never left held)
+        if hold_caused_by_us(milestones, obs, k) or slurm_expedited_hold(obs, k):
             if missing:
                 return Step(
                     StepKind.SET_EXCLUSIONS,
@@ -312,6 +325,14 @@ def _plan_restart(advice: AdviceState, obs: JobObservation | None, milestones: S
             StepKind.SET_EXCLUSIONS,
             f"exclude {', '.join(sorted(missing))} while attempt {k + 1} is pending",
             exclusions=full_list,
+        )
+    if obs.expedited and not _intended(milestones, StepKind.REQUEUE_HOLD):
+        # Slurm requeued the job itself at once (--requeue=expedite, a node failure): its restart is the retry,
+        # wherever it went; acting on it again would kill the attempt Slurm just started
+        return Step(
+            StepKind.DONE,
+            f"Slurm restarted the job itself (expedited requeue): attempt {k + 1} is {state}",
+            DispositionReason.ALREADY_SATISFIED,
         )
     on_excluded = sorted(wanted & set(obs.nodes))
     if on_excluded:
