@@ -79,6 +79,12 @@ class Viewer:
         return topic in WORKFLOW_TOPICS and workflow_id == self.workflow_pk
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -274,11 +280,15 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple[str, float, 
             tasks.append(asyncio.ensure_future(client(port, viewer, stop)))
             if n % 50 == 49:
                 await asyncio.sleep(0.05)  # connect in waves, as viewers arrive
-        await asyncio.wait_for(asyncio.gather(*(v.ready.wait() for v in viewers)), 300)
+        deadline = time.monotonic() + 300
+        while not all(v.ready.is_set() for v in viewers):
+            failed = [t for t in tasks if t.done() and t.exception() is not None]
+            if failed:
+                raise RuntimeError(f"{len(failed)} subscribers failed: {failed[0].exception()!r}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {sum(v.ready.is_set() for v in viewers)} subscribers ready after 300 s")
+            await asyncio.sleep(0.2)
         await asyncio.sleep(2)  # subscriptions started reading (the last ones' first read)
-        failed = [t for t in tasks if t.done() and t.exception() is not None]
-        if failed:
-            raise RuntimeError(f"{len(failed)} subscribers failed: {failed[0].exception()!r}")
         rss_after = resident_kb(process.pid)
         print(f"{args.subscribers} subscribers connected in {time.perf_counter() - t0:.1f} s")
         per_subscriber_kb = (rss_after - rss_before) / args.subscribers
@@ -287,6 +297,7 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple[str, float, 
             f"{args.subscribers} subscribers: {per_subscriber_kb:.0f} KB per subscriber"
         )
 
+        server_cpu, client_cpu, wall = cpu_seconds(process.pid), time.process_time(), time.monotonic()
         writer = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
@@ -304,6 +315,13 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple[str, float, 
             raw_position, raw_at = line.split()
             commits.append((int(raw_position), float(raw_at)))
         await writer.wait()
+        wall = time.monotonic() - wall
+        server_cpu, client_cpu = cpu_seconds(process.pid) - server_cpu, time.process_time() - client_cpu
+        print(
+            f"CPU while writing ({wall:.1f} s): server {server_cpu:.1f} s ({100 * server_cpu / wall:.0f}%), "
+            f"this process's {args.subscribers} clients {client_cpu:.1f} s ({100 * client_cpu / wall:.0f}%); "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
         end_position = commits[-1][0] if commits else start_position
         last_commit = commits[-1][1] if commits else time.time()
         # Let the last changes arrive (every subscriber has until 10 s after the last commit).

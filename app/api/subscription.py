@@ -65,7 +65,11 @@ def _position(after: str | None) -> int | None:
 
 
 async def _feed(
-    info: Info, topics: Sequence[str], after: str | None, match: Callable[[ChangeFeedEntry], bool]
+    info: Info,
+    topics: Sequence[str],
+    after: str | None,
+    match: Callable[[ChangeFeedEntry], bool],
+    workflow_id: int | None = None,
 ) -> AsyncGenerator[list[ChangeFeedEntry], None]:
     """Batches of matching feed entries after the start position, forever (woken by NOTIFY or a poll)."""
     context = info.context
@@ -74,7 +78,7 @@ async def _feed(
         raise bad_input("subscriptions are served over WebSocket (graphql-transport-ws) at /graphql")
     position = _position(after)
     tail = shared_tail(context.app.settings.database_url, context.app.sessions)
-    async with tail.subscriber() as subscriber:
+    async with tail.subscriber(workflow_id) as subscriber:  # `match` wants only that workflow's entries
         await subscriber.start(position)
         while True:
             matching = [entry for entry in await subscriber.next(topics) if match(entry)]
@@ -135,7 +139,7 @@ class Subscription:
                 and (not cluster or entry.cluster == cluster)
             )
 
-        async for entries in _feed(info, ["attempt"], after, match):
+        async for entries in _feed(info, ["attempt"], after, match, workflow_pk):
             for entry, row in await _rows(info, "attempt", entries):
                 payload = entry.payload or {}
                 yield AttemptUpdate(

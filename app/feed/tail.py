@@ -7,7 +7,7 @@ entries in the same order. A subscriber whose position is older than the buffer 
 `after`) reads its backlog from the database itself until it catches up, then joins the shared read.
 
     tail = shared_tail(settings.database_url, ctx.sessions)
-    async with tail.subscriber() as sub:
+    async with tail.subscriber(workflow_id=None) as sub:
         position = await sub.start(after)          # None: from now on
         while True:
             entries = await sub.next(position, topics)   # waits until there are some
@@ -37,7 +37,7 @@ BATCH = 500  # entries per read
 KEEP = 20_000  # entries the buffer keeps for subscribers that fell behind
 # At most one read per this many seconds: under a burst of writes the subscribers get a few larger batches,
 # not one wake-up per committed change each (the fan-out's cost grows with wake-ups x subscribers).
-MIN_INTERVAL = 0.1
+MIN_INTERVAL = 0.2
 
 
 class FeedTail:
@@ -58,7 +58,9 @@ class FeedTail:
         self.reads = 0  # feed reads so far (the bench and tests watch that they do not grow with subscribers)
         self._subscribers = 0
         self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
+        # Who to wake for a batch: subscribers of one workflow only when the batch names it, the rest always.
+        self._everyone: set[Subscriber] = set()
+        self._by_workflow: dict[int, set[Subscriber]] = {}
         self._ready = asyncio.Event()
         self._rows: dict[tuple[str, int], asyncio.Future[Any]] = {}
 
@@ -67,15 +69,22 @@ class FeedTail:
         return self._subscribers
 
     @contextlib.asynccontextmanager
-    async def subscriber(self) -> AsyncIterator[Subscriber]:
-        """A subscriber for the block; the shared read runs while at least one is inside."""
+    async def subscriber(self, workflow_id: int | None = None) -> AsyncIterator[Subscriber]:
+        """A subscriber for the block (woken only for entries of `workflow_id` when given: it wants no others); the
+        shared read runs while at least one is inside."""
         self._subscribers += 1
         if self._task is None or self._task.done():
             self._ready = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name="feed-tail")
+        subscriber = Subscriber(self)
+        group = self._everyone if workflow_id is None else self._by_workflow.setdefault(workflow_id, set())
+        group.add(subscriber)
         try:
-            yield Subscriber(self)
+            yield subscriber
         finally:
+            group.discard(subscriber)
+            if workflow_id is not None and not group:
+                self._by_workflow.pop(workflow_id, None)
             self._subscribers -= 1
             if self._subscribers == 0:
                 await self.stop()
@@ -130,8 +139,11 @@ class FeedTail:
             for entry in self.entries[:drop]:
                 self._rows.pop((entry.topic, entry.id), None)
             del self.ids[:drop], self.entries[:drop]
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        for subscriber in self._everyone:
+            subscriber.wake.set()
+        for workflow_id in {entry.workflow_id for entry in entries}:
+            for subscriber in self._by_workflow.get(workflow_id, ()):
+                subscriber.wake.set()
 
     async def rows(
         self, topic: str, entries: Sequence[Any], load: Callable[[list[int]], Awaitable[Sequence[Any]]]
@@ -166,6 +178,7 @@ class Subscriber:
     def __init__(self, tail: FeedTail) -> None:
         self.tail = tail
         self.position = 0
+        self.wake = asyncio.Event()
 
     async def start(self, after: int | None) -> int:
         """The position to go on from: `after`, or the newest entry now."""
@@ -198,7 +211,8 @@ class Subscriber:
                 if wanted is None:
                     return batch
                 return [entry for entry in batch if entry.topic in wanted]
-            await tail._changed.wait()
+            self.wake.clear()
+            await self.wake.wait()
 
 
 _SHARED: dict[tuple[str, int], FeedTail] = {}
