@@ -299,8 +299,8 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--idle-pairs", type=int, default=3, help="idle polling ticks (each paired) per round")
     parser.add_argument("--profile", action="store_true", help="print a profile of one idle polling tick")
-    parser.add_argument("--smoke", action="store_true", help="small run for CI (100 files)")
+    parser.add_argument("--smoke", action="store_true", help="small run for CI (1,000 files, fewer rounds)")
     arguments = parser.parse_args()
     if arguments.smoke:
-        arguments.files, arguments.repeat, arguments.idle_pairs = 100, 3, 5
+        arguments.files, arguments.repeat, arguments.idle_pairs = 1_000, 2, 5
     asyncio.run(main(arguments))
