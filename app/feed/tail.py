@@ -152,6 +152,18 @@ class FeedTail:
         asking for the same entries while they are buffered: one query per batch per process, not per subscriber."""
         missing = [entry for entry in entries if (topic, entry.id) not in self._rows]
         if missing:
+            # Load the rest of the buffered batch of the same feed topic with them: the next subscribers (other
+            # workflows, other filters) then find their rows here instead of each sending a query of its own.
+            asked = {entry.id for entry in missing}
+            start = bisect.bisect_left(self.ids, min(asked))
+            missing += [
+                entry
+                for entry in self.entries[start : start + BATCH]
+                if entry.topic == missing[0].topic
+                and entry.entity_id is not None
+                and entry.id not in asked
+                and (topic, entry.id) not in self._rows
+            ]
             loop = asyncio.get_running_loop()
             futures = {entry.id: loop.create_future() for entry in missing}
             for entry in missing:
