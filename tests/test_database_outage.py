@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from app.audit import service as audit
 from app.feed import queries as feed_queries
-from app.feed.listener import shared_waker
+from app.feed.tail import shared_tail
 from app.infra.config import Settings
 from app.infra.context import AppContext
 from app.infra.db import create_engine, session_factory
@@ -75,10 +75,10 @@ async def test_api_answers_503_while_postgres_is_away_and_streams_resume(
         before = await _answers(http)
         assert {name: r.status_code for name, r in before.items()} == ANSWERING
 
-        waker = shared_waker(ctx.settings.database_url)
+        tail = shared_tail(ctx.settings.database_url, ctx.sessions)
         stream = cast(
             AsyncGenerator[dict[str, Any], None],
-            changes(ctx.sessions, waker, lambda entry: entry.topic == "audit", after_id=None),
+            changes(tail, lambda entry: entry.topic == "audit", after_id=None),
         )
         ready = await anext(stream)
         start = int(ready["id"])

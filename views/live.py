@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -15,25 +14,21 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from app.domain.edge import bounds
-from app.feed import queries as feed_queries
-from app.feed.listener import shared_waker
-from app.infra.errors import retrying
+from app.feed.tail import FeedTail, shared_tail
 from app.jobs import queries as job_queries
 from views.auth import guarded
 from views.render import dashboard_of
 
 log = logging.getLogger("recovery.dashboard")
 
-MAX_STREAMS_PER_PRINCIPAL = 4
 PING_SECONDS = 15
-READ_BATCH = 500
 VIEWS = ("overview", "workflow", "attempt", "advice", "audit")
 
 
 class StreamLimiter:
     """Counts open event streams per principal so one caller cannot hold unbounded connections."""
 
-    def __init__(self, limit: int = MAX_STREAMS_PER_PRINCIPAL) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open: dict[str, int] = {}
 
@@ -115,39 +110,23 @@ def stream_key(request: Request) -> str:
 
 
 async def changes(
-    sessions: Any, waker: Any, match: Callable[[Any], bool], *, after_id: int | None
+    tail: FeedTail, match: Callable[[Any], bool], *, after_id: int | None
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield one small "changed" event per batch of matching feed entries, forever (the caller cancels)."""
-
-    async def latest() -> int:
-        async with sessions() as session:
-            return int(await feed_queries.latest_id(session))
-
-    async def read(position: int) -> list[Any]:
-        async with sessions() as session:
-            return list(await feed_queries.read_since(session, after_id=position, limit=READ_BATCH))
-
-    async with waker.reader():
-        if after_id is None:
-            after_id = await retrying(latest, what="live stream start", logger=log)
+    """Yield one small "changed" event per batch of matching feed entries, forever (the caller cancels); the
+    entries come from the process's one shared read of the feed (app/feed/tail.py), not a query per stream."""
+    async with tail.subscriber() as subscriber:
+        after_id = await subscriber.start(after_id)
         yield {"event": "ready", "data": json.dumps({"position": after_id}), "id": str(after_id)}
         while True:
-            mark = waker.mark()
-            # While the database is away the stream stays open (pings go on) and resumes from its position.
-            entries = await retrying(functools.partial(read, after_id), what="live stream", logger=log)
-            if entries:
-                after_id = entries[-1].id
-                hits = [e for e in entries if match(e)]
-                if hits:
-                    topics = sorted({e.topic for e in hits})
-                    yield {
-                        "event": "changed",
-                        "data": json.dumps({"topics": topics, "position": after_id}),
-                        "id": str(after_id),
-                    }
-                if len(entries) == READ_BATCH:
-                    continue
-            await waker.wait(mark)
+            entries = await subscriber.next()
+            hits = [e for e in entries if match(e)]
+            if hits:
+                topics = sorted({e.topic for e in hits})
+                yield {
+                    "event": "changed",
+                    "data": json.dumps({"topics": topics, "position": subscriber.position}),
+                    "id": str(subscriber.position),
+                }
 
 
 @guarded()
@@ -172,7 +151,7 @@ async def live(request: Request) -> Response:
             status_code=429,
             headers={"Retry-After": "30"},
         )
-    waker = shared_waker(dashboard.settings.database_url)
+    tail = shared_tail(dashboard.settings.database_url, dashboard.ctx.sessions)
 
     released = False
 
@@ -185,7 +164,7 @@ async def live(request: Request) -> Response:
 
     async def stream() -> AsyncIterator[dict[str, Any]]:
         try:
-            async for event in changes(dashboard.ctx.sessions, waker, match, after_id=after_id):
+            async for event in changes(tail, match, after_id=after_id):
                 yield event
         finally:
             await release()

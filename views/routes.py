@@ -56,7 +56,7 @@ def dashboard_routes(ctx: AppContext) -> list[BaseRoute]:
         ctx=ctx,
         auth=DashboardAuth(settings, ctx.authenticator),
         templates=_templates(),
-        streams=live.StreamLimiter(),
+        streams=live.StreamLimiter(settings.live_streams_per_principal),
     )
     routes = [
         Route("/", home_page.home, name="home"),

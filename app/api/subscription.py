@@ -20,8 +20,7 @@ from app.api.ids import GlobalIdError, expect_global_id
 from app.api.query import AuditEventFilter, audit_filter
 from app.api.types import Advice, Attempt, AuditEvent, audit_event
 from app.audit.queries import AuditFilter
-from app.feed import queries as feed_queries
-from app.feed.listener import shared_waker
+from app.feed.tail import shared_tail
 from app.infra.errors import retrying
 
 if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas' queries
@@ -36,7 +35,6 @@ else:  # strawberry resolves annotations at run time: a row is opaque to it
 log = logging.getLogger("recovery.api")
 
 Info = strawberry.Info
-BATCH = 500
 
 
 @strawberry.type(description="An attempt that was created or changed.")
@@ -67,37 +65,23 @@ def _position(after: str | None) -> int | None:
 
 
 async def _feed(
-    info: Info, topics: Sequence[str], after: str | None, match: Callable[[ChangeFeedEntry], bool]
+    info: Info,
+    topics: Sequence[str],
+    after: str | None,
+    match: Callable[[ChangeFeedEntry], bool],
+    workflow_id: int | None = None,
 ) -> AsyncGenerator[list[ChangeFeedEntry], None]:
     """Batches of matching feed entries after the start position, forever (woken by NOTIFY or a poll)."""
     context = info.context
     context.viewer()
     if not context.websocket:
         raise bad_input("subscriptions are served over WebSocket (graphql-transport-ws) at /graphql")
-    sessions = context.app.sessions
     position = _position(after)
-    waker = shared_waker(context.app.settings.database_url)
-
-    async def latest() -> int:
-        async with sessions() as session:
-            return await feed_queries.latest_id(session)
-
-    async def read(after_id: int) -> list[ChangeFeedEntry]:
-        async with sessions() as session:
-            return list(await feed_queries.read_since(session, after_id=after_id, topics=topics, limit=BATCH))
-
-    async with waker.reader():
-        if position is None:
-            position = await retrying(latest, what="subscription start", logger=log)
+    tail = shared_tail(context.app.settings.database_url, context.app.sessions)
+    async with tail.subscriber(workflow_id) as subscriber:  # `match` wants only that workflow's entries
+        await subscriber.start(position)
         while True:
-            mark = waker.mark()
-            # While the database is away the subscription stays open and goes on from its position.
-            entries = await retrying(functools.partial(read, position), what="subscription", logger=log)
-            if not entries:
-                await waker.wait(mark)
-                continue
-            position = entries[-1].id
-            matching = [entry for entry in entries if match(entry)]
+            matching = [entry for entry in await subscriber.next(topics) if match(entry)]
             if matching:
                 yield matching
 
@@ -118,9 +102,14 @@ def _audit_matches(flt: AuditFilter, event: AuditEventRow) -> bool:
 
 
 async def _rows(info: Info, loader_name: str, entries: Sequence[ChangeFeedEntry]) -> list[tuple[ChangeFeedEntry, Any]]:
+    """The rows the entries name, loaded once per process for every subscriber that gets the same entries."""
     loader = getattr(info.context.loaders, loader_name)
-    ids = [entry.entity_id for entry in entries]
-    rows = await retrying(functools.partial(loader.load_many, ids), what="subscription", logger=log)
+    tail = shared_tail(info.context.app.settings.database_url, info.context.app.sessions)
+
+    async def load(ids: list[int]) -> Sequence[Any]:
+        return await retrying(functools.partial(loader.load_many, ids), what="subscription", logger=log)
+
+    rows = await tail.rows(loader_name, entries, load)
     return [(entry, row) for entry, row in zip(entries, rows, strict=True) if row is not None]
 
 
@@ -150,7 +139,7 @@ class Subscription:
                 and (not cluster or entry.cluster == cluster)
             )
 
-        async for entries in _feed(info, ["attempt"], after, match):
+        async for entries in _feed(info, ["attempt"], after, match, workflow_pk):
             for entry, row in await _rows(info, "attempt", entries):
                 payload = entry.payload or {}
                 yield AttemptUpdate(

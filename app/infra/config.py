@@ -178,6 +178,12 @@ class Settings:
         "Seconds between polls of every tracked log file: the fallback when file-change (inotify) wake-ups "
         "do not arrive, e.g. on network filesystems.",
     )
+    live_streams_per_principal: int = setting(
+        4,
+        _int,
+        "Live event streams (dashboard pages' server-sent events) one principal may hold open at once; more "
+        "are refused with 429 and the pages fall back to polling.",
+    )
     collector_inotify: bool = setting(
         True,
         _bool,

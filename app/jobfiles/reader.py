@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -223,6 +224,9 @@ class LogTailer:
         self._watches: OrderedDict[str, StepWatch] = OrderedDict()
         self._last_checkpoint: dict[str, tuple[str, int | None, int]] = {}
         self._fds: dict[str, int] = {}
+        # Kept descriptors stay within half the process's open-file limit (20,000 tracked files must not starve the
+        # database connections); a file whose descriptor was let go is found again by name or rotated sibling.
+        self.max_kept = max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2)
         self._local = threading.local()
 
     # ---- file handles -------------------------------------------------------------------------
@@ -289,10 +293,12 @@ class LogTailer:
         return None
 
     def _keep(self, path: str, fd: int) -> None:
-        old = self._fds.get(path)
+        old = self._fds.pop(path, None)
         if old is not None and old != fd:
             os.close(old)
-        self._fds[path] = fd
+        self._fds[path] = fd  # the newest last: when too many are kept the least recently read one is let go
+        while len(self._fds) > self.max_kept:
+            os.close(self._fds.pop(next(iter(self._fds))))
 
     # ---- reading ------------------------------------------------------------------------------
 

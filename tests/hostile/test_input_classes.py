@@ -31,7 +31,6 @@ from tests.hostile.cases import forged_tokens
 from tests.plugins.database import PG_SERVER, Database
 from tests.plugins.oidc_provider import OidcProvider
 from tests.views.server import serve
-from views.live import MAX_STREAMS_PER_PRINCIPAL
 
 LOCAL = "http://127.0.0.1"
 
@@ -323,7 +322,7 @@ async def test_8_stream_limit_is_per_principal_not_per_cookie(database: Database
     url = "/dashboard/live?view=overview"
     async with serve(app) as root, contextlib.AsyncExitStack() as stack:
         opened = []
-        for _ in range(MAX_STREAMS_PER_PRINCIPAL):
+        for _ in range(settings.live_streams_per_principal):
             client = await stack.enter_async_context(httpx.AsyncClient(base_url=root, timeout=15))  # no cookies kept
             opened.append(await stack.enter_async_context(client.stream("GET", url)))
         assert all(r.status_code == 200 for r in opened)

@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from app.feed.listener import shared_waker
+from app.feed.tail import shared_tail
+from app.infra.config import Settings
 from app.infra.context import AppContext
 from app.jobs import service as jobs
 from app.jobs.models import Attempt
@@ -19,7 +20,7 @@ from app.main import create_app
 from tests.factories import seed_history
 from tests.views.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, dashboard_settings
 from tests.views.server import serve
-from views.live import MAX_STREAMS_PER_PRINCIPAL, FeedMatch, StreamLimiter, changes
+from views.live import FeedMatch, StreamLimiter, changes
 
 
 def test_stream_limiter_bounds_streams_per_session() -> None:
@@ -62,8 +63,7 @@ async def test_changes_yields_only_for_the_pages_job(sessions, settings) -> None
     seeded = await seed_history(sessions)
     other = await seed_history(sessions, slurm_job_id=9000)
     stream = changes(
-        sessions,
-        shared_waker(settings.database_url),
+        shared_tail(settings.database_url, sessions),
         FeedMatch(frozenset({"attempt"}), slurm_job_id=seeded.slurm_job_id),
         after_id=None,
     )
@@ -123,7 +123,7 @@ async def test_sse_stream_over_real_http_sends_changed_and_bounds_streams(
         assert bad.status_code == 400
         # the per-session bound: the operator's extra stream is refused while the limit is reached
         op = {"Authorization": f"Bearer {OPERATOR_TOKEN}", "Accept": "text/event-stream"}
-        async with contextlib_streams(client, url, op, MAX_STREAMS_PER_PRINCIPAL) as opened:
+        async with contextlib_streams(client, url, op, Settings.build().live_streams_per_principal) as opened:
             assert all(r.status_code == 200 for r in opened)
             refused = await client.get(url, headers=op)
             assert refused.status_code == 429 and "too many live streams" in refused.text

@@ -94,7 +94,7 @@ class Tracked:
     read_from: FilePosition  # where the next read starts (the stored position once its read is stored)
     mtime: float | None = None
     closing: bool = False  # final read pending, then stop tracking
-    # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading._unchanged
+    # When its open was last refused: (lstat identity of the path, the rule, monotonic time); see reading.read_files
     refused: tuple[tuple[int, ...], AccessRule, float] | None = None
 
 

@@ -72,13 +72,36 @@ def read_files(
     budget = MAX_BYTES_PER_TICK
     deadline = time.monotonic() + MAX_SECONDS_PER_TICK
     unfinished: list[str] = []
-    for tracked in candidates:
-        if budget <= 0 or time.monotonic() > deadline:
+    lstat = os.lstat
+    for n, tracked in enumerate(candidates):
+        # the clock is looked at every 64 files: an idle poll of N files is N stats and little else
+        if budget <= 0 or (n & 63 == 0 and time.monotonic() > deadline):
             unfinished.append(tracked.path)
             continue
         seen_mtime = tracked.mtime
-        if not tracked.closing and _unchanged(tracked, access_of):
-            continue
+        if not tracked.closing:
+            # nothing to read: same file, same size as our offset, same mtime (saves the open and head check)
+            position = tracked.read_from
+            try:
+                st = lstat(tracked.path)  # never follows a symlink: the job controls the path
+            except OSError:
+                if position.inode is None:
+                    continue  # still missing; a vanished file must be read to notice it
+                st = None
+            if st is not None:
+                if tracked.refused is not None and _still_refused(tracked, st, access_of):
+                    continue  # opening it again would be refused again (and recorded nowhere: once per reason)
+                mtime = st.st_mtime
+                same = (
+                    st.st_size == position.offset
+                    and mtime == seen_mtime
+                    and st.st_ino == position.inode
+                    and st.st_dev == position.device
+                    and not position.skipping
+                )
+                tracked.mtime = mtime
+                if same:
+                    continue
         if len(reads) >= max_files:
             tracked.mtime = seen_mtime  # not read this tick: the next one must still see the change
             unfinished.append(tracked.path)
@@ -186,21 +209,3 @@ def _still_refused(tracked: Tracked, st: os.stat_result, access_of: Callable[[Tr
     return (
         _identity(tracked.path, st) == identity and time.monotonic() - at < REFUSED_RETRY and access_of(tracked) == rule
     )
-
-
-def _unchanged(tracked: Tracked, access_of: Callable[[Tracked], AccessRule]) -> bool:
-    """Nothing to read: same file, same size as our offset, same mtime (saves the open and head check)."""
-    position = tracked.read_from
-    try:
-        st = os.lstat(tracked.path)  # never follows a symlink: the job controls the path
-    except OSError:
-        return position.inode is None  # still missing; a vanished file must be read to notice it
-    if _still_refused(tracked, st, access_of):
-        return True  # opening it again would be refused again (and recorded nowhere: once per reason)
-    same = (
-        (st.st_ino, st.st_dev) == (position.inode, position.device)
-        and st.st_size == position.offset
-        and st.st_mtime == tracked.mtime
-    )
-    tracked.mtime = st.st_mtime
-    return same and not position.skipping
