@@ -99,3 +99,12 @@ def test_every_docs_section_the_code_names_exists() -> None:
                     problems.append(f"{where} (no such section)")
     assert named > 20
     assert problems == [], "\n".join(problems)
+
+
+def test_the_operator_guide_takes_its_capacity_figures_from_the_readme() -> None:
+    """One source for measured figures: the operator guide's Capacity section points to the README's table."""
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    section = guide.split("## Capacity", 1)[1].split("What this means:", 1)[0]
+    assert "../README.md#benchmarks" in section
+    figures = re.findall(r"\d[\d,.]*\s*(?:ms|MB|MB/s|s|×)\b", section)
+    assert figures == [], f"figures that may contradict the README's benchmark table: {figures}"
