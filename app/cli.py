@@ -284,7 +284,7 @@ def _positive_seconds(text: str) -> float:
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from app.demo import run_demo
 
-    return asyncio.run(run_demo(settings, timeout=args.timeout, keep_serving=not args.exit))
+    return asyncio.run(run_demo(settings, timeout=args.timeout, keep_serving=not args.exit, keep_db=args.keep_db))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = command("demo", _cmd_demo, "local Slurm lab + service + example jobs that crash and hang and are recovered")
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for both recoveries (default 300)")
     demo.add_argument("--exit", action="store_true", help="stop once the examples are done instead of serving")
+    demo.add_argument(
+        "--keep-db",
+        action="store_true",
+        help="keep the previous demo's database (default: a fresh one, so no run inherits another's history)",
+    )
     demo.formatter_class = argparse.RawDescriptionHelpFormatter
     demo.epilog = (
         "environment:\n"

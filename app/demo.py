@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -63,20 +63,71 @@ class Submitted:
 
 
 @dataclass
+class _Held:
+    """An attempt's anomalies not yet told: they wait for the Advice that names their root cause."""
+
+    since: float
+    events: list[AuditEvent] = field(default_factory=list)
+
+
+@dataclass
 class Narrator:
-    """Turns audit events into the lines a person watching the demo wants to read."""
+    """Turns audit events into the lines a person watching the demo wants to read.
+
+    An attempt's anomalies wait (at most HOLD_SECONDS) for its Advice: one DETECTED line tells the anomaly the
+    Advice was decided on, the root cause, and how many follow-on lines came with it; later lines of the same
+    attempt and kind are follow-ons too (counted in the story, not narrated).
+    """
 
     out: TextIO
     started: float = field(default_factory=time.monotonic)
     job_ids: set[int] = field(default_factory=set)
+    held: dict[tuple[int, int], _Held] = field(default_factory=dict)
+    told: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # kinds already narrated per attempt
+
+    HOLD_SECONDS = 8.0
 
     def line(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
         print(f"[{elapsed:6.1f}s] {text}", file=self.out, flush=True)
 
-    def event(self, event: AuditEvent) -> None:
+    def event(self, event: AuditEvent, *, cited: int | None = None) -> None:
+        """Narrate one event; `cited` is the anomaly id an advice.created event's Advice was decided on."""
         if event.slurm_job_id is not None and event.slurm_job_id not in self.job_ids:
             return
+        key = None
+        if event.slurm_job_id is not None and event.attempt_index is not None:
+            key = (event.slurm_job_id, event.attempt_index)
+        if event.event_type == "anomaly.detected" and key is not None:
+            kind = str((event.payload or {}).get("kind") or "")
+            if kind in self.told.get(key, set()):
+                return  # a follow-on line of a cause already told
+            self.held.setdefault(key, _Held(time.monotonic())).events.append(event)
+            return
+        if event.event_type == "advice.created" and key is not None:
+            self.tell_detected(key, cited=cited)
+        self._print(event)
+
+    def tell_detected(self, key: tuple[int, int], *, cited: int | None = None) -> None:
+        """One DETECTED line for an attempt's held anomalies: the cited root cause (else the first), + follow-ons."""
+        held = self.held.pop(key, None)
+        if held is None or not held.events:
+            return
+        ids = [(e.payload or {}).get("anomalyId") for e in held.events]
+        cause = held.events[ids.index(cited)] if cited in ids else held.events[0]
+        kinds = {str((e.payload or {}).get("kind") or "") for e in held.events}
+        self.told.setdefault(key, set()).update(kinds)
+        others = len(held.events) - 1
+        more = f" (+{others} follow-on line{'s' if others != 1 else ''})" if others else ""
+        self._print(cause, suffix=more)
+
+    def flush(self, *, older_than: float | None = None) -> None:
+        """Tell what waited longer than `older_than` seconds for an Advice (everything when None)."""
+        now = time.monotonic()
+        for key in [k for k, h in self.held.items() if older_than is None or now - h.since >= older_than]:
+            self.tell_detected(key)
+
+    def _print(self, event: AuditEvent, *, suffix: str = "") -> None:
         where = f"job {event.slurm_job_id}" + (f"/{event.attempt_index}" if event.attempt_index is not None else "")
         marks = {
             "job.registered": "enrolled",
@@ -99,7 +150,7 @@ class Narrator:
             label = event.level
         if label is None:
             return
-        self.line(f"{where:<14} {label:<12} {event.message}")
+        self.line(f"{where:<14} {label:<12} {event.message}{suffix}")
 
 
 def _lab_up(out: TextIO) -> dict[str, str]:
@@ -172,8 +223,10 @@ async def follow(
                 if ids
                 else []
             )
+            cited = await _cited_anomalies(session, events)
         for event in events:
-            narrator.event(event)
+            narrator.event(event, cited=cited.get(event.id))
+        narrator.flush(older_than=narrator.HOLD_SECONDS)
         if entries:
             position = entries[-1].id
         for job in jobs:
@@ -186,9 +239,25 @@ async def follow(
                     for sentence in await _story_sentences(ctx, job.job_id):
                         narrator.line(f"job {job.job_id:<10} STORY        {sentence}")
         if all(job.done for job in jobs):
+            narrator.flush()
             return True
         await asyncio.sleep(0.3)
     return False
+
+
+async def _cited_anomalies(session: Any, events: Sequence[AuditEvent]) -> dict[int, int]:
+    """For each advice.created event, the anomaly its Advice was decided on (audit event id -> anomaly id)."""
+    from app.advice.models import Advice
+
+    by_advice = {
+        int(e.payload["adviceId"]): e.id
+        for e in events
+        if e.event_type == "advice.created" and isinstance((e.payload or {}).get("adviceId"), int)
+    }
+    if not by_advice:
+        return {}
+    rows = await session.execute(select(Advice.id, Advice.anomaly_id).where(Advice.id.in_(by_advice)))
+    return {by_advice[advice_id]: anomaly_id for advice_id, anomaly_id in rows if anomaly_id is not None}
 
 
 async def _story_sentences(ctx: AppContext, slurm_job_id: int) -> list[str]:
@@ -234,6 +303,33 @@ async def recovered_and_completed(ctx: AppContext, job: Submitted) -> tuple[bool
     return None
 
 
+def fresh_database(data_dir: str) -> bool:
+    """Remove the previous demo's SQLite database (and its journal files); True when there was one."""
+    found = False
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path = Path(data_dir) / f"recovery.db{suffix}"
+        if path.exists():
+            path.unlink()
+            found = True
+    return found
+
+
+def lab_down_command(lab_dir: str | None) -> str:
+    """The command that stops this demo's lab (naming its directory when it is not the default one)."""
+    from app.lab.cli import DEFAULT_LAB_DIR
+
+    if lab_dir and os.path.abspath(lab_dir) != os.path.abspath(DEFAULT_LAB_DIR):
+        return f"recovery lab down --lab-dir {lab_dir}"
+    return "recovery lab down"
+
+
+# Short enough to read in a terminal: each attempt's state and story sentence.
+STORY_QUERY = (
+    "{ job(jobId: %d) { jobId story { sentence } "
+    "attempts { edges { node { attemptIndex state story { sentence } } } } } }"
+)
+
+
 def graphql_request_body(operation: str, variables: dict[str, Any]) -> str:
     """A one-line JSON request body for a committed operation (comments dropped, spaces folded)."""
     text = (OPERATIONS / f"{operation}.graphql").read_text()
@@ -245,7 +341,7 @@ def print_inspection_help(out: TextIO, settings: Settings, jobs: list[Submitted]
     """The dashboard URL, how to log in, and the curl and GraphQL commands for the demo's jobs."""
     base = f"http://{settings.bind}{settings.url_prefix}"
     first = jobs[0].job_id if jobs else 1
-    graphql_body = graphql_request_body("RecoveryStory", {"jobId": first})
+    graphql_body = json.dumps({"query": STORY_QUERY % first})
     login = (
         "authentication is OFF for this local demo (RECOVERY_DEV_NO_AUTH; loopback only)"
         if settings.dev_no_auth
@@ -269,7 +365,7 @@ Inspect the attempts from a shell (the user guide's commands, as written):
     --header "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
     --data-urlencode 'limit=100'
 
-GraphQL (the query is graphql/operations/RecoveryStory.graphql):
+GraphQL (each attempt's story; explore everything in GraphiQL at {base}/graphql):
   curl -s "$RECOVERY_HTTP_URL/graphql" -H 'content-type: application/json' \\
     -H "Authorization: Bearer $RECOVERY_ACCESS_TOKEN" \\
     -d '{graphql_body}'
@@ -280,7 +376,12 @@ GraphQL (the query is graphql/operations/RecoveryStory.graphql):
 
 
 async def run_demo(
-    base: Settings, *, out: TextIO = sys.stdout, timeout: float = 300.0, keep_serving: bool = True
+    base: Settings,
+    *,
+    out: TextIO = sys.stdout,
+    timeout: float = 300.0,
+    keep_serving: bool = True,
+    keep_db: bool = False,
 ) -> int:
     """Start lab + service, submit the examples, narrate what happens, then keep serving."""
     import uvicorn
@@ -299,6 +400,8 @@ async def run_demo(
     set_log_cluster(settings.cluster)  # the demo works on the lab cluster, not RECOVERY_CLUSTER
     check_auth_configuration(settings)
     narrator.line(f"Slurm is up (SLURM_CONF={exports.get('SLURM_CONF')})")
+    if not keep_db and fresh_database(settings.data_dir):
+        narrator.line("the previous demo's database was removed: this run starts with no history (--keep-db keeps it)")
     ctx = AppContext.open(settings)
     await upgrade(ctx.engine)
     narrator.line(f"database ready: {mask_url(settings.database_url)}")
@@ -346,5 +449,5 @@ async def run_demo(
         with contextlib.suppress(Exception):
             await ctx.close()
         # also on Ctrl-C: the lab outlives the demo, say how to stop it
-        print("The Slurm lab is still running; stop it with: recovery lab down", file=out, flush=True)
+        print(f"The Slurm lab is still running; stop it with: {lab_down_command(lab_dir)}", file=out, flush=True)
     return 0 if finished else 1

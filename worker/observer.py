@@ -22,6 +22,7 @@ from app.infra.context import AppContext
 from app.infra.db import Session, utcnow
 from app.jobs import queries as job_queries
 from app.jobs import service as jobs
+from app.slurm import accounting_window
 from app.slurm.adapter import Scheduler
 from app.slurm.errors import SchedulerError, require_observation
 from app.slurm.records import AccountingRecord, SlurmJob, Snapshot
@@ -369,7 +370,7 @@ class Observer(Service):
             if attempt.end_time is None:
                 await jobs.update_attempt(session, attempt=attempt, job=record, end_time=utcnow())
             return
-        final = _final_record(await self._history(record.slurm_job_id, comment=record.comment), attempt.attempt_index)
+        final = await self._final_record(record, attempt)
         if (final is None or final.state in ("REQUEUED", "PENDING")) and _expedited_hold(job, attempt.attempt_index):
             # "holding expedited requeue ... as no epilogs failed": no node failure made this requeue, the job's
             # own failure did (accounting says REQUEUED), and Slurm leaves the next attempt held for good
@@ -430,8 +431,7 @@ class Observer(Service):
                     continue
                 if not missing.asked_accounting:
                     missing.asked_accounting = True
-                    history = await self._history(job_id, comment=record.comment if record else None)
-                    final = _final_record(history, attempt.attempt_index)
+                    final = await self._final_record(record, attempt) if record else None
                     if final is not None:
                         await jobs.update_attempt(
                             session,
@@ -459,6 +459,13 @@ class Observer(Service):
         for job_id in done:
             self.state.missing.pop(job_id, None)
         return work
+
+    async def _final_record(self, record: Job, attempt: Attempt) -> AccountingRecord | None:
+        """Accounting's ended row of this attempt, matched within the attempt's own time window."""
+        history = await self._history(record.slurm_job_id, comment=record.comment)
+        if not history:
+            return None
+        return accounting_window.attempt_record(history, started=attempt.start_time, first_seen=attempt.created_at)
 
     async def _history(self, job_id: int, *, comment: str | None = None) -> list[AccountingRecord] | None:
         """This submission's attempts in accounting (None when it cannot be asked).
@@ -525,12 +532,3 @@ def _expedited_hold(job: SlurmJob, attempt_index: int) -> bool:
     )
     return slurm_expedited_hold(observation, attempt_index)
 
-
-def _final_record(history: list[AccountingRecord] | None, attempt_index: int) -> AccountingRecord | None:
-    """Accounting's record of this attempt if it has ended there (rows are in attempt order)."""
-    if not history:
-        return None
-    record = history[attempt_index] if attempt_index < len(history) else history[-1]
-    if record.state in states.ENDED:
-        return record
-    return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 from app.domain.control.identity import attempt_uuid, format_attempt_ref
 from app.infra.read_model_fields import Field, Given, GlobalId, ReadModel, Resolved
@@ -134,5 +136,64 @@ ADVICE = ReadModel(
         Field("reconciliation_status", dict, graphql=False, source=Given),
         Field("created_at", dt.datetime),
         Field("updated_at", dt.datetime),
+    ),
+)
+
+# Of an app.advice.today.Need: one line of the home page's "Needs you" list.
+NEED = ReadModel(
+    "Need",
+    (
+        Field(
+            "kind",
+            str,
+            choices=("storm", "held", "node", "refused", "stopped"),
+            description="storm (automatic action paused), held (a restart held by a budget or storm), node (turned "
+            "suspect), refused (a job refused for a likely typo) or stopped (a run Recovery stopped: resubmit).",
+        ),
+        Field("cluster", str),
+        Field("at", dt.datetime, nullable=True, description="When it began (paused, decided, turned suspect)."),
+        Field("title", str),
+        Field("detail", str),
+        Field(
+            "dashboard_path",
+            str,
+            description="Where the dashboard shows it, below the service root (add RECOVERY_URL_PREFIX).",
+        ),
+        Field("slurm_job_id", int, nullable=True),
+        Field("attempt_index", int, nullable=True),
+        Field("advice_id", int, nullable=True),
+        Field("node", str, nullable=True),
+    ),
+)
+
+
+def _count(key: str) -> Callable[[Any], int]:
+    return lambda day: int(day.counts.get(key, 0))
+
+
+# Of an app.advice.today.Day: what the home page (/dashboard) shows, from the same read.
+OPERATOR_DAY = ReadModel(
+    "OperatorDay",
+    (
+        Field("since", dt.datetime, description="Start of the range the counters cover."),
+        Field("hours", int),
+        Field("cluster", str, nullable=True, description="The cluster asked for; null: every cluster."),
+        Field("failures", int, source=_count("failures"), description="Attempts that crashed or hung (or got Advice)."),
+        Field("recovered", int, source=_count("recovered"), description="Restarts Recovery carried out and verified."),
+        Field(
+            "stopped", int, source=_count("stopped"), description="Runs Recovery stopped (terminate, veto, abandoned)."
+        ),
+        Field(
+            "observe_only",
+            int,
+            source=_count("observe_only"),
+            description="Decisions in observe mode: recorded, never carried out, nothing to approve.",
+        ),
+        Field("held", int, source=_count("held"), description="Restarts held by a budget or a storm, now."),
+        Field("refused", int, source=_count("refused"), description="Jobs asked for Recovery and not enrolled."),
+        Field("suspect_nodes", int, source=_count("suspect_nodes"), description="Nodes suspect (or pinned) now."),
+        Field("needs_someone", int, description="How many lines needsYou has (each list shows at most 20)."),
+        Resolved("needs_you"),
+        Field("needs_you", (list, dict), graphql=False, source=Given),
     ),
 )

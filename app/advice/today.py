@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, or_, select, union
+from sqlalchemy import func, or_, select, true, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.advice.models import Advice
@@ -14,11 +14,31 @@ from app.domain.admission.mode import ENROLLED
 from app.domain.fleetwide.trust import HOLD_REASONS
 from app.evidence.models import Anomaly
 from app.fleet.models import ClusterPause, NodeStanding
-from app.jobs.models import Job
+from app.jobs.models import Attempt, Job
 
+MAX_HOURS = 8760  # the longest range the APIs accept (a year)
 NEEDS_LIMIT = 20  # each "Needs you" list shows at most this many rows (the counters say how many there are)
 # Refusal reasons that point at a slip of the keyboard (admission/mode.py admission, admission/policy.py).
 LIKELY_TYPO = ("differ only in case", "did you mean")
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One thing on the "Needs you" list, as the APIs show it (the home page draws the same rows)."""
+
+    kind: str  # one of NEED_KINDS
+    cluster: str
+    at: dt.datetime | None
+    title: str
+    detail: str
+    dashboard_path: str  # below the service root (RECOVERY_URL_PREFIX not included)
+    slurm_job_id: int | None = None
+    attempt_index: int | None = None
+    advice_id: int | None = None
+    node: str | None = None
+
+
+NEED_KINDS = ("storm", "held", "node", "refused", "stopped")
 
 
 @dataclass
@@ -26,6 +46,8 @@ class Day:
     """Counters of a time range and the short lists of things that need an operator."""
 
     since: dt.datetime
+    hours: int = 24
+    cluster: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     waiting: list[Advice] = field(default_factory=list)  # act-mode Advice held for an operator (budget, storm)
     storms: list[ClusterPause] = field(default_factory=list)
@@ -37,6 +59,88 @@ class Day:
     def needs_someone(self) -> int:
         """How many things on the lists wait for a person (the page's headline number)."""
         return len(self.waiting) + len(self.storms) + len(self.suspect) + len(self.typos) + len(self.stopped)
+
+    @property
+    def needs(self) -> list[Need]:
+        """The "Needs you" list in the home page's order: storms, held restarts, nodes, refusals, stopped runs."""
+        return [
+            *(_storm(p) for p in self.storms),
+            *(_held(a) for a in self.waiting),
+            *(_node(n) for n in self.suspect),
+            *(_typo(j) for j in self.typos),
+            *(_stopped_run(a) for a in self.stopped),
+        ]
+
+
+def _storm(p: ClusterPause) -> Need:
+    return Need(
+        "storm",
+        p.cluster,
+        p.started_at,
+        f"Restart storm on cluster {p.cluster}",
+        "automatic action is paused until an operator confirms",
+        f"/dashboard/nodes#storm-{p.id}",
+    )
+
+
+def _held(a: Advice) -> Need:
+    reason = (a.disposition_reason or "held").replace("_", " ").lower()
+    return Need(
+        "held",
+        a.cluster,
+        a.created_at,
+        f"{a.operation} of job {a.slurm_job_id}/{a.attempt_index} is held ({reason})",
+        a.disposition_message or "it waits for an operator to release it",
+        f"/dashboard/jobs/{a.slurm_job_id}/attempts/{a.attempt_index}#advice",
+        a.slurm_job_id,
+        a.attempt_index,
+        a.id,
+    )
+
+
+def _node(n: NodeStanding) -> Need:
+    until = n.suspect_until.isoformat(timespec="seconds") if n.suspect_until else "an operator clears it"
+    return Need(
+        "node",
+        n.cluster,
+        n.suspect_since,
+        f"Node {n.node} turned suspect",
+        f"later Advice excludes it until {until}",
+        "/dashboard/nodes",
+        node=n.node,
+    )
+
+
+def _typo(j: Job) -> Need:
+    user = f" (user {j.user})" if j.user else ""
+    return Need(
+        "refused",
+        j.cluster,
+        j.created_at,
+        f"Job {j.slurm_job_id} was refused{user}, probably a typo",
+        j.enrolment_reason or "",
+        f"/dashboard/jobs/{j.slurm_job_id}",
+        j.slurm_job_id,
+    )
+
+
+def _stopped_run(a: Advice) -> Need:
+    return Need(
+        "stopped",
+        a.cluster,
+        a.created_at,
+        f"Run stopped: job {a.slurm_job_id}/{a.attempt_index}",
+        f"{a.reason} Its user must resubmit to continue.",
+        f"/dashboard/jobs/{a.slurm_job_id}/attempts/{a.attempt_index}",
+        a.slurm_job_id,
+        a.attempt_index,
+        a.id,
+    )
+
+
+def _on(cluster: str | None) -> Any:
+    """A condition on a row's cluster column: that cluster, or any."""
+    return lambda column: column == cluster if cluster else true()
 
 
 def _stopped() -> Any:
@@ -51,14 +155,19 @@ def _waiting() -> Any:
     return (Advice.mode == "act") & Advice.active.is_(True) & Advice.disposition_reason.in_(HOLD_REASONS)
 
 
-async def operator_day(session: AsyncSession, *, since: dt.datetime, now: dt.datetime) -> Day:
-    """Counters since `since` and what needs someone now: a fixed number of statements whatever the data."""
-    decided_since = Advice.created_at >= since
+async def operator_day(
+    session: AsyncSession, *, since: dt.datetime, now: dt.datetime, cluster: str | None = None
+) -> Day:
+    """Counters since `since` and what needs someone now (on one cluster, or all): a fixed number of statements."""
+    on = _on(cluster)
+    decided_since = (Advice.created_at >= since) & on(Advice.cluster)
     failures = union(
-        select(Anomaly.attempt_id).where(Anomaly.detected_at >= since, Anomaly.kind.in_(("CRASH", "NO_PROGRESS"))),
+        select(Anomaly.attempt_id)
+        .join(Attempt, Attempt.id == Anomaly.attempt_id)
+        .where(Anomaly.detected_at >= since, Anomaly.kind.in_(("CRASH", "NO_PROGRESS")), on(Attempt.cluster)),
         select(Advice.attempt_id).where(decided_since),
     ).subquery()
-    day = Day(since=since)
+    day = Day(since=since, hours=round((now - since).total_seconds() / 3600), cluster=cluster)
     row = (
         await session.execute(
             select(
@@ -74,10 +183,12 @@ async def operator_day(session: AsyncSession, *, since: dt.datetime, now: dt.dat
                 .scalar_subquery(),
                 select(func.count()).where(decided_since, _stopped()).scalar_subquery(),
                 select(func.count()).where(decided_since, Advice.mode == "observe").scalar_subquery(),
-                select(func.count()).where(_waiting()).scalar_subquery(),
-                select(func.count()).where(Job.created_at >= since, Job.enrolment != ENROLLED).scalar_subquery(),
+                select(func.count()).where(_waiting(), on(Advice.cluster)).scalar_subquery(),
                 select(func.count())
-                .where(or_(NodeStanding.pinned.is_(True), NodeStanding.suspect_until > now))
+                .where(Job.created_at >= since, Job.enrolment != ENROLLED, on(Job.cluster))
+                .scalar_subquery(),
+                select(func.count())
+                .where(or_(NodeStanding.pinned.is_(True), NodeStanding.suspect_until > now), on(NodeStanding.cluster))
                 .scalar_subquery(),
             )
         )
@@ -85,12 +196,18 @@ async def operator_day(session: AsyncSession, *, since: dt.datetime, now: dt.dat
     keys = ("failures", "recovered", "stopped", "observe_only", "held", "refused", "suspect_nodes")
     day.counts = dict(zip(keys, (int(n or 0) for n in row), strict=True))
     day.waiting = list(
-        (await session.scalars(select(Advice).where(_waiting()).order_by(Advice.id.desc()).limit(NEEDS_LIMIT))).all()
+        (
+            await session.scalars(
+                select(Advice).where(_waiting(), on(Advice.cluster)).order_by(Advice.id.desc()).limit(NEEDS_LIMIT)
+            )
+        ).all()
     )
     day.storms = list(
         (
             await session.scalars(
-                select(ClusterPause).where(ClusterPause.confirmed_at.is_(None)).order_by(ClusterPause.id.desc())
+                select(ClusterPause)
+                .where(ClusterPause.confirmed_at.is_(None), on(ClusterPause.cluster))
+                .order_by(ClusterPause.id.desc())
             )
         ).all()
     )
@@ -99,7 +216,7 @@ async def operator_day(session: AsyncSession, *, since: dt.datetime, now: dt.dat
         (
             await session.scalars(
                 select(NodeStanding)
-                .where(NodeStanding.suspect_until > now, NodeStanding.suspect_since >= since)
+                .where(NodeStanding.suspect_until > now, NodeStanding.suspect_since >= since, on(NodeStanding.cluster))
                 .order_by(NodeStanding.suspect_since.desc())
                 .limit(NEEDS_LIMIT)
             )
@@ -110,7 +227,7 @@ async def operator_day(session: AsyncSession, *, since: dt.datetime, now: dt.dat
         (
             await session.scalars(
                 select(Job)
-                .where(Job.created_at >= since, Job.enrolment != ENROLLED, typo)
+                .where(Job.created_at >= since, Job.enrolment != ENROLLED, typo, on(Job.cluster))
                 .order_by(Job.id.desc())
                 .limit(NEEDS_LIMIT)
             )

@@ -140,6 +140,10 @@ CLUSTER_OVERVIEW = openapi_object(lease_models.CLUSTER, {"worker": LEASE, "watch
 COMPUTE_NODE = openapi_object(
     fleet_models.COMPUTE_NODE, {"evidence": {"type": "array", "items": openapi_object(fleet_models.NODE_EVIDENCE)}}
 )
+NEED = openapi_object(advice_models.NEED)
+OPERATOR_DAY = openapi_object(
+    advice_models.OPERATOR_DAY, {"needsYou": {"type": "array", "items": {"$ref": "#/components/schemas/Need"}}}
+)
 INSTALLATION = _object(
     {
         "version": {"type": "string"},
@@ -329,6 +333,18 @@ def openapi_document() -> dict[str, Any]:
                     "responses": _responses("ClusterList"),
                 }
             },
+            "/v1/operator-day": {
+                "get": {
+                    "operationId": "operatorDay",
+                    "summary": "The operator's day: counters of the last hours and what needs someone now, the same "
+                    "read as the dashboard's home page (GraphQL operatorDay).",
+                    "parameters": [
+                        _int_param("hours", "The range in hours (default 24).", 1, 8760),
+                        _text_param("cluster", "Only this cluster (default: every cluster)."),
+                    ],
+                    "responses": _responses("OperatorDay"),
+                }
+            },
             "/v1/nodes": {
                 "get": {
                     "operationId": "listNodes",
@@ -364,6 +380,8 @@ def openapi_document() -> dict[str, Any]:
                 "NodeList": _object(
                     {"nodes": {"type": "array", "items": {"$ref": "#/components/schemas/ComputeNode"}}}
                 ),
+                "Need": NEED,
+                "OperatorDay": OPERATOR_DAY,
                 "ClusterList": _object(
                     {"clusters": {"type": "array", "items": {"$ref": "#/components/schemas/ClusterOverview"}}}
                 ),

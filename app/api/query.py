@@ -9,11 +9,13 @@ from functools import partial
 import strawberry
 
 from app.advice import queries as advice_queries
+from app.advice import today
 from app.api import validation
 from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read_connection
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_BUILDERS, Advice, Attempt, AuditEvent, Job, Node, Workflow, audit_event
+from app.api.types.advice import OperatorDay
 from app.api.types.cluster import Cluster, cluster_of
 from app.api.types.fleet import ComputeNode, RecoveryHold, StormPause, compute_node_of, hold_of, pause_of
 from app.api.types.goodput import Goodput, goodput_of
@@ -352,6 +354,24 @@ class Query:
                 session, cluster=validation.text(cluster, "cluster"), since=since
             )
         return goodput_of(report)
+
+    @strawberry.field(
+        description="The operator's day: counters of the last `hours` (1..8760) and what needs someone now, on one "
+        "cluster or all; the same read as the dashboard's home page (/dashboard?hours=&cluster=)."
+    )
+    async def operator_day(self, info: Info, hours: int = 24, cluster: str | None = None) -> OperatorDay:
+        info.context.viewer()
+        if not 1 <= hours <= today.MAX_HOURS:
+            raise bad_input(f"hours must be between 1 and {today.MAX_HOURS}")
+        now = utcnow()
+        async with info.context.loaders.sessions() as session:
+            day = await today.operator_day(
+                session,
+                since=now - dt.timedelta(hours=hours),
+                now=now,
+                cluster=validation.text(cluster, "cluster") or None,
+            )
+        return OperatorDay(row=day)
 
     @strawberry.field(description="Who the API thinks you are.")
     def viewer(self, info: Info) -> Viewer:

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from app import __version__
 from app.advice import queries as advice_queries
 from app.advice import read_model as advice_models
-from app.advice import stories
+from app.advice import stories, today
 from app.api.derive import rest_json
 from app.api.jsonbody import FastJSONResponse as JSONResponse
 from app.api.openapi import ADVICE_LIMITS, AUDIT_LIMITS, JOBS_LIMITS, openapi_document
@@ -38,6 +38,7 @@ from app.fleet import read_model as fleet_models
 from app.infra.clusters import every_cluster
 from app.infra.config import SettingsError
 from app.infra.context import AppContext
+from app.infra.db import utcnow
 from app.infra.pagination import PageRequest
 from app.jobs import queries as job_queries
 from app.jobs import read_model as job_models
@@ -230,6 +231,7 @@ def rest_routes(ctx: AppContext, authenticator: Authenticator) -> list[BaseRoute
         Route("/audit/events", endpoint(list_audit_events), methods=["GET"]),
         Route("/clusters", endpoint(list_clusters), methods=["GET"]),
         Route("/nodes", endpoint(list_nodes), methods=["GET"]),
+        Route("/operator-day", endpoint(operator_day), methods=["GET"]),
         Route("/installation", endpoint(installation), methods=["GET"]),
     ]
 
@@ -416,6 +418,21 @@ _LEASE = rest_json(lease_models.LEASE)
 _CLUSTER = rest_json(lease_models.CLUSTER)
 _NODE = rest_json(fleet_models.COMPUTE_NODE)
 _NODE_EVIDENCE = rest_json(fleet_models.NODE_EVIDENCE)
+
+
+_DAY = rest_json(advice_models.OPERATOR_DAY)
+_NEED = rest_json(advice_models.NEED)
+
+
+async def operator_day(request: Request, ctx: AppContext) -> Response:
+    """The operator's day (?hours=24&cluster=): the dashboard home page's counters and "Needs you" list."""
+    hours = _int(request, "hours", minimum=1, maximum=today.MAX_HOURS) or 24
+    now = utcnow()
+    async with ctx.sessions() as session:
+        day = await today.operator_day(
+            session, since=now - dt.timedelta(hours=hours), now=now, cluster=_text(request, "cluster")
+        )
+    return JSONResponse({**_DAY(day), "needsYou": [_NEED(need) for need in day.needs]})
 
 
 def _lease_json(row: Any) -> dict[str, Any] | None:

@@ -93,6 +93,8 @@ def test_demo_recovers_a_crash_and_a_hang(slurm_lab: SlurmLab, tmp_path: Path) -
         hang_found = re.search(r"submitted examples/hang\.sbatch as job (\d+)", output)
         assert crash_found is not None and hang_found is not None, output[-4000:]
         crash_id, hang_id = int(crash_found.group(1)), int(hang_found.group(1))
+        for job_id in (crash_id, hang_id):  # one DETECTED line per cause, not one per follow-on line
+            assert len(re.findall(rf"job {job_id}/0 +DETECTED", output)) == 1, output[-4000:]
 
         # The commands the demo printed, run exactly as printed.
         block = output.split("Inspect the attempts from a shell (the user guide's commands, as written):", 1)[1].split(
@@ -140,3 +142,4 @@ def test_demo_recovers_a_crash_and_a_hang(slurm_lab: SlurmLab, tmp_path: Path) -
         except subprocess.TimeoutExpired:
             demo.kill()
             demo.wait()
+    assert "The Slurm lab is still running; stop it with: recovery lab down" in log_path.read_text()

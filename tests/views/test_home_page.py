@@ -138,3 +138,48 @@ async def test_home_with_nothing_recorded_says_nothing_needs_you(viewer) -> None
     doc = parse((await viewer.get("/dashboard/")).text)
     assert "Nothing needs you" in doc.by_id("nothing-needed").text
     assert doc.by_id("graphiql-link").attrs["href"] == "/graphql"  # every page links the API explorer
+
+
+DAY_QUERY = """query($hours: Int!, $cluster: String) { operatorDay(hours: $hours, cluster: $cluster) {
+  since hours cluster failures recovered stopped observeOnly held refused suspectNodes needsSomeone
+  needsYou { kind cluster title detail dashboardPath slurmJobId attemptIndex adviceId node } } }"""
+
+
+async def test_graphql_and_rest_answer_what_the_home_page_shows(viewer, sessions) -> None:
+    seeded = await _seed(sessions)
+    doc = parse((await viewer.get("/dashboard/", params={"hours": 24})).text)
+    page_counts = [li.find("span").text for li in doc.by_id("counters").find_all("li")]
+    page_kinds = [li.attrs["data-need"] for li in doc.by_id("needs-you").find_all("li")]
+
+    answer = await viewer.post("/graphql", json={"query": DAY_QUERY, "variables": {"hours": 24}})
+    assert answer.status_code == 200 and "errors" not in answer.json(), answer.text
+    day = answer.json()["data"]["operatorDay"]
+    keys = ("failures", "recovered", "stopped", "observeOnly", "held", "refused", "suspectNodes")
+    assert [str(day[k]) for k in keys] == page_counts
+    assert [n["kind"] for n in day["needsYou"]] == page_kinds and day["needsSomeone"] == len(page_kinds)
+    held = next(n for n in day["needsYou"] if n["kind"] == "held")
+    assert held["adviceId"] == seeded["held"] and held["slurmJobId"] == 704
+    assert held["dashboardPath"] == "/dashboard/jobs/704/attempts/0#advice"
+    assert (await viewer.get(held["dashboardPath"].split("#")[0])).status_code == 200  # the link is a real page
+    assert seeded["observed"] not in [n["adviceId"] for n in day["needsYou"]]  # observe-only never waits
+
+    rest = await viewer.get("/v1/operator-day", params={"hours": 24})
+    assert rest.status_code == 200, rest.text
+    body = rest.json()
+    assert {k: body[k] for k in keys} == {k: day[k] for k in keys}
+    assert [n["kind"] for n in body["needsYou"]] == page_kinds
+    assert body["hours"] == 24 and body["cluster"] is None
+
+    # one cluster: another cluster's rows are not counted (page, GraphQL and REST alike)
+    elsewhere = await viewer.get("/v1/operator-day", params={"cluster": "no-such-cluster"})
+    assert elsewhere.json()["needsSomeone"] == 0 and elsewhere.json()["stopped"] == 0
+    mine = await viewer.post("/graphql", json={"query": DAY_QUERY, "variables": {"hours": 24, "cluster": CLUSTER}})
+    assert mine.json()["data"]["operatorDay"]["stopped"] == 1
+    other = parse((await viewer.get("/dashboard/", params={"cluster": "no-such-cluster"})).text)
+    assert "Nothing needs you" in other.by_id("nothing-needed").text
+
+    # bad input is a clear 400 / GraphQL error, never a 500
+    assert (await viewer.get("/v1/operator-day", params={"hours": "0"})).status_code == 400
+    assert (await viewer.get("/v1/operator-day", params={"hours": "x"})).status_code == 400
+    bad = await viewer.post("/graphql", json={"query": DAY_QUERY, "variables": {"hours": 9000}})
+    assert "hours must be between 1 and 8760" in bad.text

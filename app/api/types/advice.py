@@ -78,3 +78,22 @@ class Advice(Node):
     @strawberry.field
     async def attempt(self, info: Info) -> AttemptRef:
         return await attempt_of(info, self.row.attempt_id)
+
+
+@graphql_fields(read_model.NEED)
+@strawberry.type(description="One line of the operator's \"Needs you\" list (the dashboard's home page).")
+class Need:
+    row: strawberry.Private[Any]
+
+
+@graphql_fields(read_model.OPERATOR_DAY)
+@strawberry.type(
+    description="The operator's day: what happened in a time range and what needs someone, the same read as the "
+    "dashboard's home page (/dashboard)."
+)
+class OperatorDay:
+    row: strawberry.Private[Any]
+
+    @strawberry.field(description="What waits for a person: storms, held restarts, suspect nodes, likely typos, stops.")
+    def needs_you(self) -> list[Need]:
+        return [Need(row=need) for need in self.row.needs]
