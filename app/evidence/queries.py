@@ -43,30 +43,27 @@ async def latest_anomalies_of_attempts(
     return await first_per_group(session, Anomaly, Anomaly.attempt_id, attempt_ids, (Anomaly.id.desc(),), limit)
 
 
-async def list_checkpoints(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Checkpoint]:
-    """One page of an attempt's checkpoints, newest first."""
+async def _newest_first(session: AsyncSession, model: Any, kind: str, attempt_id: int, page: PageRequest) -> Page:
+    """One page of an attempt's rows of `model` (anomalies or checkpoints), newest first."""
     return await paginate(
         session,
-        select(Checkpoint).where(Checkpoint.attempt_id == attempt_id),
-        kind="checkpoints",
-        columns=(Checkpoint.id,),
+        select(model).where(model.attempt_id == attempt_id),
+        kind=kind,
+        columns=(model.id,),
         descending=True,
         request=page,
-        key_of=lambda c: (c.id,),
+        key_of=lambda row: (row.id,),
     )
+
+
+async def list_checkpoints(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Checkpoint]:
+    """One page of an attempt's checkpoints, newest first."""
+    return await _newest_first(session, Checkpoint, "checkpoints", attempt_id, page)
 
 
 async def list_anomalies(session: AsyncSession, *, attempt_id: int, page: PageRequest) -> Page[Anomaly]:
     """One page of an attempt's anomalies, newest first."""
-    return await paginate(
-        session,
-        select(Anomaly).where(Anomaly.attempt_id == attempt_id),
-        kind="anomalies",
-        columns=(Anomaly.id,),
-        descending=True,
-        request=page,
-        key_of=lambda a: (a.id,),
-    )
+    return await _newest_first(session, Anomaly, "anomalies", attempt_id, page)
 
 
 async def checkpoints_by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Checkpoint]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -51,12 +52,7 @@ async def holds(
     session: AsyncSession, *, cluster: str | None = None, only_open: bool = True, limit: int = MAX_LIST
 ) -> list[RecoveryHold]:
     """Budget holds, newest first (open ones only by default)."""
-    query = select(RecoveryHold).order_by(RecoveryHold.id.desc()).limit(min(limit, MAX_LIST))
-    if cluster:
-        query = query.where(RecoveryHold.cluster == cluster)
-    if only_open:
-        query = query.where(RecoveryHold.released_at.is_(None))
-    return list((await session.scalars(query)).all())
+    return await _newest(session, RecoveryHold, RecoveryHold.released_at, cluster, only_open, limit)
 
 
 async def open_pause(session: AsyncSession, *, cluster: str) -> ClusterPause | None:
@@ -78,11 +74,18 @@ async def pauses(
     session: AsyncSession, *, cluster: str | None = None, only_open: bool = True, limit: int = 50
 ) -> list[ClusterPause]:
     """Storm pauses, newest first (unconfirmed ones only by default)."""
-    query = select(ClusterPause).order_by(ClusterPause.id.desc()).limit(min(limit, MAX_LIST))
+    return await _newest(session, ClusterPause, ClusterPause.confirmed_at, cluster, only_open, limit)
+
+
+async def _newest(
+    session: AsyncSession, model: Any, closed_at: Any, cluster: str | None, only_open: bool, limit: int
+) -> list[Any]:
+    """Holds or pauses, newest first: of one cluster when named, open (`closed_at` unset) when asked."""
+    query = select(model).order_by(model.id.desc()).limit(min(limit, MAX_LIST))
     if cluster:
-        query = query.where(ClusterPause.cluster == cluster)
+        query = query.where(model.cluster == cluster)
     if only_open:
-        query = query.where(ClusterPause.confirmed_at.is_(None))
+        query = query.where(closed_at.is_(None))
     return list((await session.scalars(query)).all())
 
 

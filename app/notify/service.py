@@ -75,6 +75,22 @@ def _where(advice: Any) -> str:
     return f"job {advice.slurm_job_id} attempt {advice.attempt_index} on cluster {advice.cluster}"
 
 
+async def _about(session: AsyncSession, advice: Any, *, event: str, key: str, title: str, body: str) -> bool:
+    """One notification about an Advice (its job, attempt and generation), deduplicated by `event:key`."""
+    return await record(
+        session,
+        event=event,
+        dedup_key=f"{event}:{key}",
+        cluster=advice.cluster,
+        title=title,
+        body=body,
+        slurm_job_id=advice.slurm_job_id,
+        attempt_index=advice.attempt_index,
+        advice_id=advice.id,
+        generation=advice.generation,
+    )
+
+
 async def _evidence_line(session: AsyncSession, advice: Any) -> str:
     """ "Evidence: ..." for the anomaly the Advice was decided on (its root cause), or nothing."""
     anomaly_id = getattr(advice, "anomaly_id", None)
@@ -98,11 +114,11 @@ async def advice_decided(session: AsyncSession, *, advice: Any) -> bool:
     event = rules.TERMINATE if advice.operation == "TERMINATE" else rules.RESTART
     excluded = f", excluding {', '.join(advice.exclusions)}" if advice.exclusions else ""
     verb = "will be stopped for good" if event == rules.TERMINATE else "will be restarted"
-    return await record(
+    return await _about(
         session,
+        advice,
         event=event,
-        dedup_key=f"{event}:{advice.id}:{advice.generation}",
-        cluster=advice.cluster,
+        key=f"{advice.id}:{advice.generation}",
         title=f"Recovery: {_where(advice)} {verb}",
         body=(
             f"What happened: {advice.reason}\n"
@@ -110,50 +126,38 @@ async def advice_decided(session: AsyncSession, *, advice: Any) -> bool:
             + f"Decided: {advice.operation}{excluded} (Advice {advice.id} generation {advice.generation}, "
             f"mode {advice.mode}{': ' + advice.mode_reason if advice.mode_reason else ''})"
         ),
-        slurm_job_id=advice.slurm_job_id,
-        attempt_index=advice.attempt_index,
-        advice_id=advice.id,
-        generation=advice.generation,
     )
 
 
 async def advice_abandoned(session: AsyncSession, *, advice: Any, reason: str | None, message: str) -> bool:
     """Reconciliation gave up on an Advice generation (ABANDONED): once per generation."""
-    return await record(
+    return await _about(
         session,
+        advice,
         event=rules.ABANDONED,
-        dedup_key=f"{rules.ABANDONED}:{advice.id}:{advice.generation}",
-        cluster=advice.cluster,
+        key=f"{advice.id}:{advice.generation}",
         title=f"Recovery: gave up on {_where(advice)} ({reason or 'abandoned'})",
         body=(
             f"What happened: {message}\n"
             f"Decided: {advice.operation} was ABANDONED ({reason or 'no reason'}); "
             f"Advice {advice.id} generation {advice.generation}. The job needs a person."
         ),
-        slurm_job_id=advice.slurm_job_id,
-        attempt_index=advice.attempt_index,
-        advice_id=advice.id,
-        generation=advice.generation,
     )
 
 
 async def watchdog_released(session: AsyncSession, *, advice: Any, action_id: int, detail: str) -> bool:
     """The watchdog released a hold our requeue left: once per release action."""
-    return await record(
+    return await _about(
         session,
+        advice,
         event=rules.WATCHDOG_RELEASE,
-        dedup_key=f"{rules.WATCHDOG_RELEASE}:{advice.id}:{action_id}",
-        cluster=advice.cluster,
+        key=f"{advice.id}:{action_id}",
         title=f"Recovery watchdog released the hold on {_where(advice)}",
         body=(
             f"What happened: {detail}\n"
             f"Decided: released the job (scontrol release) so it is not left held; "
             f"Advice {advice.id} generation {advice.generation}."
         ),
-        slurm_job_id=advice.slurm_job_id,
-        attempt_index=advice.attempt_index,
-        advice_id=advice.id,
-        generation=advice.generation,
     )
 
 

@@ -205,16 +205,7 @@ class Attempt(Node):
     ) -> Connection[Checkpoint]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
-        return await nested_connection(
-            loaders.sessions,
-            request,
-            parent_id=self.row.id,
-            batch=loaders.latest_checkpoints,
-            kind="checkpoints",
-            key_of=lambda c: (c.id,),
-            fetch=partial(evidence_queries.list_checkpoints, attempt_id=self.row.id),
-            wrap=lambda row: Checkpoint(row=row),
-        )
+        return await _newest_first(loaders, request, self.row.id, loaders.latest_checkpoints, "checkpoints", Checkpoint)
 
     @strawberry.field(description="Detected anomalies, newest first.")
     async def anomalies(
@@ -227,16 +218,7 @@ class Attempt(Node):
     ) -> Connection[Anomaly]:
         request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
         loaders = loaders_of(info)
-        return await nested_connection(
-            loaders.sessions,
-            request,
-            parent_id=self.row.id,
-            batch=loaders.latest_anomalies,
-            kind="anomalies",
-            key_of=lambda a: (a.id,),
-            fetch=partial(evidence_queries.list_anomalies, attempt_id=self.row.id),
-            wrap=lambda row: Anomaly(row=row),
-        )
+        return await _newest_first(loaders, request, self.row.id, loaders.latest_anomalies, "anomalies", Anomaly)
 
     @strawberry.field(description="This attempt's audit events, oldest first (one statement per attempt).")
     async def audit_events(
@@ -253,3 +235,17 @@ class Attempt(Node):
         )
         fetch = partial(audit_queries.query, filter=flt, descending=False)
         return await read_connection(loaders_of(info).sessions, request, fetch, audit_event)
+
+
+async def _newest_first(loaders: Any, request: Any, attempt_id: int, batch: Any, kind: str, wrap: Any) -> Any:
+    """An attempt's anomalies or checkpoints (`kind`), newest first: evidence_queries.list_<kind> pages them."""
+    return await nested_connection(
+        loaders.sessions,
+        request,
+        parent_id=attempt_id,
+        batch=batch,
+        kind=kind,
+        key_of=lambda row: (row.id,),
+        fetch=partial(getattr(evidence_queries, f"list_{kind}"), attempt_id=attempt_id),
+        wrap=lambda row: wrap(row=row),
+    )

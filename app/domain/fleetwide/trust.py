@@ -76,27 +76,27 @@ def budget_verdict(
     cluster: str = "",
 ) -> BudgetVerdict:
     """One more automatic restart is allowed while both budgets (plus operator extensions) have room."""
-    if limits.workflow_restarts > 0 and workflow is not None:
-        allowed = limits.workflow_restarts + max(0, workflow_extra)
-        if workflow_used >= allowed:
-            extra = f" + {workflow_extra} granted by an operator" if workflow_extra > 0 else ""
+    workflow_budget = (limits.workflow_restarts if workflow is not None else 0, limits.workflow_window)
+    budgets = (
+        (WORKFLOW_BUDGET, f"workflow {workflow}", *workflow_budget, workflow_used, workflow_extra),
+        (
+            CLUSTER_BUDGET,
+            f"cluster {cluster}",
+            limits.cluster_restarts,
+            limits.cluster_window,
+            cluster_used,
+            cluster_extra,
+        ),
+    )
+    for budget, who, restarts, window, used, extra in budgets:
+        if restarts > 0 and used >= restarts + max(0, extra):
+            granted = f" + {extra} granted by an operator" if extra > 0 else ""
             return BudgetVerdict(
                 False,
-                WORKFLOW_BUDGET,
-                f"workflow {workflow} already had {workflow_used} automatic restart(s) in the last "
-                f"{_window(limits.workflow_window)} (budget {limits.workflow_restarts}{extra}, "
-                "RECOVERY_BUDGET_WORKFLOW_RESTARTS); held for an operator to release or extend",
-            )
-    if limits.cluster_restarts > 0:
-        allowed = limits.cluster_restarts + max(0, cluster_extra)
-        if cluster_used >= allowed:
-            extra = f" + {cluster_extra} granted by an operator" if cluster_extra > 0 else ""
-            return BudgetVerdict(
-                False,
-                CLUSTER_BUDGET,
-                f"cluster {cluster} already had {cluster_used} automatic restart(s) in the last "
-                f"{_window(limits.cluster_window)} (budget {limits.cluster_restarts}{extra}, "
-                "RECOVERY_BUDGET_CLUSTER_RESTARTS); held for an operator to release or extend",
+                budget,
+                f"{who} already had {used} automatic restart(s) in the last {_window(window)} (budget "
+                f"{restarts}{granted}, RECOVERY_BUDGET_{budget.upper()}_RESTARTS); held for an operator to release "
+                "or extend",
             )
     return BudgetVerdict(True)
 
