@@ -55,6 +55,7 @@ SMOKE = [
         ],
         marks=pytest.mark.postgres,
     ),
+    ("bench/ingest_push.py", ["push_loki_vs_file_lines", "push_otlp_vs_file_lines", "push_loki_lines_per_s"]),
 ]
 
 

@@ -30,6 +30,7 @@ from app.evidence import queries as evidence_queries
 from app.evidence import service as evidence
 from app.infra.context import AppContext
 from app.infra.db import Session, utcnow
+from app.ingest import queries as ingest_queries
 from app.jobs import queries as job_queries
 from worker.service import Service
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # row types for annotations only: the SQL lives in the areas'
 log = logging.getLogger("recovery.watcher")
 
 RUNNING = "RUNNING"
+PUSHED = "push://"  # log sources of pushed streams (app/ingest/service.py)
 
 
 @dataclass
@@ -149,6 +151,12 @@ class Watcher(Service):
             return False  # any output in the file within the threshold window suppresses the anomaly
         if await evidence.recovery_acted_at(session, attempt_id=attempt.id) is not None:
             return False  # Recovery requeue-held or cancelled it: the silence is Recovery's doing, not a hang
+        pipeline = await _pushed_pipeline(session, row, window_start)
+        if pipeline is not None and not pipeline["alive"]:
+            # A pushed stream's silence proves nothing while its collector and node are silent too: the
+            # pipeline (agent, network) may be what stopped. No hang without evidence it still carries lines.
+            log.info("no NO_PROGRESS for %s: its collector/node pushed nothing else either", row.path)
+            return False
         silent_since = last_output or row.progress_at
         silent = (now - silent_since).total_seconds() if silent_since else None
         phase = row.progress_phase or ""
@@ -178,6 +186,7 @@ class Watcher(Service):
                 "fileModifiedAt": mtime.isoformat() if mtime else None,
                 "linesRead": row.line_number,
                 "trainingLoop": phase == TRAININGLOOP,
+                **({"pipeline": pipeline} if pipeline is not None else {}),
             },
         )
         return anomaly is not None
@@ -196,7 +205,29 @@ class Watcher(Service):
             return False
         if row.job_id != attempt.job_id:
             return False
+        if row.path.startswith(PUSHED):
+            return True  # a pushed stream is the job's by its labels (the same job checked above)
         return row.path in {attempt.stdout_path, attempt.stderr_path} or _in_log_dirs(row.path, self.settings.log_dirs)
+
+
+async def _pushed_pipeline(session: Session, row: LogSource, since: dt.datetime) -> dict[str, object] | None:
+    """For a pushed stream: is its pipeline alive (other streams of its collector or node arrived since `since`)?"""
+    if not row.path.startswith(PUSHED):
+        return None
+    stream = await ingest_queries.stream_of_source(session, log_source_id=row.id)
+    if stream is None:
+        return {"alive": False, "reason": "stream unknown"}
+    alive = await ingest_queries.pipeline_liveness(session, stream=stream, since=since)
+    return {
+        "alive": alive.alive,
+        "collector": alive.collector,
+        "node": alive.node,
+        "otherStreamsArriving": alive.other_streams,
+        "latestOtherPushAt": alive.latest_other_push_at.isoformat() if alive.latest_other_push_at else None,
+        "evidence": "other streams of this collector or node still arrive: the pipeline is alive, the job is silent"
+        if alive.alive
+        else "nothing else arrives from this collector or node: the pipeline may be what went quiet",
+    }
 
 
 def _stored_expiry(row: LogSource, key: tuple[int, int, str], delay: dt.timedelta) -> Expiry | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from app.api.graphql_app import RecoveryGraphQL
+from app.api.push import push_routes
 from app.api.rest import rest_routes
 from app.infra.context import AppContext
 
@@ -16,5 +17,6 @@ def api_routes(ctx: AppContext) -> list[BaseRoute]:
     return [
         Route("/graphql", graphql_app, methods=["GET", "POST"]),
         WebSocketRoute("/graphql", graphql_app),
+        *push_routes(ctx, authenticator),  # before /v1's mount: POST /v1/logs is OTLP's path
         Mount("/v1", routes=rest_routes(ctx, authenticator)),
     ]

@@ -12,6 +12,9 @@ _SHOWABLE = re.compile(r"[A-Za-z0-9._:+/=-]{1,64}")
 VIEWER = "viewer"
 OPERATOR = "operator"
 KNOWN_ROLES = frozenset({VIEWER, OPERATOR})
+# May push job logs (POST /loki/api/v1/push, /v1/logs) and nothing else: not a KNOWN_ROLE, so a collector's
+# token never reads the API or the dashboard, and a viewer's or operator's never pushes.
+COLLECTOR = "collector"
 
 
 class AuthError(Exception):
@@ -121,3 +124,15 @@ def principal_from_claims(claims: Mapping[str, Any], roles_claim: str) -> Princi
     if not roles:
         raise AuthError(403, f"no viewer/operator role: user {name!r} has neither role in the {roles_claim!r} claim")
     return Principal(subject=subject, name=name, email=email, roles=roles)
+
+
+def collector_from_claims(claims: Mapping[str, Any], roles_claim: str) -> str:
+    """The pushing collector's name (its subject) when the claims hold the collector role; AuthError(403) else."""
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject:
+        raise AuthError(401, "token has no subject (sub claim)")
+    raw = claim_at(claims, roles_claim)
+    items = raw.replace(",", " ").split() if isinstance(raw, str) else raw if isinstance(raw, (list, tuple)) else []
+    if COLLECTOR not in {item.strip().lower() for item in items if isinstance(item, str)}:
+        raise AuthError(403, f"the {COLLECTOR} role is required to push logs (subject {shown(subject)})")
+    return subject

@@ -18,7 +18,7 @@ from joserfc import jws
 from joserfc.errors import JoseError, SecurityWarning
 
 from app.auth.keys import _KEY_TYPE_OF_ALG, JwksCache
-from app.auth.principal import AuthError, Principal, principal_from_claims, shown
+from app.auth.principal import AuthError, Principal, collector_from_claims, principal_from_claims, shown
 from app.infra.config import Settings, SettingsError
 
 log = logging.getLogger("recovery.auth")
@@ -97,6 +97,13 @@ class TokenVerifier:
 
     async def verify(self, token: str) -> Principal:
         """The Principal of a valid access token; AuthError(401/403/503) saying what is wrong otherwise."""
+        return principal_from_claims(await self._verified_claims(token), self.roles_claim)
+
+    async def verify_collector(self, token: str) -> str:
+        """The collector name (subject) of a valid token holding the `collector` role; AuthError(401/403) else."""
+        return collector_from_claims(await self._verified_claims(token), self.roles_claim)
+
+    async def _verified_claims(self, token: str) -> dict[str, Any]:
         signed, header = self._parse(token)
         alg = header["alg"]
         key = await self.keys.key_for(header.get("kid"), alg)
@@ -113,7 +120,7 @@ class TokenVerifier:
             raise AuthError(401, "token signature is invalid")
         claims = self._claims(signed.payload)
         self._check_claims(claims)
-        return principal_from_claims(claims, self.roles_claim)
+        return claims
 
     def _parse(self, token: str) -> tuple[Any, dict[str, Any]]:
         """Split and decode the token, refusing a bad algorithm or type before any key is looked at."""

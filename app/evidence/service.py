@@ -623,6 +623,32 @@ async def add_log_source(session: AsyncSession, *, path: str, job_id: int, attem
     return row
 
 
+async def add_shared_log_source(session: AsyncSession, *, path: str, job_id: int | None) -> LogSource:
+    """A log source read from pushed lines (its job may not be known yet: its lines then wait); flushed for its id."""
+    row = LogSource(path=path, job_id=job_id, attempt_id=None, shared=True, offset=0, line_number=0)
+    session.add(row)
+    await session.flush()
+    return row
+
+
+async def give_log_source_job(session: AsyncSession, *, source: LogSource, job_id: int) -> None:
+    """The job of a pushed stream became known: its waiting lines can now find their attempt."""
+    source.job_id = job_id
+
+
+async def _resolve_pushed_job(session: AsyncSession, source: LogSource) -> None:
+    """A pushed stream's job registered after its lines arrived (`push://<cluster>/<job id>/...`): adopt it."""
+    if source.job_id is not None or not source.path.startswith("push://"):
+        return
+    cluster, _, rest = source.path[len("push://") :].partition("/")
+    job_text = rest.partition("/")[0]
+    if not job_text.isdigit():
+        return
+    job = await job_queries.find_job(session, slurm_job_id=int(job_text), cluster=cluster)
+    if job is not None:
+        source.job_id = job.id
+
+
 async def note_refusal(
     session: AsyncSession,
     *,
@@ -843,6 +869,7 @@ async def redeliver_pending(session: AsyncSession, *, now: dt.datetime, free: bo
     due = await evidence_queries.due_pending(session, now=None if free else now, limit=limit)
     for pending, source in due:
         scheduled = pending.next_try_at <= now
+        await _resolve_pushed_job(session, source)
         event = pending_to_event(pending, source.path)
         windows = await _windows_of(session, source.job_id)
         decision = assoc.attribute_shared_event(

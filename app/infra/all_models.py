@@ -6,6 +6,7 @@ from app.evidence.models import Anomaly, Checkpoint, LogSource, PendingLogEvent,
 from app.feed.models import ChangeFeedEntry
 from app.fleet.models import BudgetExtension, ClusterPause, NodeBlame, NodeStanding, RecoveryHold, RestartGrant
 from app.infra.db import Base
+from app.ingest.models import PushedLine, PushStream
 from app.jobs.models import Attempt, Job, Policy, Workflow
 from app.leases.models import WorkerLease, WorkerPosition
 from app.notify.models import Notification, NotificationDelivery
@@ -28,12 +29,14 @@ __all__ = [
     "Notification",
     "NotificationDelivery",
     "PendingLogEvent",
-    "StackCapture",
     "Policy",
+    "PushStream",
+    "PushedLine",
     "RecoveryHold",
     "RestartGrant",
     "RevokedSession",
     "SchedulerAction",
+    "StackCapture",
     "WorkerLease",
     "WorkerPosition",
     "Workflow",

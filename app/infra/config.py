@@ -194,6 +194,83 @@ class Settings:
         _float,
         "Seconds an ended attempt's log files are still read (late writes) before the collector stops tracking them.",
     )
+    log_push: bool = setting(
+        False,
+        _bool,
+        "Accept this cluster's job logs pushed by the site's collectors (POST /loki/api/v1/push, POST /v1/logs on "
+        "the API service), side by side with the file collector (which stays on).",
+    )
+    push_secrets_file: str = setting(
+        "",
+        _str,
+        "File of per-collector push secrets, one `name secret` per line (# comments): a collector presents "
+        "`Authorization: Bearer <secret>` (or basic auth name:secret). A bearer JWT with the `collector` role "
+        "may push as well.",
+    )
+    push_max_body_bytes: int = setting(
+        8 * 1024 * 1024,
+        _int,
+        "Largest push body accepted, compressed and after decompression alike (bigger: 413).",
+    )
+    push_queue_bytes: int = setting(
+        64 * 1024 * 1024,
+        _int,
+        "Bytes of pushes being decoded and recorded at once per process; beyond it a push is answered 429 with "
+        "Retry-After (memory stays bounded, the collector retries).",
+    )
+    push_label_job: tuple[str, ...] = setting(
+        ("slurm_job_id", "job_id", "slurm.job.id", "jobid"),
+        _list,
+        "Label (Loki) or attribute (OTLP) names that carry the Slurm job id, the first present wins.",
+    )
+    push_label_attempt: tuple[str, ...] = setting(
+        ("slurm_job_attempt", "slurm.job.attempt"),
+        _list,
+        "Label/attribute names that carry the attempt index (SLURM_RESTART_COUNT).",
+    )
+    push_label_node: tuple[str, ...] = setting(
+        ("node", "host", "hostname", "host.name", "k8s.node.name"),
+        _list,
+        "Label/attribute names that carry the node the line was written on.",
+    )
+    push_label_filename: tuple[str, ...] = setting(
+        ("filename", "log.file.path", "log.file.name", "path"),
+        _list,
+        "Label/attribute names that carry the source file (path) of the line.",
+    )
+    push_label_cluster: tuple[str, ...] = setting(
+        ("cluster", "slurm_cluster", "slurm.cluster.name"),
+        _list,
+        "Label/attribute names that carry the cluster; without one, RECOVERY_CLUSTER.",
+    )
+    push_max_future: float = setting(
+        300.0,
+        _float,
+        "Seconds a pushed line's timestamp may lie ahead of the service's clock (further: the push gets 400).",
+    )
+    push_max_age: float = setting(
+        30 * 86400.0,
+        _float,
+        "Seconds a pushed line's timestamp may lie in the past (older: the push gets 400).",
+    )
+    push_rewritten_window: float = setting(
+        120.0,
+        _float,
+        "A pushed record time within this many seconds of its arrival, on a line that says it was written earlier "
+        "than that, was rewritten to ingestion time: the line's own time is used.",
+    )
+    push_trust_observed_time: bool = setting(
+        False,
+        _bool,
+        "Attribute OTLP records that carry only observedTimeUnixNano by that time (off: such a line is attributed "
+        "only by its attempt label or the time written in it, else it waits and is dropped as no_timestamp).",
+    )
+    push_retention: float = setting(
+        7 * 86400.0,
+        _float,
+        "Seconds pushed-line identities (and the text the log view shows) are kept; a replay older than this "
+        "is recorded again.",
+    )
     bind: str = setting("127.0.0.1:8000", _str, "Address the HTTP service listens on (host:port).")
     url_prefix: str = setting(
         "",

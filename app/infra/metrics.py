@@ -65,6 +65,20 @@ COLLECTOR_READ_LAG = Histogram(
     "Last modification of a log file to the collector reading it.",
     buckets=FAST,
 )
+PUSH_REQUESTS = Counter(
+    "recovery_push_requests_total",
+    "Log pushes answered, by protocol (loki, otlp) and HTTP status.",
+    ["protocol", "status"],
+)
+PUSH_LINES = Counter(
+    "recovery_push_lines_total",
+    "Pushed log lines by outcome: recorded, replayed (pushed again), dropped:<reason>.",
+    ["outcome"],
+)
+PUSH_BACKPRESSURE = Counter("recovery_push_backpressure_total", "Pushes answered 429 because the push budget was full.")
+PUSH_SECONDS = Histogram(
+    "recovery_push_seconds", "Time from a push's arrival to its acknowledgment.", ["protocol"], buckets=FAST
+)
 FEED_LAG = Gauge("recovery_feed_lag_seconds", "Age of the newest change-feed entry when a reader took it.", ["reader"])
 LEASE_HELD = Gauge("recovery_lease_held", "1 while this process holds the lease.", ["lease", "holder"])
 LEASE_EPOCH = Gauge("recovery_lease_epoch", "Epoch of the lease as this process last saw it.", ["lease"])

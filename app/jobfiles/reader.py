@@ -318,6 +318,30 @@ class LogTailer:
         result = self._read_current(position, current, access, read_at)
         return replace(result, refused=refused) if refused is not None else result
 
+    def read_buffer(self, path: str, data: bytes, *, line_number: int = 0) -> list[ReadResult]:
+        """Classify lines held in memory (pushed ones) as the reader classifies a file's: an in-memory fd, read whole.
+
+        Give the tailer `traceback_wait=0`: nothing more arrives behind these bytes, so a traceback whose
+        exception line is not among them is classified by its first line instead of waiting.
+        """
+        fd = os.memfd_create("recovery-pushed", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            st = os.fstat(fd)
+            read_at = self.clock()
+            position = FilePosition(path=path, inode=st.st_ino, device=st.st_dev, line_number=line_number)
+            results: list[ReadResult] = []
+            while True:
+                result = self._read_fd(fd, st, position, read_at, [])
+                results.append(result)
+                if result.position.offset >= st.st_size or result.position.offset <= position.offset:
+                    return results
+                position = result.position
+        finally:
+            os.close(fd)
+
     def _read_current(
         self,
         position: FilePosition,

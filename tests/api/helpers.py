@@ -107,7 +107,7 @@ def start_server(database_url: str, tmp_path: Path, **env: str) -> LiveServer:
     server = LiveServer(
         url=f"http://127.0.0.1:{port}{env.get('RECOVERY_URL_PREFIX', '')}", process=process, log_path=log_path
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # a loaded CI machine has taken 30 s to import and migrate-check
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:

@@ -66,3 +66,17 @@ def test_missing_subject_is_unauthenticated():
     with pytest.raises(AuthError) as refused:
         principal_from_claims({"roles": ["viewer"]}, "roles")
     assert refused.value.status == 401
+
+
+def test_only_the_collector_role_may_push_and_it_reads_nothing():
+    from app.auth.principal import collector_from_claims
+
+    claims = {"sub": "alloy-node7", "roles": ["collector"]}
+    assert collector_from_claims(claims, "roles") == "alloy-node7"
+    for roles in (["viewer"], ["operator"], [], "viewer operator"):
+        with pytest.raises(AuthError) as refused:
+            collector_from_claims({"sub": "someone", "roles": roles}, "roles")
+        assert refused.value.status == 403
+    with pytest.raises(AuthError) as refused:  # a collector's token is no viewer: it cannot read the API
+        principal_from_claims(claims, "roles")
+    assert refused.value.status == 403

@@ -34,6 +34,7 @@ NEW_FILE_NOTES = ("truncated", "rotated", "deleted")
 
 
 _PENDING_BATCH = 200  # waiting events redelivered per tick
+_ASK_AGAIN = dt.timedelta(seconds=30)  # how long "nothing waits" is believed without asking the database again
 _NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)  # nothing waits: only a new deferral or a poke asks again
 
 
@@ -46,6 +47,7 @@ class Recorder:
         # when the earliest waiting event is due (None: not known, ask the database): ticks before it
         # skip the query, so an idle tick costs only its stats
         self._next_due: dt.datetime | None = None
+        self._asked_at = dt.datetime.min.replace(tzinfo=dt.UTC)
 
     async def apply(
         self, reads: list[FileRead], jobs_by_id: Mapping[int, JobInfo], now: dt.datetime
@@ -184,8 +186,11 @@ class Recorder:
 
     async def retry_pending(self, now: dt.datetime, *, free: bool) -> int:
         """Redeliver undecided events: due ones count a try; `free` (the observer's poke) retries all without one."""
+        if self._next_due is _NEVER and now - self._asked_at >= _ASK_AGAIN:
+            self._next_due = None  # pushed lines (the API process) may have deferred events this worker never saw
         if not free and self._next_due is not None and now < self._next_due:
             return 0
+        self._asked_at = now
         async with self.ctx.sessions() as session, session.begin():
             anomalies, looked_at = await evidence.redeliver_pending(session, now=now, free=free, limit=_PENDING_BATCH)
             # a full batch may leave more due; else the earliest next try (the moved ones included)
