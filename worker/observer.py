@@ -531,4 +531,3 @@ def _expedited_hold(job: SlurmJob, attempt_index: int) -> bool:
         expedited=job.expedited_requeue,
     )
     return slurm_expedited_hold(observation, attempt_index)
-

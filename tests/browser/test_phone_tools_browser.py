@@ -12,7 +12,7 @@ import pytest
 from app.infra.config import Settings
 from app.infra.context import AppContext
 from app.main import create_app
-from tests.browser.test_readability_browser import OVERFLOW, _seed
+from tests.browser.pages_seed import OVERFLOW, seed_pages
 from tests.factories import read_log_source
 from tests.views.server import free_port, serve
 
@@ -39,7 +39,7 @@ def _app(database: Any, tmp_path: Any) -> Any:
 
 
 async def test_graphiql_is_linked_and_usable_at_phone_width(chromium, database, sessions, tmp_path, screenshots):
-    await _seed(sessions, tmp_path / "train.out")
+    await seed_pages(sessions, tmp_path / "train.out")
     async with serve(_app(database, tmp_path), free_port()) as base:
         phone = await chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
         page = await phone.new_page()
@@ -72,7 +72,7 @@ async def test_graphiql_is_linked_and_usable_at_phone_width(chromium, database, 
 async def test_the_log_link_opens_with_lines_before_the_evidence_in_view(
     chromium, database, sessions, tmp_path, screenshots, viewport
 ):
-    seeded = await _seed(sessions, tmp_path / "train.out")  # the hang's evidence is line 200 of a 399-line log
+    seeded = await seed_pages(sessions, tmp_path / "train.out")  # the hang's evidence is line 200 of a 399-line log
     await read_log_source(sessions, attempt_id=seeded.attempt_ids[0], path=str(tmp_path / "train.out"))
     width, height = viewport
     async with serve(_app(database, tmp_path), free_port()) as base:

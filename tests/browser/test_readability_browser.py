@@ -6,19 +6,15 @@ tests/views; this test is about what a browser lays out and runs.
 
 from __future__ import annotations
 
-import datetime as dt
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.audit import service as audit
-from app.evidence.models import Anomaly
 from app.infra.config import Settings
 from app.infra.context import AppContext
-from app.jobs import service as jobs
 from app.main import create_app
-from tests.factories import T0, dashboard_registration, seed_history
+from tests.browser.pages_seed import OVERFLOW, seed_pages
 from tests.views.server import free_port, serve
 
 pytestmark = [
@@ -27,7 +23,6 @@ pytestmark = [
     pytest.mark.parametrize("database", ["sqlite"], indirect=True),
 ]
 
-OVERFLOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 # Pairs of <text> boxes of one timeline row that intersect (as the browser drew them).
 OVERLAPS = """() => {
   const hits = [];
@@ -43,40 +38,10 @@ OVERLAPS = """() => {
 }"""
 
 
-async def _seed(sessions: Any, log: Path) -> Any:
-    seeded = await seed_history(sessions)
-    log.write_text("".join(f"iteration {n} loss 2.{n % 10}\n" for n in range(1, 400)))
-    async with sessions() as session, session.begin():
-        session.add(
-            Anomaly(
-                attempt_id=seeded.attempt_ids[0],
-                event_key="browser-hang",
-                kind="NO_PROGRESS",
-                category="NO_OUTPUT_TRAININGLOOP",
-                detector="noprogress",
-                message="no output in train.out for 600 s",
-                log_path=str(log),
-                line_number=200,
-                line="iteration 200 loss 2.0",
-                source_time=T0 + dt.timedelta(minutes=20),
-                detected_at=T0 + dt.timedelta(minutes=30),
-                details={"lastOutputAt": (T0 + dt.timedelta(minutes=20)).isoformat()},
-            )
-        )
-        for n in range(30):
-            await jobs.register_job(
-                session,
-                registration=dashboard_registration(
-                    9000 + n, enrolment="UNMANAGED_PARTITION", enrolment_reason="partition debug is not managed"
-                ),
-            )
-    return seeded
-
-
 async def test_phone_width_keyboard_timeline_and_graphiql_offline(
     chromium, database, sessions, tmp_path, screenshots
 ) -> None:
-    seeded = await _seed(sessions, tmp_path / "train.out")
+    seeded = await seed_pages(sessions, tmp_path / "train.out")
     settings = Settings.build(
         database_url=database.url,
         data_dir=str(tmp_path),
