@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -136,7 +137,12 @@ def probe(job_id, pyspy, cap, seconds):
             entry["pyspy"] = {"error": "py-spy not found on the node", "ms": 0}
         size = env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")
         if size.isdigit() and int(size) > 0 and entry["rank"] is not None:
-            entry["flight"] = _flight(env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", FLIGHT_DEFAULT), entry["rank"], cap)
+            try:
+                owner = os.stat(f"/proc/{pid}").st_uid
+            except OSError:
+                owner = -1  # the process is gone: no file can be its own
+            prefix = env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", FLIGHT_DEFAULT)
+            entry["flight"] = _flight(prefix, entry["rank"], cap, owner)
         report["processes"].append(entry)
     smi = shutil.which("nvidia-smi")
     left = deadline - time.monotonic()
@@ -152,12 +158,18 @@ def _cmdline(pid):
         return ""
 
 
-def _flight(prefix, rank, cap):
+def _flight(prefix, rank, cap, owner):
+    """The rank's flight-recorder dump, opened as its own user could: no symlink, a regular file it owns, bounded."""
     path = f"{prefix}{rank}"
     try:
-        data = _read(path, cap * 4)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return {"path": path, "error": f"not there: {exc.strerror or exc}"}
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != owner:
+            return {"path": path, "error": "refused: not a regular file owned by the job's user"}
+        data = handle.read(cap * 4)
     return {"path": path, "b64": base64.b64encode(data).decode("ascii"), "bytes": len(data)}
 
 

@@ -109,3 +109,18 @@ def test_probe_output_from_every_node_is_captured() -> None:
     assert taken.problems == ["no process of job 1 found on n2 as uid 0"]
     partial = stack_capture.read_output(out.splitlines()[0], "cmd", 1.0, ("n1", "n2"))
     assert partial.status == "PARTIAL" and partial.problems == ["no report from n2"]
+
+
+def test_flight_recorder_file_is_opened_as_the_job_user_could(tmp_path: Path) -> None:
+    """A job-controlled dump path never follows a symlink nor reads a file another user owns."""
+    from app.evidence import stack_probe
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"service secret")
+    (tmp_path / "trace_0").symlink_to(secret)
+    refused = stack_probe._flight(str(tmp_path / "trace_"), 0, 1024, os.getuid())
+    assert "b64" not in refused and "not there" in refused["error"]
+    (tmp_path / "own_0").write_bytes(b"dump")
+    assert stack_probe._flight(str(tmp_path / "own_"), 0, 1024, os.getuid())["bytes"] == 4
+    other = stack_probe._flight(str(tmp_path / "own_"), 0, 1024, os.getuid() + 1)
+    assert "b64" not in other and other["error"].startswith("refused")
