@@ -1,5 +1,6 @@
-"""Real PyTorch jobs on the lab for the stack-capture tests: a copy of what tests/e2e/test_real_pytorch.py uses to
-launch and read back the example jobs (tests import no other test module; the two may share one helper later)."""
+"""Real PyTorch jobs on the lab (examples/ddp.sbatch and hf.sbatch): launch one under a running worker, read back
+its attempts through GraphQL and REST, and check what Recovery recorded. Shared by tests/e2e/test_real_pytorch.py and
+tests/e2e/test_stack_capture.py."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.api.ids import to_global_id
+from app.domain.decision.rootcause import decided_anomaly
 from app.infra.context import AppContext
 from app.main import create_app
 from tests.e2e.harness import eventually, lab_context, running_worker, unique_environment
@@ -26,29 +29,16 @@ from tests.plugins import require
 from tests.plugins.slurm_lab import SlurmLab
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
 EXAMPLES = ROOT / "examples"
-
-
 DEFAULT_TORCH_VENV = "/var/cache/recovery-lab/torch-venv"
-
-
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
-
-
+# The hang detector's thresholds for these jobs: short in the training loop, longer than the whole run before
+# the first progress line (so only an armed detector can find the hang), and a gloo timeout well above both.
 TRAININGLOOP_SECONDS = 8
-
-
 PRETRAINING_SECONDS = 300
-
-
 PG_TIMEOUT_SECONDS = 45
-
-
+# The hang scenario's collective timeout: far above threshold + query delay, as NCCL's 10-30 min are in production.
 HANG_PG_TIMEOUT_SECONDS = 300
-
-
 HANG_QUERY_DELAY_SECONDS = 5.0  # RECOVERY_HANG_QUERY_DELAY (default 60 s), short to keep the suite's time
 
 QUERY = """
@@ -148,7 +138,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _comment(environment: str, *, max_requeue_times: int) -> str:
+def _comment(environment: str, *, max_requeue_times: int, trainingloop_seconds: float = TRAININGLOOP_SECONDS) -> str:
     """The user guide's APS directive in act mode, with the hang thresholds of these jobs."""
     body = {
         "workflow_id": f"wf-{uuid.uuid4().hex[:6]}",
@@ -160,7 +150,7 @@ def _comment(environment: str, *, max_requeue_times: int) -> str:
         "anomaly_detection_config": {
             "log_based_timeout_enabled": True,
             "log_based_timeout_threshold_pretraining": PRETRAINING_SECONDS,
-            "log_based_timeout_threshold_trainingloop": TRAININGLOOP_SECONDS,
+            "log_based_timeout_threshold_trainingloop": trainingloop_seconds,
         },
     }
     return json.dumps({"APS": body}, separators=(",", ":"))
@@ -206,15 +196,21 @@ async def run_job(
     train_args: str,
     attempts: int,
     max_requeue_times: int = 1,
+    trainingloop_seconds: float = TRAININGLOOP_SECONDS,
     timeout: float = 300,
     **settings: Any,
 ) -> Run:
     """Submit the example with `train_args`, let the real worker act until the job has ended after `attempts`
     attempts (or ended for good), and read it back through GraphQL and REST (`settings`: the service's own)."""
     env = unique_environment()
+    # The production lease length (the harness's 3 s is for failover tests): training processes share this
+    # machine's cores with the worker, and a lease lapsing between renewals fences off the very requeue-hold
+    # these tests are about (seen as "lease no longer ours; not sending requeue_hold", the job never retried).
+    settings.setdefault("lease_seconds", 15.0)
     wctx = lab_context(ctx, env, log_dirs=(str(lab.test_dir()),), collector_poll_interval=0.3, **settings)
     started = time.monotonic()
-    script = _script(example, _comment(env, max_requeue_times=max_requeue_times))
+    comment = _comment(env, max_requeue_times=max_requeue_times, trainingloop_seconds=trainingloop_seconds)
+    script = _script(example, comment)
     async with running_worker(wctx, lab):
         job_id = lab.submit(
             script,
@@ -262,6 +258,63 @@ async def run_job(
     return Run(job_id, job, job["attempts"]["nodes"], rest, output, time.monotonic() - started)
 
 
+def check_story_cites_the_decision(checks: Checks, run: Run, index: int, origin: str) -> dict[str, Any] | None:
+    """The story of attempt `index` cites the anomaly whose line is the origin (never Recovery's own doing), the
+    one its Advice was decided on (the Advice's evidence refs: the root cause, else the signal's anomaly)."""
+    attempt = run.attempts[index]
+    happened = (attempt["story"] or {}).get("happened", "")
+    cited = run.cited(index)
+    checks.expect(cited is not None, f"attempt {index}'s story cites a recorded anomaly by line", happened)
+    check_cites_the_decided_anomaly(checks, run, index)
+    if cited is not None:
+        said = f"{cited['line'] or ''}\n{(cited['details'] or {}).get('detail') or ''}"  # a traceback's error line
+        checks.expect(re.search(origin, said), f"the cited anomaly is the origin /{origin}/", said)
+        checks.expect(
+            not re.search(r"Terminated|got signal: 15|SIGTERM|CANCELLED", cited["line"] or ""),
+            "the cited anomaly is not a line Recovery's requeue-hold caused",
+            cited["line"],
+        )
+    rest_story = run.rest[index]["story"]["sentence"] if index < len(run.rest) else None
+    checks.expect(rest_story == attempt["story"]["sentence"], "REST tells the same story as GraphQL", rest_story)
+    return cited
+
+
+def check_cites_the_decided_anomaly(checks: Checks, run: Run, index: int) -> None:
+    """The story's anomalyId (GraphQL) is the anomaly the Advice was decided on, and the cited line is that one's."""
+    attempt = run.attempts[index]
+    refs = ((attempt.get("advice") or {}).get("evidence") or {}).get("refs") or []
+    decided = decided_anomaly([str(r) for r in refs])
+    expected = to_global_id("Anomaly", decided) if decided is not None else None
+    said = (attempt["story"] or {}).get("anomalyId")
+    checks.expect(
+        decided is not None and said == expected, f"attempt {index}'s story cites the decided anomaly", (said, refs)
+    )
+    cited = run.cited(index)
+    checks.expect(
+        cited is not None and cited["id"] == said, f"attempt {index}'s story sentence names that anomaly's line", cited
+    )
+    after = run.anomalies(index, "AFTER_RECOVERY_ACTED")
+    checks.expect(
+        all(a["id"] != said for a in after), f"attempt {index}'s story cites no line after Recovery acted", None
+    )
+    checks.expect(
+        all(a["role"] == "after Recovery acted" and a["outlook"] is None for a in after),
+        f"attempt {index}'s lines after Recovery acted are kept apart (role, no outlook)",
+        [(a["role"], a["outlook"], a["line"]) for a in after],
+    )
+    if after:
+        print(f"attempt {index}: {len(after)} line(s) kept apart as after Recovery acted")
+
+
+def check_consequences_marked(checks: Checks, run: Run, index: int, root: dict[str, Any] | None) -> None:
+    """Every other crash of the attempt is a known consequence or printed after Recovery acted."""
+    if root is None:
+        return
+    others = [a for a in run.anomalies(index, "CRASH") if a is not root and a["line"] != root["line"]]
+    unmarked = [a["line"] for a in others if (a["details"] or {}).get("role") != "consequence" and a["kind"] == "CRASH"]
+    checks.expect(not unmarked, f"attempt {index}'s other crash lines are marked as consequences", unmarked)
+
+
 def check_resumed(checks: Checks, run: Run, index: int, iteration: int) -> None:
     """Attempt `index` completed and its checkpoint load was recorded once, at `iteration`."""
     checks.expect(len(run.attempts) > index, f"attempt {index} ran", len(run.attempts))
@@ -280,6 +333,15 @@ def check_resumed(checks: Checks, run: Run, index: int, iteration: int) -> None:
         f"attempt {index - 1}'s story says attempt {index} loaded checkpoint iteration {iteration}",
         result,
     )
+
+
+def check_node_provenance(checks: Checks, run: Run, index: int, root: dict[str, Any]) -> None:
+    """The root cause's node is shown with how it was found: its own line names it, or srun's task layout said."""
+    named = root["node"] and root["node"] in (root["line"] or "")
+    source = (root["details"] or {}).get("nodeFrom") or ""
+    checks.expect(named or source, f"attempt {index}'s root-cause node has a provenance", root)
+    happened = (run.attempts[index]["story"] or {}).get("happened", "")
+    checks.expect(named or source in happened, f"attempt {index}'s story shows where its node came from", happened)
 
 
 def fault_node(run: Run, index: int = 0, node_index: int = 1) -> str:
