@@ -300,22 +300,27 @@ async def requeue_run(ctx: AppContext, directory: Path, environment: str, baseli
         else None
     )
     limit = 600.0
-    crash = await wait_file(directory / f"crash-{ours}", limit)
-    twin_crash = await wait_file(directory / f"crash-{first}", limit)
-    started = await wait_file(directory / f"start-{ours}", limit)
-    twin_started = await wait_file(directory / f"start-{twin}", limit)
-    await commands_done(ctx, ours, "release", 30)
-    await commands_done(ctx, first, "release", 30)
-    row = {
-        "requeue": await our_path(ctx, ours, crash, ours, started),
-        "twin": await our_path(ctx, first, twin_crash, twin, twin_started),
-    }
+    mine, twins = await requeue_and_twin_paths(ctx, directory, ours, first, twin, limit)
+    row = {"requeue": mine, "twin": twins}
     if theirs is not None:
         their_crash = await wait_file(directory / f"crash-{theirs}", limit)
         their_start = await wait_file(directory / f"start-{theirs}", limit)
         row["requeueexit"] = slurm_path(theirs, their_crash, their_crash, their_start)
         subprocess.run(["scancel", str(theirs)], capture_output=True, timeout=30, check=False)
     return row
+
+
+async def requeue_and_twin_paths(
+    ctx: AppContext, directory: Path, ours: int, first: int, twin: int, limit: float
+) -> tuple[Path_, Path_]:
+    """Our requeue path (job `ours`) and the twin path (`first` crashes, `twin` takes over), once both released."""
+    crash = await wait_file(directory / f"crash-{ours}", limit)
+    twin_crash = await wait_file(directory / f"crash-{first}", limit)
+    started = await wait_file(directory / f"start-{ours}", limit)
+    twin_started = await wait_file(directory / f"start-{twin}", limit)
+    await commands_done(ctx, ours, "release", 30)
+    await commands_done(ctx, first, "release", 30)
+    return await our_path(ctx, ours, crash, ours, started), await our_path(ctx, first, twin_crash, twin, twin_started)
 
 
 async def partial_run(
@@ -361,16 +366,8 @@ async def partial_run(
         else None
     )
     limit = 600.0
-    crash = await wait_file(directory / f"crash-{ours}", limit)
-    twin_crash = await wait_file(directory / f"crash-{first}", limit)
-    started = await wait_file(directory / f"start-{ours}", limit)
-    twin_started = await wait_file(directory / f"start-{twin}", limit)
-    await commands_done(ctx, ours, "release", 30)
-    await commands_done(ctx, first, "release", 30)
-    row = {
-        "partial_requeue": await our_path(ctx, ours, crash, ours, started),
-        "partial_twin": await our_path(ctx, first, twin_crash, twin, twin_started),
-    }
+    mine, twins = await requeue_and_twin_paths(ctx, directory, ours, first, twin, limit)
+    row = {"partial_requeue": mine, "partial_twin": twins}
     if theirs is not None:
         their_crash = await wait_file(directory / f"crash-{theirs}", limit)
         their_exit = await wait_file(directory / f"exit-{theirs}", collective_timeout + limit)

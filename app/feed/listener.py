@@ -36,6 +36,14 @@ log = logging.getLogger("recovery.feed")
 APPLICATION_NAME = "recovery-feed-listener"
 
 
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task (if it still runs) and wait until it has ended."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class FeedWaker:
     """Wake-ups for change-feed readers of one database (use shared_waker() for the process-wide one)."""
 
@@ -111,10 +119,7 @@ class FeedWaker:
     async def stop(self) -> None:
         """Stop the listener task (it starts again with the next reader)."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         self._listening = False
 
     def wake(self) -> None:

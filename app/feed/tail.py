@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from typing import Any
 
 from app.feed import queries as feed_queries
-from app.feed.listener import FeedWaker, shared_waker
+from app.feed.listener import FeedWaker, shared_waker, stop_task
 from app.infra.errors import retrying
 
 log = logging.getLogger("recovery.feed")
@@ -92,10 +92,7 @@ class FeedTail:
     async def stop(self) -> None:
         """Stop the shared read and forget the buffer (it starts again with the next subscriber)."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
         self.ids, self.entries, self._rows = [], [], {}
         self.started = False
 
