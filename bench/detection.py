@@ -71,6 +71,7 @@ CORPORA: dict[str, Path] = {
     "holdout2": FIXTURES / "realworld-holdout2",
     "holdout3": FIXTURES / "realworld-holdout3",
     "holdout4": FIXTURES / "realworld-holdout4",
+    "holdout5": FIXTURES / "realworld-holdout5",
 }
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (
