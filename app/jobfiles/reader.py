@@ -19,7 +19,13 @@ from datetime import UTC, datetime, tzinfo
 from typing import cast
 
 from app.domain.detection.chunkscan import ChunkScanner, Span
-from app.domain.detection.line_facts import attempt_label, decode_line, event_identity, parse_timestamp
+from app.domain.detection.line_facts import (
+    attempt_label,
+    decode_line,
+    event_identity,
+    helper_step_exit,
+    parse_timestamp,
+)
 from app.domain.detection.progress import StepReading, parse_bar_line, rates_of
 from app.domain.detection.rules_builtin import default_ruleset
 from app.domain.detection.signatures import (
@@ -159,6 +165,9 @@ def _last_spans(buf: bytes, start: int, count: int) -> list[Span]:
         end = line_start - 1
     spans.reverse()
     return spans
+
+
+_HELPER_LOOKBACK = 4096  # bytes above srun's exit line searched for the traced command that ran the step
 
 
 def _arms(event: LogEvent) -> bool:
@@ -549,12 +558,22 @@ class LogTailer:
         for line_start, line_end, anchors in self.events_scanner.lines_with_anchors(buf, start, end):
             if forced_end:
                 line_end = min(line_end, start + self.line_cap)
-            if line_start in suppressed:
-                continue
             raw = buf[line_start : min(line_end, line_start + self.line_cap)]
             truncated = forced_end or line_end - line_start > self.line_cap
             text = decode_line(raw)
-            signal: Signal | None = self.classifier.candidate(text, anchors)
+            signal: Signal | None
+            if line_start in suppressed:
+                # A traceback's exception line: its crash is the traceback's, but a load it names ("failed to
+                # resume from checkpoint <path>") was still an attempt to resume from that checkpoint.
+                signal = self.classifier.checkpoint(text)
+                if signal is None or signal.kind != "loaded":
+                    continue
+            else:
+                signal = self.classifier.candidate(text, anchors)
+                if isinstance(signal, CrashSignature) and signal.rule == "srun_task_exited":
+                    above = buf[max(0, line_start - _HELPER_LOOKBACK) : line_start].split(b"\n")[:-1]
+                    if helper_step_exit(text, (decode_line(line) for line in reversed(above))):
+                        continue  # a helper step run inside $(...): the batch script goes on after it
             if (
                 isinstance(signal, CrashSignature)
                 and signal.category == PYTHON_TRACEBACK

@@ -24,9 +24,10 @@ _IP_FIELD = re.compile(
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
-    # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue
+    # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue, and
+    # behind a bracketed timestamp a log collector put in front ("[2026-01-04 21:33:04] host:617:2799 [3]")
     re.compile(
-        r"^\s*(?:>\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*|\d[\w.\-]*?[A-Za-z][\w.\-]*)"
+        r"^\s*(?:>\s*)?(?:\[[^\]]*\d\d:\d\d:\d\d[^\]]*\]\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*|\d[\w.\-]*?[A-Za-z][\w.\-]*)"
         r":\d+:\d+ \[\d+\]"
     ),
     _IP_FIELD,
