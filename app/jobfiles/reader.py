@@ -603,7 +603,25 @@ class LogTailer:
                         raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
                     )
                 )
+                load = self._load_in_crash(text, signal)
+                if load is not None:
+                    # "ValueError: failed to resume from checkpoint <path>": the crash, and the attempt to load
+                    if load.iteration is not None:
+                        self._watch(position.path).resumed(load.iteration, offset=base + line_start)
+                    twin = self._event(
+                        raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, load
+                    )
+                    # the same line's second event: its own stable id, never the crash's
+                    key = hashlib.sha256(f"{twin.event_id}\0load".encode()).hexdigest()[:32]
+                    batch.events.append(replace(twin, event_id=key))
         return end, counted_to, lines_before
+
+    def _load_in_crash(self, text: str, signal: Signal) -> CheckpointEvent | None:
+        """The checkpoint load a crash line names (a resume that failed was still an attempt to load it)."""
+        if not isinstance(signal, CrashSignature) or "heckpoint" not in text and "ckpt" not in text:
+            return None
+        event = self.classifier.checkpoint(text)
+        return event if event is not None and event.kind == "loaded" else None
 
     def _traceback(
         self, buf: bytes, after: int, end: int, start_text: str, suppressed: set[int]

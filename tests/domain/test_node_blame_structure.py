@@ -181,3 +181,10 @@ def test_a_failed_resume_names_the_checkpoint_it_tried_to_load() -> None:
     event = CLASSIFIER.checkpoint(text[-1])
     assert event is not None and (event.kind, event.iteration) == ("loaded", 5439)
     assert CLASSIFIER.checkpoint(text[-2]) is None  # the `raise ValueError(f"...")` source line quoted above it
+
+
+def test_a_crash_line_that_names_a_failed_resume_records_the_crash_and_the_load_attempt() -> None:
+    # the same file read whole: the exception line (its traceback header is cut off above) is one crash and one load
+    data = report("realworld-holdout4", "transformers-deepspeed-failed-resume-001.log")
+    assert data["crashed"] and data["primary_category"] == "PYTHON_TRACEBACK"
+    assert [(c["kind"], c["iteration"]) for c in data["checkpoints"]] == [("loaded", 5439)]
