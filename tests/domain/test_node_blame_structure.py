@@ -158,7 +158,8 @@ def test_where_training_will_start_and_step_counts_in_settings_are_no_step_taken
 def test_counters_next_to_the_words_still_count() -> None:
     # mmdetection#7932 (an mmcv Epoch line) and the torchtitan step line format stay progress
     epoch = lines("realworld-holdout5", "benign-mmdet-solo-epoch-host-progress-001.log")[2]
-    assert parse_step(epoch) is not None and parse_step(epoch).strong
+    reading = parse_step(epoch)
+    assert reading is not None and reading.strong
     assert parse_step("step: 10  loss:  7.9123  memory: 30.12GiB(38.06%)") is not None
 
 
