@@ -9,8 +9,8 @@ default rule set) on every excerpt and compares with the labels:
     .venv/bin/python bench/detection.py --only xid # files whose name contains "xid"
     .venv/bin/python bench/detection.py --corpus tests/fixtures/realworld-holdout2   # one corpus only
 
-The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout``, ``realworld-holdout2`` and
-``realworld-holdout3`` (held out: each README records the figures measured before anyone tuned on it). With several
+The corpora (CORPORA): ``realworld`` (tuned on), ``realworld-holdout`` to ``realworld-holdout5`` (held out: each
+README records the figures measured before anyone tuned on it). With several
 corpora the figure lines of the first keep their plain names and the others' carry the corpus tag
 (``crash_recall_holdout2``); a corpus summary line (``corpora:``) counts excerpts, frameworks, blamed-node files,
 distinct progress formats and checkpoint loads over all of them.
@@ -71,6 +71,7 @@ CORPORA: dict[str, Path] = {
     "holdout2": FIXTURES / "realworld-holdout2",
     "holdout3": FIXTURES / "realworld-holdout3",
     "holdout4": FIXTURES / "realworld-holdout4",
+    "holdout5": FIXTURES / "realworld-holdout5",
 }
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (

@@ -20,7 +20,14 @@ from app.domain.detection.hang import HangThresholds, SilenceScan
 from app.domain.detection.line_facts import decode_line, parse_timestamp
 from app.domain.detection.rules_builtin import default_ruleset
 from app.domain.detection.rules_file import SignatureConfigError, parse_signature_config
-from app.domain.detection.signatures import CheckpointEvent, CrashSignature, ProgressMarker, RuleSet, ThroughputSample
+from app.domain.detection.signatures import (
+    NODE_FAIL,
+    CheckpointEvent,
+    CrashSignature,
+    ProgressMarker,
+    RuleSet,
+    ThroughputSample,
+)
 from app.infra.config import Settings
 from app.jobfiles.reader import LINE_CAP, FilePosition, LogTailer
 from app.slurm.names import expand_hostlist
@@ -126,13 +133,17 @@ def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> Non
     """torchrun's failure block puts `host : name` and `rank : N` a few lines above its `exitcode :` /
     `traceback :` line: they name the failed process. Lines naming its PID or rank (`process_lines`) say its
     node once the allocation is known (the collector does the same, worker/collector/reading.py)."""
-    wanted = [c for c in crashes if _BLOCK_FIELD.match(c["text"]) or c["rank"] is not None]
+    wanted = [c for c in crashes if _BLOCK_FIELD.match(c["text"]) or c["rank"] is not None or _nodeless_loss(c)]
     if not wanted:
         return
     with open(path, "rb") as handle:
         lines = [decode_line(raw[:LINE_CAP].rstrip(b"\n")) for raw in handle]
     for crash in wanted:
         _block_facts(crash, lines)
+        if _nodeless_loss(crash):
+            host = line_nodes.actor_block_node(lines[max(0, crash["line"] - 9) : crash["line"] - 1])
+            if host is not None:
+                crash["nodes"] = [host]
         pid = line_nodes.process_id(crash["text"]) if _BLOCK_FIELD.match(crash["text"]) else None
         before = lines[: crash["line"] - 1]
         context = line_nodes.lines_naming_pid(before, pid) if pid is not None else []
@@ -140,6 +151,11 @@ def _ranks_from_launcher_blocks(path: str, crashes: list[dict[str, Any]]) -> Non
             context += line_nodes.lines_naming_rank(before, crash["rank"])
         if context:
             crash["process_lines"] = context
+
+
+def _nodeless_loss(crash: dict[str, Any]) -> bool:
+    """A node-loss line that names no node (Ray's "its node has died" closes a block whose `ip:` names it)."""
+    return crash["category"] == NODE_FAIL and not crash["nodes"]
 
 
 def _block_facts(crash: dict[str, Any], lines: list[str]) -> None:

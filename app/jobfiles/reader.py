@@ -19,7 +19,13 @@ from datetime import UTC, datetime, tzinfo
 from typing import cast
 
 from app.domain.detection.chunkscan import ChunkScanner, Span
-from app.domain.detection.line_facts import attempt_label, decode_line, event_identity, parse_timestamp
+from app.domain.detection.line_facts import (
+    attempt_label,
+    decode_line,
+    event_identity,
+    helper_step_exit,
+    parse_timestamp,
+)
 from app.domain.detection.progress import StepReading, parse_bar_line, rates_of
 from app.domain.detection.rules_builtin import default_ruleset
 from app.domain.detection.signatures import (
@@ -159,6 +165,9 @@ def _last_spans(buf: bytes, start: int, count: int) -> list[Span]:
         end = line_start - 1
     spans.reverse()
     return spans
+
+
+_HELPER_LOOKBACK = 4096  # bytes above srun's exit line searched for the traced command that ran the step
 
 
 def _arms(event: LogEvent) -> bool:
@@ -549,12 +558,22 @@ class LogTailer:
         for line_start, line_end, anchors in self.events_scanner.lines_with_anchors(buf, start, end):
             if forced_end:
                 line_end = min(line_end, start + self.line_cap)
-            if line_start in suppressed:
-                continue
             raw = buf[line_start : min(line_end, line_start + self.line_cap)]
             truncated = forced_end or line_end - line_start > self.line_cap
             text = decode_line(raw)
-            signal: Signal | None = self.classifier.candidate(text, anchors)
+            signal: Signal | None
+            if line_start in suppressed:
+                # A traceback's exception line: its crash is the traceback's, but a load it names ("failed to
+                # resume from checkpoint <path>") was still an attempt to resume from that checkpoint.
+                signal = self.classifier.checkpoint(text)
+                if signal is None or signal.kind != "loaded":
+                    continue
+            else:
+                signal = self.classifier.candidate(text, anchors)
+                if isinstance(signal, CrashSignature) and signal.rule == "srun_task_exited":
+                    above = buf[max(0, line_start - _HELPER_LOOKBACK) : line_start].split(b"\n")[:-1]
+                    if helper_step_exit(text, (decode_line(line) for line in reversed(above))):
+                        continue  # a helper step run inside $(...): the batch script goes on after it
             if (
                 isinstance(signal, CrashSignature)
                 and signal.category == PYTHON_TRACEBACK
@@ -584,7 +603,25 @@ class LogTailer:
                         raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
                     )
                 )
+                load = self._load_in_crash(text, signal)
+                if load is not None:
+                    # "ValueError: failed to resume from checkpoint <path>": the crash, and the attempt to load
+                    if load.iteration is not None:
+                        self._watch(position.path).resumed(load.iteration, offset=base + line_start)
+                    twin = self._event(
+                        raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, load
+                    )
+                    # the same line's second event: its own stable id, never the crash's
+                    key = hashlib.sha256(f"{twin.event_id}\0load".encode()).hexdigest()[:32]
+                    batch.events.append(replace(twin, event_id=key))
         return end, counted_to, lines_before
+
+    def _load_in_crash(self, text: str, signal: Signal) -> CheckpointEvent | None:
+        """The checkpoint load a crash line names (a resume that failed was still an attempt to load it)."""
+        if not isinstance(signal, CrashSignature) or "heckpoint" not in text and "ckpt" not in text:
+            return None
+        event = self.classifier.checkpoint(text)
+        return event if event is not None and event.kind == "loaded" else None
 
     def _traceback(
         self, buf: bytes, after: int, end: int, start_text: str, suppressed: set[int]

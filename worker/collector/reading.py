@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from app.domain.detection import line_nodes
 from app.domain.detection.line_facts import decode_line
-from app.domain.detection.signatures import CrashSignature
+from app.domain.detection.signatures import NODE_FAIL, CrashSignature
 from app.jobfiles import safe_open
 from app.jobfiles.reader import FilePosition, LogEvent, LogTailer, ReadResult
 from app.jobfiles.safe_open import AccessRule, Refused
@@ -163,6 +163,12 @@ def _launcher_blocks(
             first = line_nodes.under_root_cause_head(above)
             if (rank, nodes, first) != (signal.rank, signal.nodes, signal.first_observed):
                 events[index] = replace(event, signal=replace(signal, rank=rank, nodes=nodes, first_observed=first))
+        elif signal.category == NODE_FAIL and not signal.nodes:
+            # Ray's "The actor is dead because its node has died." closes a block whose `ip:` line names the node.
+            before = _read(event.path, max(0, event.offset - _BLOCK_CONTEXT), event.offset, access)
+            host = line_nodes.actor_block_node([decode_line(raw) for raw in before.split(b"\n")[:-1]])
+            if host is not None:
+                events[index] = replace(event, signal=replace(signal, nodes=(host,)))
         pid = line_nodes.process_id(event.text) if line_nodes.LAUNCHER_BLOCK_FIELD.match(event.text) else None
         if pid is None and rank is None:
             continue

@@ -71,12 +71,18 @@ RULE_OUTLOOK: dict[str, str] = {
     "filesystem_io_error": TRANSIENT,
     "nccl_duplicate_gpu": APPLICATION,
 }
+# Notices that a node is being taken back (Slurm preemption, a cloud's termination notice, Ray's "node was
+# preempted"): a node loss reported with one of them is the preemption, transient, and blames no node.
+PREEMPTION_RULES = frozenset({"slurm_preempted", "instance_termination_notice"})
 # Xids NVIDIA attributes to the program (graphics engine exception, MMU fault, GPU stopped processing).
 APPLICATION_XIDS = frozenset({13, 31, 43})
-# NCCL lines that are about the fabric (an IB/RoCE/NVLink link naming a host) rather than a collective.
+# NCCL lines that are about the fabric (an IB/RoCE/NVLink link) rather than a collective: infrastructure whether or
+# not the line names its host. A failed verbs call (`Call to ibv_create_cq failed`) is not: real threads trace those
+# to the node's RDMA configuration or resource limits, which a retry elsewhere does not fix either.
 _NCCL_HARDWARE = re.compile(
-    r"NET/IB|net_ib|IBV_WC_\w+|mlx5|RoCE|NVLink|Got completion from peer|transport retry counter|link (?:down|flap)",  # noqa: E501
+    r"NET/IB|net_ib|IBV_WC_\w+|mlx5|RoCE|NVLink|Got completion from peer|transport retry counter|link (?:down|flap)",
 )
+_NCCL_VERBS_CALL = re.compile(r"\bCall to ibv_\w+ failed\b")
 
 # NCCL refusing the program's request: the same call fails the same way on any node.
 _NCCL_USAGE = re.compile(
@@ -201,9 +207,15 @@ def outlook_of(
         return APPLICATION
     if category == NCCL_ERROR and _NCCL_USAGE.search(line):
         return APPLICATION
-    if category == NCCL_ERROR and nodes and _NCCL_HARDWARE.search(line):
+    if category == NCCL_ERROR and fabric_line(line):
         return INFRASTRUCTURE
     return CATEGORY_OUTLOOK.get(category, TRANSIENT)
+
+
+def fabric_line(line: str) -> bool:
+    """An NCCL line about the fabric (IB completion or async error, a failed verbs call, a link down): the node
+    whose prefix it carries is blamed whatever else the attempt shows (NCCL's usage errors excepted)."""
+    return bool(_NCCL_HARDWARE.search(line)) and not _NCCL_VERBS_CALL.search(line) and not _NCCL_USAGE.search(line)
 
 
 def outlook_of_finding(finding: Finding) -> str:
@@ -328,7 +340,8 @@ def node_of_rank(rank: int, nodes: Sequence[str], tasks_per_node: str | None) ->
 
 def attribute(finding: Finding, *, attempt_nodes: Sequence[str] = (), tasks_per_node: str | None = None) -> Attribution:
     """The nodes one finding blames: named in the line, else its rank's node, else the attempt's only node."""
-    if outlook_of_finding(finding) != INFRASTRUCTURE:
+    fabric = finding.category == NCCL_ERROR and fabric_line(finding.line)
+    if outlook_of_finding(finding) != INFRASTRUCTURE and not (fabric and finding.nodes):
         return Attribution()
     if finding.nodes:
         return Attribution(tuple(BlamedNode(node, FROM_LINE) for node in dict.fromkeys(finding.nodes)))
@@ -356,9 +369,15 @@ def analyse(
     first = primary(findings)
     if first is None:
         return RootCause(primary=None, outlook=None)
+    outlook = outlook_of_finding(first)
+    preempted = first.category == NODE_FAIL and any(base_rule(f.rule) in PREEMPTION_RULES for f in findings)
+    if preempted:
+        outlook = TRANSIENT  # the node went away because it was taken back, not because it is faulty
     blamed: dict[str, BlamedNode] = {}
     notes: list[str] = []
     for finding in findings:
+        if preempted and finding.category == NODE_FAIL:
+            continue
         attribution = attribute(finding, attempt_nodes=attempt_nodes, tasks_per_node=tasks_per_node)
         for node in attribution.blamed:
             blamed.setdefault(node.node, node)
@@ -367,7 +386,7 @@ def analyse(
     failed, failed_from = failed_node(first, findings, node_hints)
     return RootCause(
         primary=first,
-        outlook=outlook_of_finding(first),
+        outlook=outlook,
         blamed=tuple(blamed.values()),
         consequences=tuple(f for f in findings if f is not first),
         notes=tuple(notes),

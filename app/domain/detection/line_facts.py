@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 _MONTHS = {
@@ -115,3 +116,21 @@ def event_identity(path: str, inode: int | None, offset: int, raw_line: bytes) -
 def decode_line(raw: bytes) -> str:
     """Bytes of a kept line as text: invalid UTF-8 replaced, trailing CR dropped."""
     return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+
+# Bash's xtrace of a command substitution: `++ srun ... helper.sh` (two or more `+`, nested in `$(...)`).
+_SUBSTITUTED_SRUN = re.compile(r"^\+{2,} (?:\S+=\S+ )*srun\b")
+_XTRACE = re.compile(r"^\++ ")
+_SRUN_STEP_EXIT = re.compile(r"^srun: error: [\w.\-]+: tasks? [\d,\-]+: Exited with exit code \d+")
+
+
+def helper_step_exit(line: str, lines_before: Iterable[str]) -> bool:
+    """srun's `task N: Exited with exit code N` for a step the batch script ran inside a command substitution
+    (`++ srun ... helper.sh` is the nearest traced command above): a helper whose output the script captures,
+    not the job's training step; the script goes on after it."""
+    if not _SRUN_STEP_EXIT.match(line):
+        return False
+    for text in lines_before:  # nearest first
+        if _XTRACE.match(text):
+            return bool(_SUBSTITUTED_SRUN.match(text))
+    return False

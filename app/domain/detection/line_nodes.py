@@ -14,14 +14,20 @@ from app.domain.decision.rootcause import Finding
 _PID = re.compile(r"\b(?:pid|PID)\b:?\s*(\d+)")
 
 
-# Ray/vLLM "(pid=1, ip=...)", "ip: ...", Ray's JSON events '"ip":"156.176.0.154"'
-_IP_FIELD = re.compile(r"\bip['\"]?[:=]\s*['\"]?(?P<node>[\w.\-]+)")
+# Ray/vLLM "(pid=1, ip=...)", "ip: ...", Ray's JSON events '"ip":"156.176.0.154"'; Ray's other ways of naming a node
+# by its address ("and address: 10.0.0.5 and node name: ...", "Node IP: 10.0.0.5", "Owner Ip address: 10.0.0.5"):
+# those fields name a node only when their value is an IPv4 address ("address: 0x7f..", "address already in use").
+_IP_FIELD = re.compile(
+    r"\bip['\"]?[:=]\s*['\"]?(?P<node>[\w.\-]+)"
+    r"|(?i:\b(?:node ip|ip address|address|node name))\s*[:=]\s*(?P<node2>\d{1,3}(?:\.\d{1,3}){3})(?![\d.])"
+)
 _HOST_FIELDS = (
     re.compile(r"^\s*(?:\[\d+\]:\s*)?host\s*:\s*(?P<node>[\w.\-]+)\s*$"),  # torchrun's failure block
     re.compile(r"\*\*\* (?:JOB|STEP) [\w.+]+ ON (?P<node>[\w.\-]+) CANCELLED"),  # slurmstepd
-    # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue
+    # NCCL's `host:pid:tid [dev]` prefix, also inside a quoted ("> ") line as posted to a forum or an issue, and
+    # behind a bracketed timestamp a log collector put in front ("[2026-01-04 21:33:04] host:617:2799 [3]")
     re.compile(
-        r"^\s*(?:>\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*|\d[\w.\-]*?[A-Za-z][\w.\-]*)"
+        r"^\s*(?:>\s*)?(?:\[[^\]]*\d\d:\d\d:\d\d[^\]]*\]\s*)?(?:\[?[Rr]ank\s?\d+\]?:\s*|\d+:\s)?(?P<node>[A-Za-z][\w.\-]*|\d[\w.\-]*?[A-Za-z][\w.\-]*)"
         r":\d+:\d+ \[\d+\]"
     ),
     _IP_FIELD,
@@ -77,7 +83,9 @@ def nodes_in_line(line: str, allocation: Sequence[str] = ()) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for pattern in _HOST_FIELDS:
         for match in pattern.finditer(line):
-            name = match.group("node").rstrip(".")
+            name = (match.group("node") or match.groupdict().get("node2") or "").rstrip(".")
+            if not name:
+                continue
             if allocation:
                 allocated = match_allocation(name, allocation)
                 if allocated is not None:
@@ -112,6 +120,26 @@ def launcher_block_facts(lines_before: Sequence[str]) -> tuple[int | None, str |
         if named and host is None:
             host = named.group(1)
     return rank, host
+
+
+# Ray's "actor died" block: one field a line ("\tclass_name: ...", "\tip: 10.72.56.3"), optionally behind the
+# driver's "(Actor pid=1, ip=...)" prefix, just above "The actor is dead because its node has died."
+_ACTOR_BLOCK_FIELD = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?P<key>class_name|actor_id|pid|namespace|name|ip|node_id|job_id)\s*:\s*(?P<value>\S*)"
+)
+
+
+def actor_block_node(lines_before: Sequence[str]) -> str | None:
+    """The `ip:` of Ray's actor block directly above a line (the lines just before it, oldest first): the node the
+    dead actor ran on, which the block's closing line ("its node has died") does not repeat."""
+    for text in reversed(lines_before[-8:]):
+        field = _ACTOR_BLOCK_FIELD.match(text)
+        if field is None:
+            return None  # the block ended: what is above belongs to something else
+        value = field.group("value").strip("'\"")
+        if field.group("key") == "ip" and value and value.lower() not in _LOOPBACK:
+            return value
+    return None
 
 
 _ROOT_CAUSE_HEAD = "Root Cause (first observed failure)"

@@ -188,11 +188,23 @@ def parse_step(line: str) -> StepReading | None:
     return StepReading(found.key, found.value, found.total, fields=fields, strong=strong)
 
 
+# Words before a counter that make it a place the run will start from, stop at or repeat at, not a step taken:
+# "Training starts at step 401", "resuming from iteration 5000", "until step 1000", "every 500 steps".
+_NOT_TAKEN = re.compile(
+    r"(?i:\b(?:start(?:s|ed|ing)?|begin(?:s|ning)?|resum\w*|restart\w*|from|until|till|up to|every|max(?:imum)?)"
+    r"(?:\s+(?:at|from|with|on))?\s+(?:the\s+)?)$"
+)
+
+
 def _named(line: str) -> StepReading | None:
     """A named counter (`iteration 12`, `step: 10`, `'step': 10`, `global_step=10`, `step = 488600`)."""
     for match in _NAMED.finditer(line):
         if match["pl"] and "=" in match["sep"] and match["sep"] != "=":
             continue  # "Total optimization steps = 1000": a setting
+        if match["pl"] and match["total"] is None and not match["sep"].strip():
+            continue  # "gradient accumulation steps 1", "total steps 1000": a count in a setting, not a counter
+        if _NOT_TAKEN.search(line[max(0, match.start() - 40) : match.start()]):
+            continue  # "Training starts at step 401": where the run will begin, no step was taken
         keyword = match["kw"].lower().replace(" ", "_")
         named_total = int(match["total"]) if match["total"] else None
         if keyword == "batch" and named_total is None:

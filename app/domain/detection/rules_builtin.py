@@ -157,7 +157,7 @@ CRASH_RULES: tuple[Rule, ...] = (
             "NCCL communicator was aborted",
             "NCCL WARN",
         ),
-        r"NCCL WARN NET/IB : Got completion from peer|NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|"
+        r"NCCL WARN NET/IB ?: Got completion from peer|NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|"
         r"Remote)Error|ncclInvalidUsage|NCCL communicator was aborted|NCCL WARN .*(?:[Ee]rror|[Ff]ailure|"
         r"[Ff]ailed|[Tt]imeout|[Aa]bort|Connection (?:closed|reset|refused))",
         "node7:12345:12399 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "

@@ -16,7 +16,7 @@ _SUBJECT = r"(?i:\b(?:node|host|machine|instance|raylet|vm)s?\b)"
 _GONE = (
     r"(?i:\bmarked (?:as )?dead\b|\bmissed too many heartbeats\b|\b(?:lost|no) heartbeats?\b"
     r"|\bis not responding\b|\bnot responding\b|\bunreachable\b|\bhas died\b|\bdied unexpectedly\b"
-    r"|\bis dead\b|\bwas lost\b|\bhas been lost\b|\bwent away\b)"
+    r"|\bis dead\b|\bwas lost\b|\bhas been lost\b|\bwent away\b|\bhas crashed\b)"
 )
 # A line that only reports a retry or a recovery, or a setting, is not a loss.
 # A socket's "Network is unreachable" (pip, a download) is about a route, not a node of the job.
@@ -66,6 +66,7 @@ NODE_RULES: tuple[Rule, ...] = (
             "was lost",
             "has been lost",
             "went away",
+            "has crashed",
         ),
         _SUBJECT + r"[^\n]{0,120}?" + _GONE,
         "The node with client ID 581656f84659be9bba58da993729644cfb554836 has been marked dead because the monitor "
@@ -108,7 +109,9 @@ NODE_RULES: tuple[Rule, ...] = (
         r"\b(?:(?:was|has been|is being|got) preempted|preempted\b)|\binterruption notice\b|\bbeing reclaimed\b)",
         "Dec 17 16:03:58Z translations-1-b-linux-v100-gpu-4-1tb-vvppjagzspgzcf58mfvmzw-1 start-worker 2024/12/17 "
         "16:03:58 GCP Metadata Service says termination is imminent",
-        exclude=r"(?i:\bpreempt\w*\s*[:=]|--\w*preempt|\bif preempted\b|\bpreemptible\s*[:=])",
+        # a setting ("preemptible: true", "--requeue-on-preempt") names no preemption, unless the line says one happened
+        exclude=r"(?i:^(?![^\n]*\b(?:was|has been|is being|got) preempted\b)[^\n]*?"
+        r"(?:\bpreempt\w*\s*[:=]|--\w*preempt|\bif preempted\b|\bpreemptible\s*[:=]))",
     ),
     _crash(
         "gpu_devices_unavailable",

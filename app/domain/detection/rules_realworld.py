@@ -62,6 +62,16 @@ GPU_RULES: tuple[Rule, ...] = (
         r"GSP-CrashCat Report|GSP task watchdog timeout|GSP RM heartbeat timed out|_kgspIsHeartbeatTimedOut: Heartbeat timed out|Timeout waiting for RPC from GSP|waiting for RPC response from GPU\d* GSP",  # noqa: E501
         "Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out",
     ),
+    # The driver's NVLink layer (knvlink*/nvlink*) reporting a failed link operation: a fabric fault of the node,
+    # whether or not an Xid follows.
+    _crash(
+        "gpu_nvlink_failure",
+        XID,
+        ("knvlink", "nvlink", "NVLink"),
+        r"NVRM: [^\n]{0,40}?\b(?:knvlink|nvlink)\w*: [^\n]*\b(?:failed|[Ff]atal|timed? ?out)\b",
+        "Jul 09 10:42:47 pool0-0082 kernel: NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's "
+        "postRxDetLinkMask failed!",
+    ),
     _crash(
         "gpu_uncorrectable_ecc",
         XID,

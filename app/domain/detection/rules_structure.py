@@ -55,6 +55,20 @@ STRUCTURE_CHECKPOINT_RULES: tuple[Rule, ...] = (
         "loaded checkpoint from /ckpt/iter_15.pt at iteration 15",
         exclude=_CKPT_NOT,
     ),
+    # A load that failed is still an attempt to resume from that checkpoint (the crash rules record the failure):
+    # "failed to resume from checkpoint <path>", "Unable to load optimizer from checkpoint <path>". It must name
+    # the checkpoint's path; code quoted in a traceback (`raise ValueError(f"...")`) is not an attempt.
+    _rule(
+        "checkpoint",
+        "generic_checkpoint_load_failed",
+        "loaded",
+        _CKPT_ANCHORS,
+        r"(?i:\b(?:fail(?:ed|ure)|unable|could not|couldn't|cannot|can't) (?:to )?(?:load|resume|restore)\b"
+        r"[^\n]{0,40}?\b(?:checkpoint|ckpt)\b\s+['\"]?(?P<path>[~.]{0,2}/[^\s'\",]+))",
+        "ValueError: [deepspeed] failed to resume from checkpoint /input1/lufan/lumos_vl_checkpoints/RDM/"
+        "rdm-siglip-qwen-7b-sft737k-4nodes-NoNorm-0.2w0.2w/checkpoint-5439",
+        exclude=r"\w\(|^\s*File \"",
+    ),
 )
 
 # A non-finite value printed as a metric: `key: nan`, `key=nan`, `'key': 'nan'`, `loss nan |`, a table cell
