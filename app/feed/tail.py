@@ -40,6 +40,10 @@ KEEP = 20_000  # entries the buffer keeps for subscribers that fell behind
 MIN_INTERVAL = 0.2
 
 
+class FeedReadFailed(RuntimeError):
+    """The shared read of the change feed stopped on an error that is not a database outage."""
+
+
 class FeedTail:
     """The process's shared read of one database's change feed (use shared_tail() for it)."""
 
@@ -63,6 +67,7 @@ class FeedTail:
         self._by_workflow: dict[int, set[Subscriber]] = {}
         self._ready = asyncio.Event()
         self._rows: dict[tuple[str, int], asyncio.Future[Any]] = {}
+        self.failure: Exception | None = None  # why the shared read stopped (not a database outage: that waits)
 
     @property
     def subscribers(self) -> int:
@@ -75,6 +80,7 @@ class FeedTail:
         self._subscribers += 1
         if self._task is None or self._task.done():
             self._ready = asyncio.Event()
+            self.failure = None
             self._task = asyncio.create_task(self._run(), name="feed-tail")
         subscriber = Subscriber(self)
         group = self._everyone if workflow_id is None else self._by_workflow.setdefault(workflow_id, set())
@@ -105,6 +111,23 @@ class FeedTail:
             return list(await feed_queries.read_since(session, after_id=after_id, topics=topics, limit=BATCH))
 
     async def _run(self) -> None:
+        """Follow the feed; if the read fails for another reason than an outage, every subscriber gets the error
+        (instead of waiting forever for entries no one will read), and the next subscriber starts a new read."""
+        try:
+            await self._follow()
+        except Exception as exc:
+            log.exception("the shared change-feed read stopped; its live subscribers end with an error")
+            self.failure = exc
+            self._ready.set()
+            for subscriber in [*self._everyone, *(s for group in self._by_workflow.values() for s in group)]:
+                subscriber.wake.set()
+
+    def check(self) -> None:
+        """Raise FeedReadFailed if the shared read has stopped."""
+        if self.failure is not None:
+            raise FeedReadFailed("the change feed could not be read") from self.failure
+
+    async def _follow(self) -> None:
         """Read every new entry once per wake-up and wake the subscribers (forever; stop() cancels)."""
         async with self.waker.reader():
             self.position = self.base = await retrying(self._latest, what="feed tail start", logger=log)
@@ -193,6 +216,7 @@ class Subscriber:
         """The position to go on from: `after`, or the newest entry now."""
         tail = self.tail
         await tail._ready.wait()
+        tail.check()
         self.position = tail.position if after is None else after
         return self.position
 
@@ -202,6 +226,7 @@ class Subscriber:
         tail = self.tail
         wanted = frozenset(topics) if topics is not None else None
         while True:
+            tail.check()
             if self.position < tail.base:
                 # Behind the buffer (reconnected with an old position): read the backlog directly.
                 entries = await retrying(
