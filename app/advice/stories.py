@@ -108,18 +108,15 @@ async def stories_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> d
         actions.setdefault(m.advice_id, []).append(m)
     newest: dict[int, Anomaly] = {}
     by_id: dict[int, Anomaly] = {}
-    for x in await scalars_in(
-        session, select(Anomaly).where(Anomaly.kind.in_(DECIDED_KINDS)).order_by(Anomaly.id), Anomaly.attempt_id, ids
-    ):
+    stacks_said: dict[int, str] = {}  # what the stacks captured before Recovery acted showed (the judgment's sentence)
+    told_kinds = select(Anomaly).where(Anomaly.kind.in_([*DECIDED_KINDS, STACK])).order_by(Anomaly.id)
+    for x in await scalars_in(session, told_kinds, Anomaly.attempt_id, ids):
+        if x.kind == STACK:
+            stacks_said[x.attempt_id] = x.message
+            continue
         newest[x.attempt_id] = x  # ordered by id: the newest wins
         by_id[x.id] = x
     anomalies = {attempt_id: cited_anomaly(advice.get(attempt_id), by_id) or x for attempt_id, x in newest.items()}
-    stacks_said = {  # what the stacks captured before Recovery acted showed (the judgment's sentence)
-        x.attempt_id: x.message
-        for x in await scalars_in(
-            session, select(Anomaly).where(Anomaly.kind == STACK).order_by(Anomaly.id), Anomaly.attempt_id, ids
-        )
-    }
     loaded: dict[int, Checkpoint] = {}
     for c in await scalars_in(
         session,
