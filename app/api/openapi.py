@@ -32,6 +32,13 @@ AUDIT_LEVELS = LEVELS
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
+# A time filter: the service takes 1970-01-01 to 9000-01-01 (UTC); the pattern admits the years whose every zone
+# offset stays inside (1971-8899), or empty (no bound), so a client generating from the document never sends a time it refuses.
+_TIME_PARAM = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": "^$|^(197[1-9]|19[89][0-9]|[2-7][0-9]{3}|8[0-8][0-9]{2})-",
+}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 
 
@@ -295,14 +302,14 @@ def openapi_document() -> dict[str, Any]:
                             "required": False,
                             "description": "Inclusive lower bound: ISO 8601 with a zone, or Unix microseconds; "
                             f"between {bounds.MIN_TIME.date()} and {bounds.MAX_TIME.date()}.",
-                            "schema": {"type": "string", "format": "date-time"},
+                            "schema": _TIME_PARAM,
                         },
                         {
                             "name": "producedBefore",
                             "in": "query",
                             "required": False,
                             "description": "Exclusive upper bound, like producedAfter.",
-                            "schema": {"type": "string", "format": "date-time"},
+                            "schema": _TIME_PARAM,
                         },
                         CLUSTER,
                         {
