@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
-from typing import NamedTuple, cast
+from typing import NamedTuple, TypeVar, cast
 
 from app.domain.detection.chunkscan import ChunkScanner, Span
 from app.domain.detection.line_facts import attempt_label, decode_line, event_identity, parse_timestamp
@@ -52,6 +52,7 @@ STRUCTURE_TAIL_LINES = 48  # live reads look for step counters in this many last
 CHECKPOINT_REPEAT_LINES = 30  # lines within which the same kind and iteration are one checkpoint event
 MAX_WATCHED_LOGS = 8192  # per-log counter/template state kept for this many paths (least recently read dropped)
 _PREADV = getattr(os, "preadv", None)
+_Found = TypeVar("_Found")
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,15 @@ class _Lines(NamedTuple):
         if line_start < self.known_at:
             return self.line_number - count_newlines(self.buf, line_start, self.known_at) + 1
         return self.line_number + count_newlines(self.buf, self.known_at, line_start) + 1
+
+
+def _in_newest_segment(segment: str, classify: Callable[[str], _Found | None]) -> _Found | None:
+    """What `classify` finds in the newest part of a line: tqdm-style bars rewrite one line with \\r."""
+    for part in reversed(segment.split("\r")):
+        found = classify(part)
+        if found is not None:
+            return found
+    return None
 
 
 def _line_spans(buf: bytes, start: int, end: int) -> list[Span]:
@@ -777,19 +787,10 @@ class LogTailer:
         return self._event(raw, text, truncated, base + line_start, number, batch, marker)
 
     def _progress_of(self, segment: str) -> ProgressMarker | None:
-        # tqdm-style bars rewrite one line with \r: the newest segment is the last one.
-        for part in reversed(segment.split("\r")):
-            marker = self.classifier.progress(part)
-            if marker is not None:
-                return marker
-        return None
+        return _in_newest_segment(segment, self.classifier.progress)
 
     def _throughput_of(self, segment: str) -> ThroughputSample | None:
-        for part in reversed(segment.split("\r")):
-            sample = self.classifier.throughput(part)
-            if sample is not None:
-                return sample
-        return None
+        return _in_newest_segment(segment, self.classifier.throughput)
 
     def _latest(
         self,
