@@ -365,7 +365,7 @@ async def list_overview(
         workflows, overview = replace(workflows, failed_only=False), replace(overview, had_failure=True)
     base = workflow_query(workflows)
     query = select(Workflow).where(Workflow.id.in_(_matching_ids(base, overview))) if _active(overview) else base
-    return await page_of_workflows(session, query, page=page)
+    return await page_of_workflows(session, query=query, page=page)
 
 
 async def overview_facets(

@@ -95,10 +95,10 @@ def workflow_query(flt: WorkflowFilter) -> Any:
 
 async def list_workflows(session: AsyncSession, *, filter: WorkflowFilter, page: PageRequest) -> Page[Workflow]:
     """One page of workflows, most recently updated first."""
-    return await page_of_workflows(session, workflow_query(filter), page=page)
+    return await page_of_workflows(session, query=workflow_query(filter), page=page)
 
 
-async def page_of_workflows(session: AsyncSession, query: Any, *, page: PageRequest) -> Page[Workflow]:
+async def page_of_workflows(session: AsyncSession, *, query: Any, page: PageRequest) -> Page[Workflow]:
     """One page of the workflows `query` selects, most recently updated first: every workflow list's cursors."""
     return await paginate(
         session, query, kind="workflows", columns=(Workflow.updated_at, Workflow.id), descending=True, request=page
