@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from app.auth import check_auth_configuration
@@ -167,23 +168,13 @@ def _selected_clusters(args: argparse.Namespace, settings: Settings) -> list[Set
     return [settings]
 
 
-def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+def _cmd_alone(role: str, args: argparse.Namespace, settings: Settings) -> int:
+    """`recovery worker` and `recovery watchdog`: the role's services alone, once the database is at head."""
     clusters = _selected_clusters(args, settings)
 
     async def main() -> None:
         await _require_head(settings)
-        await _run_alone(settings, "worker", clusters)
-
-    asyncio.run(main())
-    return 0
-
-
-def _cmd_watchdog(args: argparse.Namespace, settings: Settings) -> int:
-    clusters = _selected_clusters(args, settings)
-
-    async def main() -> None:
-        await _require_head(settings)
-        await _run_alone(settings, "watchdog", clusters)
+        await _run_alone(settings, role, clusters)
 
     asyncio.run(main())
     return 0
@@ -305,10 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("up", _cmd_up, "run the API, dashboard and worker in one process (migrates the database first)")
     command("serve", _cmd_serve, "run only the API and dashboard (stateless; any number of replicas)")
-    worker = command("worker", _cmd_worker, "run only the worker (one active per cluster, by database lease)")
+    worker = command(
+        "worker", partial(_cmd_alone, "worker"), "run only the worker (one active per cluster, by database lease)"
+    )
     watchdog = command(
         "watchdog",
-        _cmd_watchdog,
+        partial(_cmd_alone, "watchdog"),
         "run only the watchdog, under its own lease (with RECOVERY_WATCHDOG_PROCESS=separate)",
     )
     for p in (worker, watchdog):

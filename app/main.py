@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.api.routes import api_routes
+from app.infra.asgi import HttpMiddleware
 from app.infra.config import Settings
 from app.infra.context import AppContext
 from app.infra.errors import database_error_text, database_problem, outage_response
@@ -40,17 +41,10 @@ SECURITY_HEADERS = [
 ]
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """Adds CSP (no inline script), frame denial and friends to every HTTP response."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", [])}
@@ -61,7 +55,7 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-class DatabaseOutages:
+class DatabaseOutages(HttpMiddleware):
     """Answers 503 with a clear JSON (REST, GraphQL) or HTML (dashboard) error while the database is away.
 
     Any request whose handler failed because the database is unreachable, busy past the busy timeout
@@ -70,13 +64,10 @@ class DatabaseOutages:
     """
 
     def __init__(self, app: ASGIApp, *, prefix: str = "") -> None:
-        self.app = app
+        super().__init__(app)
         self.prefix = prefix
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
         # Taken before routing: Mount rewrites root_path in this same scope on the way in.
         prefix = (scope.get("root_path", "") or "") + self.prefix

@@ -22,7 +22,7 @@ from app.evidence.queries import DECIDED_KINDS
 from app.infra.db import dialect_of
 from app.infra.pagination import Page, PageRequest, paginate
 from app.jobs.models import Attempt, Job, Workflow
-from app.jobs.queries import WorkflowFilter, workflow_query
+from app.jobs.queries import WorkflowFilter, page_of_workflows, workflow_query
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,7 @@ async def list_advice(session: AsyncSession, *, filter: AdviceFilter, page: Page
         if filter.workflow_id is not None:
             jobs = jobs.where(Job.workflow_id == filter.workflow_id)
         query = query.where(Advice.job_id.in_(jobs.scalar_subquery()))
-    return await paginate(
-        session, query, kind="advice", columns=(Advice.id,), descending=True, request=page, key_of=lambda a: (a.id,)
-    )
+    return await paginate(session, query, kind="advice", columns=(Advice.id,), descending=True, request=page)
 
 
 async def get_advice(session: AsyncSession, *, advice_id: int) -> Advice | None:
@@ -367,15 +365,7 @@ async def list_overview(
         workflows, overview = replace(workflows, failed_only=False), replace(overview, had_failure=True)
     base = workflow_query(workflows)
     query = select(Workflow).where(Workflow.id.in_(_matching_ids(base, overview))) if _active(overview) else base
-    return await paginate(
-        session,
-        query,
-        kind="workflows",
-        columns=(Workflow.updated_at, Workflow.id),
-        descending=True,
-        request=page,
-        key_of=lambda w: (w.updated_at, w.id),
-    )
+    return await page_of_workflows(session, query=query, page=page)
 
 
 async def overview_facets(

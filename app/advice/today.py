@@ -85,17 +85,8 @@ def _storm(p: ClusterPause) -> Need:
 
 def _held(a: Advice) -> Need:
     reason = (a.disposition_reason or "held").replace("_", " ").lower()
-    return Need(
-        "held",
-        a.cluster,
-        a.created_at,
-        f"{a.operation} of job {a.slurm_job_id}/{a.attempt_index} is held ({reason})",
-        a.disposition_message or "it waits for an operator to release it",
-        f"/dashboard/jobs/{a.slurm_job_id}/attempts/{a.attempt_index}#advice",
-        a.slurm_job_id,
-        a.attempt_index,
-        a.id,
-    )
+    title = f"{a.operation} of job {a.slurm_job_id}/{a.attempt_index} is held ({reason})"
+    return _of_advice("held", a, title, a.disposition_message or "it waits for an operator to release it", "#advice")
 
 
 def _node(n: NodeStanding) -> Need:
@@ -125,17 +116,14 @@ def _typo(j: Job) -> Need:
 
 
 def _stopped_run(a: Advice) -> Need:
-    return Need(
-        "stopped",
-        a.cluster,
-        a.created_at,
-        f"Run stopped: job {a.slurm_job_id}/{a.attempt_index}",
-        f"{a.reason} Its user must resubmit to continue.",
-        f"/dashboard/jobs/{a.slurm_job_id}/attempts/{a.attempt_index}",
-        a.slurm_job_id,
-        a.attempt_index,
-        a.id,
-    )
+    title = f"Run stopped: job {a.slurm_job_id}/{a.attempt_index}"
+    return _of_advice("stopped", a, title, f"{a.reason} Its user must resubmit to continue.")
+
+
+def _of_advice(kind: str, a: Advice, title: str, detail: str, anchor: str = "") -> Need:
+    """A need about one Advice: dated by it, linked to its attempt's page (at `anchor`)."""
+    path = f"/dashboard/jobs/{a.slurm_job_id}/attempts/{a.attempt_index}{anchor}"
+    return Need(kind, a.cluster, a.created_at, title, detail, path, a.slurm_job_id, a.attempt_index, a.id)
 
 
 def _on(cluster: str | None) -> Any:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from functools import wraps
 from typing import Any, Generic, TypeVar
 
 import strawberry
@@ -56,6 +58,49 @@ def page_request(
         )
     except PageArgumentError as exc:
         raise bad_input(str(exc)) from None
+
+
+RELAY_ARGUMENTS = {"first": "int | None", "after": "str | None", "last": "int | None", "before": "str | None"}
+
+
+def paged(
+    sizes: tuple[int, int], *, root: bool = False
+) -> Callable[[Callable[..., Awaitable[Connection[T]]]], Callable[..., Awaitable[Connection[T]]]]:
+    """A list resolver taking `request: PageRequest` becomes one taking Relay's first/after/last/before in its place.
+
+    The schema sees the four arguments last, as they were spelled by hand; a `root` field checks the caller
+    before the arguments, as every root field does.
+    """
+
+    def decorate(read: Callable[..., Awaitable[Connection[T]]]) -> Callable[..., Awaitable[Connection[T]]]:
+        @wraps(read)
+        async def resolver(
+            *args: Any,
+            info: strawberry.Info,
+            first: int | None = None,
+            after: str | None = None,
+            last: int | None = None,
+            before: str | None = None,
+            **kwargs: Any,
+        ) -> Connection[T]:
+            if root:
+                info.context.viewer()
+            request = page_request(first=first, after=after, last=last, before=before, sizes=sizes)
+            return await read(*args, info=info, request=request, **kwargs)
+
+        own = inspect.signature(read)
+        relay = [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=annotation)
+            for name, annotation in RELAY_ARGUMENTS.items()
+        ]
+        kept = [parameter for parameter in own.parameters.values() if parameter.name != "request"]
+        resolver.__signature__ = own.replace(parameters=kept + relay)  # type: ignore[attr-defined]
+        annotations = {name: hint for name, hint in read.__annotations__.items() if name != "request"}
+        returns = annotations.pop("return")
+        resolver.__annotations__ = {**annotations, **RELAY_ARGUMENTS, "return": returns}
+        return resolver
+
+    return decorate
 
 
 def to_connection(page: Page[R], wrap: Callable[[R], T], *, total_count: int | None = None) -> Connection[T]:

@@ -11,7 +11,7 @@ import strawberry
 from app.advice import queries as advice_queries
 from app.advice import today
 from app.api import validation
-from app.api.connections import AUDIT, TOP_LEVEL, Connection, page_request, read_connection
+from app.api.connections import AUDIT, TOP_LEVEL, Connection, paged, read_connection
 from app.api.errors import bad_input
 from app.api.ids import GlobalIdError, expect_global_id, from_global_id
 from app.api.types import NODE_BUILDERS, Advice, Attempt, AuditEvent, Job, Node, Workflow, audit_event
@@ -27,6 +27,7 @@ from app.fleet import queries as fleet_queries
 from app.fleet import read_model as fleet_read_model
 from app.goodput import queries as goodput_queries
 from app.infra.db import utcnow
+from app.infra.pagination import PageRequest
 from app.jobs import queries as job_queries
 from app.leases import queries as lease_queries
 
@@ -124,17 +125,13 @@ class Query:
         return NODE_BUILDERS[type_name](row) if row is not None else None
 
     @strawberry.field(description="Workflows, most recently updated first.")
+    @paged(TOP_LEVEL, root=True)
     async def workflows(
         self,
         info: Info,
+        request: PageRequest,
         filter: WorkflowFilter | None = None,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
     ) -> Connection[Workflow]:
-        info.context.viewer()
-        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or WorkflowFilter()
         service_filter = job_queries.WorkflowFilter(
             cluster=validation.text(flt.cluster, "cluster"),
@@ -234,17 +231,13 @@ class Query:
         return Attempt(row=row) if row else None
 
     @strawberry.field(description="Attempts across jobs, most recently updated first.")
+    @paged(TOP_LEVEL, root=True)
     async def attempts(
         self,
         info: Info,
+        request: PageRequest,
         filter: AttemptFilter | None = None,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
     ) -> Connection[Attempt]:
-        info.context.viewer()
-        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = filter or AttemptFilter()
         service_filter = job_queries.AttemptFilter(
             cluster=validation.text(flt.cluster, "cluster"),
@@ -257,19 +250,15 @@ class Query:
         return await read_connection(info.context.loaders.sessions, request, fetch, lambda row: Attempt(row=row))
 
     @strawberry.field(description="Advice, newest first; onlyActive keeps what may still need reconciliation.")
+    @paged(TOP_LEVEL, root=True)
     async def advice(
         self,
         info: Info,
+        request: PageRequest,
         only_active: bool = False,
         job_id: int | None = None,
         cluster: str | None = None,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
     ) -> Connection[Advice]:
-        info.context.viewer()
-        request = page_request(first=first, after=after, last=last, before=before, sizes=TOP_LEVEL)
         flt = advice_queries.AdviceFilter(
             only_active=only_active, slurm_job_id=job_id, cluster=validation.text(cluster, "cluster")
         )
@@ -279,18 +268,14 @@ class Query:
     @strawberry.field(
         description="Audit events with SPEC §7 filters, by produced time (DESC: newest first). No totalCount."
     )
+    @paged(AUDIT, root=True)
     async def audit_events(
         self,
         info: Info,
+        request: PageRequest,
         filter: AuditEventFilter | None = None,
         order: SortOrder = SortOrder.DESC,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
     ) -> Connection[AuditEvent]:
-        info.context.viewer()
-        request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
         service_filter = audit_filter(filter)
         fetch = partial(audit_queries.query, filter=service_filter, descending=order is SortOrder.DESC)
         return await read_connection(info.context.app.read_sessions, request, fetch, audit_event)

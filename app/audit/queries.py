@@ -122,7 +122,6 @@ async def query(
         columns=(_C.produced_at, _C.id),
         descending=descending,
         request=page,
-        key_of=lambda e: (e.produced_at, e.id),
         rows=True,
     )
 

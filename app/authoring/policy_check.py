@@ -109,6 +109,17 @@ def render_policy(result: PolicyResult, settings: Settings) -> list[str]:
     return lines
 
 
+def write_policy(out: TextIO, result: PolicyResult, settings: Settings, *, heading: str) -> bool:
+    """Write the policy's problems under `heading`, then its effective values; True when it has values."""
+    issues = render_issues(result)
+    if issues:
+        out.write(f"\n{heading}:\n" + "\n".join(issues) + "\n")
+    policy_lines = render_policy(result, settings)
+    if policy_lines:
+        out.write("\n" + "\n".join(policy_lines) + "\n")
+    return bool(policy_lines)
+
+
 def render_issues(result: PolicyResult) -> list[str]:
     lines = []
     for issue in result.errors:
@@ -179,11 +190,6 @@ def run(
     unknown = [w for w in result.warnings if "did you mean" in w.message]
     if unknown:
         out.write(f"{len(unknown)} key(s) are not recognised and are ignored: their defaults apply (see Problems).\n")
-    issues = render_issues(result)
-    if issues:
-        out.write("\nProblems:\n" + "\n".join(issues) + "\n")
-    policy_lines = render_policy(result, settings)
-    if policy_lines:
-        out.write("\n" + "\n".join(policy_lines) + "\n")
+    if write_policy(out, result, settings, heading="Problems"):
         out.write(f"\nEffective mode: {mode.mode} - {mode.reason}.\n")
     return code

@@ -16,8 +16,7 @@ from app.authoring.policy_check import (
     EXIT_NOT_ENROLLED,
     EXIT_USAGE,
     policy_mode,
-    render_issues,
-    render_policy,
+    write_policy,
 )
 from app.authoring.target import Target
 from app.domain.admission.mode import UNMANAGED_PARTITION, Admission, admission
@@ -258,12 +257,7 @@ def _render_text(report: dict[str, Any], settings: Settings, out: TextIO, judged
         out.write(judged_line + "\n")
 
     result: PolicyResult = report["_result"]
-    policy_issues = render_issues(result)
-    if policy_issues:
-        out.write("\nPolicy problems:\n" + "\n".join(policy_issues) + "\n")
-    policy_lines = render_policy(result, settings)
-    if policy_lines:
-        out.write("\n" + "\n".join(policy_lines) + "\n")
+    write_policy(out, result, settings, heading="Policy problems")
     if report["mode"]:
         out.write(f"\nEffective mode: {report['mode']['mode']} - {report['mode']['reason']}.\n")
 

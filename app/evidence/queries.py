@@ -52,7 +52,6 @@ async def _newest_first(session: AsyncSession, model: Any, kind: str, attempt_id
         columns=(model.id,),
         descending=True,
         request=page,
-        key_of=lambda row: (row.id,),
     )
 
 

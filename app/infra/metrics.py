@@ -18,6 +18,8 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.infra.asgi import HttpMiddleware
+
 log = logging.getLogger("recovery.metrics")
 
 LATENCY = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
@@ -190,17 +192,14 @@ def route_family(path: str, prefix: str = "") -> str:
     return "other"
 
 
-class RequestMetrics:
+class RequestMetrics(HttpMiddleware):
     """ASGI middleware: request latency by route family, method and status class."""
 
     def __init__(self, app: ASGIApp, prefix: str = "") -> None:
-        self.app = app
+        super().__init__(app)
         self.prefix = prefix
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.monotonic()
         status = {"code": 500}
 

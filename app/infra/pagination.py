@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -111,6 +111,11 @@ def _ordering(columns: tuple[Any, ...], descending: bool) -> tuple[Any, ...]:
     return tuple(c.desc() if descending else c.asc() for c in columns)
 
 
+def _attributes(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The function of a row that gives its attributes `names`, in order (a sort key's values)."""
+    return lambda row: tuple(getattr(row, name) for name in names)
+
+
 async def paginate(
     session: AsyncSession,
     query: Select[Any],
@@ -119,12 +124,13 @@ async def paginate(
     columns: Sequence[Any],
     descending: bool,
     request: PageRequest,
-    key_of: Any,
+    key_of: Callable[[Any], Sequence[Any]] | None = None,
     rows: bool = False,
 ) -> Page[Any]:
     """Run `query` (which selects one entity, or columns with `rows=True`) as one keyset page ordered by `columns`.
 
-    `key_of(row)` returns the row's values for `columns` (they go into cursors). Every list uses an
+    `key_of(row)` returns the row's values for `columns` (they go into cursors); by default they are the
+    row's attributes named as the columns. Every list uses an
     index ending in its sort key, so a deep page costs the same as the first one (no OFFSET). With
     `rows=True` the page holds records (named tuples of the selected columns, no ORM objects to build).
     """
@@ -152,6 +158,8 @@ async def paginate(
     found = found[:size]
     if backward:
         found.reverse()
+    if key_of is None:
+        key_of = _attributes([column.key for column in columns])
     cursors = LazyCursors(kind, [key_of(row) for row in found])
     if backward:
         return Page(found, cursors, has_next_page=request.before is not None, has_previous_page=more)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
-from typing import cast
+from typing import NamedTuple, TypeVar, cast
 
 from app.domain.detection.chunkscan import ChunkScanner, Span
 from app.domain.detection.line_facts import (
@@ -58,6 +58,7 @@ STRUCTURE_TAIL_LINES = 48  # live reads look for step counters in this many last
 CHECKPOINT_REPEAT_LINES = 30  # lines within which the same kind and iteration are one checkpoint event
 MAX_WATCHED_LOGS = 8192  # per-log counter/template state kept for this many paths (least recently read dropped)
 _PREADV = getattr(os, "preadv", None)
+_Found = TypeVar("_Found")
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,35 @@ def count_newlines(buf: bytes, start: int, end: int) -> int:
     return total + buf.count(b"\n", start, end)
 
 
+class _Lines(NamedTuple):
+    """Where a read looks for tail facts: buf[start:complete_end] and the partial line after it.
+
+    buf[0] is at file offset `base`; `line_number` complete lines come before buf index `known_at`.
+    """
+
+    buf: bytes
+    start: int
+    complete_end: int
+    base: int
+    line_number: int
+    known_at: int
+
+    def number_at(self, line_start: int) -> int:
+        """The 1-based number of the line starting at buf index `line_start`."""
+        if line_start < self.known_at:
+            return self.line_number - count_newlines(self.buf, line_start, self.known_at) + 1
+        return self.line_number + count_newlines(self.buf, self.known_at, line_start) + 1
+
+
+def _in_newest_segment(segment: str, classify: Callable[[str], _Found | None]) -> _Found | None:
+    """What `classify` finds in the newest part of a line: tqdm-style bars rewrite one line with \\r."""
+    for part in reversed(segment.split("\r")):
+        found = classify(part)
+        if found is not None:
+            return found
+    return None
+
+
 def _line_spans(buf: bytes, start: int, end: int) -> list[Span]:
     """Every line of buf[start:end] (end at a line end), empty ones included so indexes count lines."""
     spans: list[Span] = []
@@ -189,6 +219,11 @@ def _head_digest(data: bytes) -> str:
 
 @dataclass
 class _Batch:
+    """What one read of one file found so far, with what the read is of: the start position, stat and time."""
+
+    position: FilePosition
+    st: os.stat_result
+    read_at: datetime
     events: list[LogEvent] = field(default_factory=list)
     progress: list[LogEvent] = field(default_factory=list)
     throughput: list[LogEvent] = field(default_factory=list)
@@ -411,7 +446,7 @@ class LogTailer:
         size = st.st_size
         mtime = datetime.fromtimestamp(st.st_mtime, UTC)
         idle = (read_at - mtime).total_seconds()
-        batch = _Batch()
+        batch = _Batch(position, st, read_at)
         offset, line_number, skipping = position.offset, position.line_number, position.skipping
         budget_end = min(size, offset + self.max_bytes)
         bytes_read = 0
@@ -439,7 +474,7 @@ class LogTailer:
                 newline = buf.find(b"\n")
                 if newline < 0:
                     offset += len(buf)
-                    self._tail_facts(buf, 0, 0, offset - len(buf), line_number, 0, position, st, read_at, batch)
+                    self._tail_facts(_Lines(buf, 0, 0, offset - len(buf), line_number, 0), batch)
                     continue
                 start, skipping, line_number = newline + 1, False, line_number + 1
             last_newline = buf.rfind(b"\n", start)
@@ -447,32 +482,19 @@ class LogTailer:
                 if len(buf) - start >= self.line_cap or (not at_tail and len(buf) - start >= self.chunk_size // 2):
                     # A line longer than the cap: keep its first line_cap bytes, drop the rest until its newline.
                     self._events(
-                        buf,
-                        start,
-                        start + self.line_cap,
-                        offset,
-                        line_number,
-                        position,
-                        st,
-                        read_at,
-                        batch,
-                        at_tail,
-                        idle,
-                        forced_end=True,
+                        buf, start, start + self.line_cap, offset, line_number, batch, at_tail, idle, forced_end=True
                     )
-                    self._tail_facts(
-                        buf, start, start + self.line_cap, offset, line_number, start, position, st, read_at, batch
-                    )
+                    self._tail_facts(_Lines(buf, start, start + self.line_cap, offset, line_number, start), batch)
                     offset += len(buf)
                     skipping = True
                     continue
-                self._tail_facts(buf, start, start, offset, line_number, start, position, st, read_at, batch)
+                self._tail_facts(_Lines(buf, start, start, offset, line_number, start), batch)
                 break  # a partial last line: wait for its newline
             cut, counted_to, lines_at = self._events(
-                buf, start, last_newline + 1, offset, line_number, position, st, read_at, batch, at_tail, idle
+                buf, start, last_newline + 1, offset, line_number, batch, at_tail, idle
             )
             line_number = lines_at + count_newlines(buf, counted_to, cut)  # one newline pass per chunk in total
-            self._tail_facts(buf, start, cut, offset, line_number, cut, position, st, read_at, batch)
+            self._tail_facts(_Lines(buf, start, cut, offset, line_number, cut), batch)
             offset += cut
             if cut < last_newline + 1:
                 if at_tail or cut == start:
@@ -514,11 +536,10 @@ class LogTailer:
         truncated: bool,
         file_offset: int,
         line_number: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
+        batch: _Batch,
         signal: Signal,
     ) -> LogEvent:
+        position, st, read_at = batch.position, batch.st, batch.read_at
         return LogEvent(
             path=position.path,
             inode=st.st_ino,
@@ -540,9 +561,6 @@ class LogTailer:
         end: int,
         base: int,
         line_number: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
         batch: _Batch,
         at_tail: bool,
         idle: float,
@@ -592,16 +610,14 @@ class LogTailer:
                 lines_before += count_newlines(buf, counted_to, line_start)
                 counted_to = line_start
                 if isinstance(signal, CheckpointEvent) and signal.kind == "loaded" and signal.iteration is not None:
-                    self._watch(position.path).resumed(signal.iteration, offset=base + line_start)
+                    self._watch(batch.position.path).resumed(signal.iteration, offset=base + line_start)
                 if isinstance(signal, CheckpointEvent) and (
-                    self._names_its_step(position.path, signal, lines_before + 1, batch)
-                    or self._repeated(position.path, signal, lines_before + 1)
+                    self._names_its_step(batch.position.path, signal, lines_before + 1, batch)
+                    or self._repeated(batch.position.path, signal, lines_before + 1)
                 ):
                     continue
                 batch.events.append(
-                    self._event(
-                        raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, signal
-                    )
+                    self._event(raw, text, truncated, base + line_start, lines_before + 1, batch, signal)
                 )
                 load = self._load_in_crash(text, signal)
                 if load is not None:
@@ -648,47 +664,14 @@ class LogTailer:
 
     def _tail_facts(
         self,
-        buf: bytes,
-        start: int,
-        complete_end: int,
-        base: int,
-        line_number: int,
-        known_at: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
+        lines: _Lines,
         batch: _Batch,
     ) -> None:
         """Latest progress marker, throughput and source time in buf[start:] (partial last line included)."""
-        found_progress = self._latest(
-            self.progress_scanner,
-            self._progress_of,
-            buf,
-            start,
-            complete_end,
-            base,
-            line_number,
-            known_at,
-            position,
-            st,
-            read_at,
-        )
-        found_rate = self._latest(
-            self.throughput_scanner,
-            self._throughput_of,
-            buf,
-            start,
-            complete_end,
-            base,
-            line_number,
-            known_at,
-            position,
-            st,
-            read_at,
-            every=self.all_throughput,
-        )
+        found_progress = self._latest(self.progress_scanner, self._progress_of, lines, batch)
+        found_rate = self._latest(self.throughput_scanner, self._throughput_of, lines, batch, every=self.all_throughput)
         if self.structure:
-            found_steps = self._steps(buf, start, complete_end, base, line_number, known_at, position, st, read_at)
+            found_steps = self._steps(lines, batch)
             # A configured marker or rate rule on the same line wins (the operator's rule says what it is).
             shown = [event for event, _ in found_steps if self.all_progress or _arms(event)]
             found_progress = _merged(found_progress, shown)
@@ -700,7 +683,7 @@ class LogTailer:
             del batch.progress[:-1]
         if not self.all_throughput and len(batch.throughput) > 1:
             del batch.throughput[:-1]
-        stamp = self._last_timestamp(buf, start, read_at)
+        stamp = self._last_timestamp(lines.buf, lines.start, batch.read_at)
         if stamp is not None and (batch.last_source_time is None or stamp >= batch.last_source_time):
             batch.last_source_time = stamp
 
@@ -758,15 +741,8 @@ class LogTailer:
 
     def _steps(
         self,
-        buf: bytes,
-        start: int,
-        complete_end: int,
-        base: int,
-        line_number: int,
-        known_at: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
+        lines: _Lines,
+        batch: _Batch,
     ) -> list[tuple[LogEvent, dict[str, float]]]:
         """Progress by structure: counter lines with their rates (one parse gives both), oldest first.
 
@@ -775,7 +751,8 @@ class LogTailer:
         line included: a bar may never end its line) and give the newest counter line; the counters' last
         values persist per path, so an advance is seen across reads.
         """
-        watch = self._watch(position.path)
+        buf, start, complete_end, base, line_number, known_at = lines
+        watch = self._watch(batch.position.path)
         if self.all_progress:
             spans = _line_spans(buf, start, complete_end)
             lines_before = line_number - count_newlines(buf, start, known_at)
@@ -788,9 +765,7 @@ class LogTailer:
                     if observed is not None:
                         marker, counter = observed
                         number = lines_before + index + 1
-                        event = self._step_event(
-                            raw, text, line_start, line_end, number, marker, base, position, st, read_at
-                        )
+                        event = self._step_event(raw, text, line_start, line_end, number, marker, base, batch)
                         found.append((event, rates_of(counter.fields)))
             return found
         spans = _last_spans(buf, start, STRUCTURE_TAIL_LINES)
@@ -829,12 +804,9 @@ class LogTailer:
                     line_start, line_end, raw, text, seen = span_start, span_end, span_raw, span_text, found_here
         if seen is None:
             return []
-        if line_start < known_at:
-            number = line_number - count_newlines(buf, line_start, known_at) + 1
-        else:
-            number = line_number + count_newlines(buf, known_at, line_start) + 1
+        number = lines.number_at(line_start)
         marker, reading = seen
-        event = self._step_event(raw, text, line_start, line_end, number, marker, base, position, st, read_at)
+        event = self._step_event(raw, text, line_start, line_end, number, marker, base, batch)
         return [(event, rates_of(reading.fields))]
 
     def _step_event(
@@ -846,43 +818,26 @@ class LogTailer:
         number: int,
         marker: ProgressMarker,
         base: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
+        batch: _Batch,
     ) -> LogEvent:
         truncated = line_end - line_start > self.line_cap
-        return self._event(raw, text, truncated, base + line_start, number, position, st, read_at, marker)
+        return self._event(raw, text, truncated, base + line_start, number, batch, marker)
 
     def _progress_of(self, segment: str) -> ProgressMarker | None:
-        # tqdm-style bars rewrite one line with \r: the newest segment is the last one.
-        for part in reversed(segment.split("\r")):
-            marker = self.classifier.progress(part)
-            if marker is not None:
-                return marker
-        return None
+        return _in_newest_segment(segment, self.classifier.progress)
 
     def _throughput_of(self, segment: str) -> ThroughputSample | None:
-        for part in reversed(segment.split("\r")):
-            sample = self.classifier.throughput(part)
-            if sample is not None:
-                return sample
-        return None
+        return _in_newest_segment(segment, self.classifier.throughput)
 
     def _latest(
         self,
         scanner: ChunkScanner,
         classify: Callable[[str], Signal | None],
-        buf: bytes,
-        start: int,
-        complete_end: int,
-        base: int,
-        line_number: int,
-        known_at: int,
-        position: FilePosition,
-        st: os.stat_result,
-        read_at: datetime,
+        lines: _Lines,
+        batch: _Batch,
         every: bool | None = None,
     ) -> list[LogEvent]:
+        buf, start, complete_end, base, line_number, known_at = lines
         every = self.all_progress if every is None else every
         # Offline (every=True) counts only complete lines so nothing is counted twice; the live
         # path also looks at the partial last line, since a progress bar may never end its line.
@@ -900,23 +855,9 @@ class LogTailer:
                 counted_to = line_start
                 number = lines_before + 1
             else:
-                if line_start < known_at:
-                    number = line_number - count_newlines(buf, line_start, known_at) + 1
-                else:
-                    number = line_number + count_newlines(buf, known_at, line_start) + 1
-            found.append(
-                self._event(
-                    raw,
-                    decode_line(raw),
-                    line_end - line_start > self.line_cap,
-                    base + line_start,
-                    number,
-                    position,
-                    st,
-                    read_at,
-                    signal,
-                )
-            )
+                number = lines.number_at(line_start)
+            truncated = line_end - line_start > self.line_cap
+            found.append(self._event(raw, decode_line(raw), truncated, base + line_start, number, batch, signal))
             if not every:
                 break
         return found

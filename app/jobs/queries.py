@@ -95,14 +95,13 @@ def workflow_query(flt: WorkflowFilter) -> Any:
 
 async def list_workflows(session: AsyncSession, *, filter: WorkflowFilter, page: PageRequest) -> Page[Workflow]:
     """One page of workflows, most recently updated first."""
+    return await page_of_workflows(session, query=workflow_query(filter), page=page)
+
+
+async def page_of_workflows(session: AsyncSession, *, query: Any, page: PageRequest) -> Page[Workflow]:
+    """One page of the workflows `query` selects, most recently updated first: every workflow list's cursors."""
     return await paginate(
-        session,
-        workflow_query(filter),
-        kind="workflows",
-        columns=(Workflow.updated_at, Workflow.id),
-        descending=True,
-        request=page,
-        key_of=lambda w: (w.updated_at, w.id),
+        session, query, kind="workflows", columns=(Workflow.updated_at, Workflow.id), descending=True, request=page
     )
 
 
@@ -167,9 +166,7 @@ async def list_jobs(session: AsyncSession, *, filter: JobFilter, page: PageReque
         query = query.where(Job.array_job_id == filter.array_job_id)
     if not filter.include_retired:
         query = query.where(Job.retired_at.is_(None))
-    return await paginate(
-        session, query, kind="jobs", columns=(Job.id,), descending=True, request=page, key_of=lambda j: (j.id,)
-    )
+    return await paginate(session, query, kind="jobs", columns=(Job.id,), descending=True, request=page)
 
 
 async def find_job(session: AsyncSession, *, slurm_job_id: int, cluster: str | None = None) -> Job | None:
@@ -246,7 +243,6 @@ async def list_attempts(session: AsyncSession, *, filter: AttemptFilter, page: P
         columns=(Attempt.updated_at, Attempt.id),
         descending=True,
         request=page,
-        key_of=lambda a: (a.updated_at, a.id),
     )
 
 
@@ -259,7 +255,6 @@ async def list_attempts_of_job(session: AsyncSession, *, job_id: int, page: Page
         columns=(Attempt.attempt_index, Attempt.id),
         descending=False,
         request=page,
-        key_of=lambda a: (a.attempt_index, a.id),
     )
 
 
@@ -277,7 +272,6 @@ async def list_attempts_by_slurm_id(
         columns=(Attempt.job_id, Attempt.attempt_index, Attempt.id),
         descending=False,
         request=page,
-        key_of=lambda a: (a.job_id, a.attempt_index, a.id),
     )
 
 

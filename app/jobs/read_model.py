@@ -161,6 +161,11 @@ def _policy(key: str, section: str | None = None) -> Any:
     return read
 
 
+def _policy_field(key: str, kind: Any, section: str | None = None, *, description: str | None = None) -> Field:
+    """A value of the effective policy under its own key's name: null when the policy leaves it out."""
+    return Field(key, kind, nullable=True, source=_policy(key, section), description=description)
+
+
 _DETECTION = "anomaly_detection_config"
 POLICY = ReadModel(
     "Policy",
@@ -185,54 +190,29 @@ POLICY = ReadModel(
             source=lambda row: row.errors or [],
             description="Validation errors, each {path, message} with the JSON path of the bad value.",
         ),
-        Field("workflow_id", str, nullable=True, source=_policy("workflow_id")),
-        Field("environment", str, nullable=True, source=_policy("environment")),
-        Field(
-            "mode",
-            str,
-            nullable=True,
-            source=_policy("mode"),
-            description="Requested mode (observe | act); see Attempt.effectiveMode for what applies.",
+        _policy_field("workflow_id", str),
+        _policy_field("environment", str),
+        _policy_field(
+            "mode", str, description="Requested mode (observe | act); see Attempt.effectiveMode for what applies."
         ),
-        Field("auto_resume_mode", str, nullable=True, source=_policy("auto_resume_mode")),
-        Field(
-            "max_requeue_times",
-            int,
-            nullable=True,
-            source=_policy("max_requeue_times"),
-            description="The job's own retry request; null means the site ceiling applies.",
+        _policy_field("auto_resume_mode", str),
+        _policy_field(
+            "max_requeue_times", int, description="The job's own retry request; null means the site ceiling applies."
         ),
-        Field(
-            "log_file_paths_shared_across_attempts",
-            bool,
-            nullable=True,
-            source=_policy("log_file_paths_shared_across_attempts"),
-        ),
-        Field(
-            "log_based_timeout_enabled",
-            bool,
-            nullable=True,
-            source=_policy("log_based_timeout_enabled", _DETECTION),
-        ),
-        Field(
+        _policy_field("log_file_paths_shared_across_attempts", bool),
+        _policy_field("log_based_timeout_enabled", bool, _DETECTION),
+        _policy_field(
             "log_based_timeout_threshold_pretraining",
             int,
-            nullable=True,
-            source=_policy("log_based_timeout_threshold_pretraining", _DETECTION),
+            _DETECTION,
             description="Hang threshold before the training loop, seconds.",
         ),
-        Field(
+        _policy_field(
             "log_based_timeout_threshold_trainingloop",
             int,
-            nullable=True,
-            source=_policy("log_based_timeout_threshold_trainingloop", _DETECTION),
+            _DETECTION,
             description="Hang threshold inside the training loop, seconds.",
         ),
-        Field(
-            "straggler_detection_enabled",
-            bool,
-            nullable=True,
-            source=_policy("straggler_detection_enabled", _DETECTION),
-        ),
+        _policy_field("straggler_detection_enabled", bool, _DETECTION),
     ),
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 
 from app.advice.stories import headline
-from app.api.connections import AUDIT, NESTED, Connection, nested_connection, page_request, read_connection
+from app.api.connections import AUDIT, NESTED, Connection, nested_connection, paged, read_connection
 from app.api.derive import graphql_fields
 from app.api.types.advice import Advice
 from app.api.types.audit import AuditEvent, audit_event
@@ -18,6 +18,7 @@ from app.api.types.node import Info, Node, loaders_of, mode_now, register, workf
 from app.api.types.story import Story
 from app.audit import queries as audit_queries
 from app.evidence import queries as evidence_queries
+from app.infra.pagination import PageRequest
 from app.jobs import queries as job_queries
 from app.jobs import read_model
 
@@ -48,15 +49,8 @@ class Workflow(Node):
         return Story(told=told) if told else None
 
     @strawberry.field(description="The workflow's jobs, newest first (one statement per workflow).")
-    async def jobs(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
-    ) -> Connection[Job]:
-        request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
+    @paged(NESTED)
+    async def jobs(self, info: Info, request: PageRequest) -> Connection[Job]:
         fetch = partial(job_queries.list_jobs, filter=job_queries.JobFilter(workflow_id=self.row.id))
         return await read_connection(loaders_of(info).sessions, request, fetch, lambda row: Job(row=row))
 
@@ -118,15 +112,8 @@ class Job(Node):
         return Policy(row=row) if row else None
 
     @strawberry.field(description="The job's attempts, attempt 0 first; totalCount is given.")
-    async def attempts(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
-    ) -> Connection[Attempt]:
-        request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
+    @paged(NESTED)
+    async def attempts(self, info: Info, request: PageRequest) -> Connection[Attempt]:
         loaders = loaders_of(info)
         total = await loaders.attempt_count.load(self.row.id)
         return await nested_connection(
@@ -195,41 +182,20 @@ class Attempt(Node):
     @strawberry.field(
         description="Recognised checkpoint save/load lines, newest first (evidence, not proof of loadability)."
     )
-    async def checkpoints(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
-    ) -> Connection[Checkpoint]:
-        request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
+    @paged(NESTED)
+    async def checkpoints(self, info: Info, request: PageRequest) -> Connection[Checkpoint]:
         loaders = loaders_of(info)
         return await _newest_first(loaders, request, self.row.id, loaders.latest_checkpoints, "checkpoints", Checkpoint)
 
     @strawberry.field(description="Detected anomalies, newest first.")
-    async def anomalies(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
-    ) -> Connection[Anomaly]:
-        request = page_request(first=first, after=after, last=last, before=before, sizes=NESTED)
+    @paged(NESTED)
+    async def anomalies(self, info: Info, request: PageRequest) -> Connection[Anomaly]:
         loaders = loaders_of(info)
         return await _newest_first(loaders, request, self.row.id, loaders.latest_anomalies, "anomalies", Anomaly)
 
     @strawberry.field(description="This attempt's audit events, oldest first (one statement per attempt).")
-    async def audit_events(
-        self,
-        info: Info,
-        first: int | None = None,
-        after: str | None = None,
-        last: int | None = None,
-        before: str | None = None,
-    ) -> Connection[AuditEvent]:
-        request = page_request(first=first, after=after, last=last, before=before, sizes=AUDIT)
+    @paged(AUDIT)
+    async def audit_events(self, info: Info, request: PageRequest) -> Connection[AuditEvent]:
         flt = audit_queries.AuditFilter(
             slurm_job_id=self.row.slurm_job_id, attempt_index=self.row.attempt_index, cluster=self.row.cluster
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 
@@ -296,6 +296,31 @@ def _resolve_long(name: str) -> tuple[str | None, str | None]:
     return None, f"--{name} is not an sbatch option (unless a site plugin adds it, sbatch will refuse the script)"
 
 
+def _take_value(
+    given: Option,
+    label: str,
+    kind: str,
+    argv: list[tuple[str, int]],
+    i: int,
+    options: list[Option],
+    notes: list[ScriptNote],
+) -> int:
+    """Record an option that takes a value: its own (`given.value`, None when not attached), else argv[i]'s.
+
+    An OPTIONAL value is only ever attached. Returns the index of the next token.
+    """
+    if kind == OPTIONAL or given.value is not None:
+        options.append(given)
+    elif i < len(argv):
+        options.append(replace(given, value=argv[i][0]))
+        i += 1
+    else:
+        notes.append(
+            ScriptNote(given.line, "error", f"{label} needs a value; sbatch will refuse the script", refused=True)
+        )
+    return i
+
+
 def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[ScriptNote]]:
     options: list[Option] = []
     notes: list[ScriptNote] = []
@@ -321,17 +346,9 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                     )
                     continue
                 options.append(Option(name, None, line, "--" + raw_name))
-            elif kind == OPTIONAL:
-                options.append(Option(name, value if has_value else None, line, "--" + raw_name))
-            elif has_value:
-                options.append(Option(name, value, line, "--" + raw_name))
-            elif i < len(argv):
-                options.append(Option(name, argv[i][0], line, "--" + raw_name))
-                i += 1
             else:
-                notes.append(
-                    ScriptNote(line, "error", f"--{name} needs a value; sbatch will refuse the script", refused=True)
-                )
+                inline = value if has_value else None
+                i = _take_value(Option(name, inline, line, "--" + raw_name), f"--{name}", kind, argv, i, options, notes)
             continue
         if token.startswith("-") and len(token) > 1:
             j = 1
@@ -354,20 +371,8 @@ def _read_options(argv: list[tuple[str, int]]) -> tuple[list[Option], list[Scrip
                     options.append(Option(long_name, None, line, "-" + letter))
                     j += 1
                     continue
-                rest = token[j + 1 :]
-                if kind == OPTIONAL:
-                    options.append(Option(long_name, rest or None, line, "-" + letter))
-                elif rest:
-                    options.append(Option(long_name, rest, line, "-" + letter))
-                elif i < len(argv):
-                    options.append(Option(long_name, argv[i][0], line, "-" + letter))
-                    i += 1
-                else:
-                    notes.append(
-                        ScriptNote(
-                            line, "error", f"-{letter} needs a value; sbatch will refuse the script", refused=True
-                        )
-                    )
+                given = Option(long_name, token[j + 1 :] or None, line, "-" + letter)
+                i = _take_value(given, "-" + letter, kind, argv, i, options, notes)
                 break
             continue
         notes.append(
