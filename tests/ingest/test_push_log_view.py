@@ -55,6 +55,7 @@ async def test_pushed_lines_are_shown_around_the_crash_with_the_reader_s_numbers
     crash = after[0]
     assert crash.log_path and crash.log_path.startswith("push://")
     number = crash.line_number
+    assert number is not None
     assert lines[number - 1].startswith((crash.line or "")[:60]), (number, crash.line)
     page = log_page(server, 7401, crash.log_path, number)
     assert page.status_code == 200, page.text[-2000:]
