@@ -540,16 +540,6 @@ async def name_root_cause_node(
 # ---- events that wait for their attempt -------------------------------------------------------
 
 
-async def defer_event(
-    session: AsyncSession, *, source: LogSource, event: LineEvent, reason: str, next_try_at: dt.datetime
-) -> bool:
-    """Keep an undecided event for bounded redelivery; False when it is already waiting."""
-    new_id = await _insert_ignore(
-        session, PendingLogEvent, _pending_values(source, event, reason=reason, next_try_at=next_try_at)
-    )
-    return new_id is not None
-
-
 async def defer_events(
     session: AsyncSession, *, source: LogSource, waiting: list[tuple[LineEvent, str]], next_try_at: dt.datetime
 ) -> None:
