@@ -135,7 +135,7 @@ async def _claim_lines(
     """Record the identities (and kept text, numbered after the `read` lines) of lines not seen before; their indexes.
 
     A key already recorded (a replay, or the same line twice in this push) is left out, so the detectors never
-    see it again. One lookup per 500 keys and one Core executemany for the rest: not the ORM's per-row bulk
+    see it again. One lookup per 500 keys and one driver executemany for the rest: not the ORM's per-row bulk
     path, which cost more than the lines' detection (bench/ingest_push.py). On SQLite this beats a multi-row
     INSERT … RETURNING, which is prepared anew for every batch.
     """
@@ -146,25 +146,44 @@ async def _claim_lines(
             known.add(key)
             fresh.append(index)
     if fresh:
-        table = PushedLine.__table__
-        rows = []
         number = read + 1  # the reader numbers the new lines after those of the stream read before
+        rows = []
         for index in fresh:
             entry = entries[index]
-            rows.append(
-                {
-                    "line_key": keys[index],
-                    "stream_id": stream_id,
-                    "time_ns": entry.time_ns,
-                    "time_kind": entry.time_kind,
-                    "line": entry.line[:TEXT_KEPT],
-                    "line_number": number,
-                    "received_at": now,
-                }
-            )
+            line = entry.line[:TEXT_KEPT]
+            rows.append((keys[index], stream_id, entry.time_ns, entry.time_kind, line, number))
             number += entry.line.count("\n") + 1  # an entry holding a traceback is several lines
-        await session.execute(_dialect(session).insert(table).on_conflict_do_nothing(), rows)
+        await _insert_lines(session, rows, now)
     return fresh
+
+
+_LINE_COLUMNS = ("line_key", "stream_id", "time_ns", "time_kind", "line", "line_number", "received_at")
+
+
+async def _insert_lines(session: AsyncSession, rows: list[tuple[Any, ...]], now: dt.datetime) -> None:
+    """One driver executemany of identity rows (ON CONFLICT DO NOTHING), `now` as received_at.
+
+    Plain tuples to the driver: SQLAlchemy's per-row parameter processing of a Core executemany took as long
+    as the insert itself (bench/ingest_push.py); received_at, the only typed value, is converted once.
+    """
+    connection = await session.connection()
+    dialect = connection.dialect
+    convert = PushedLine.__table__.c.received_at.type.bind_processor(dialect)
+    received = convert(now) if convert else now
+    if dialect.paramstyle == "qmark":
+        marks = ", ".join("?" for _ in _LINE_COLUMNS)
+    elif dialect.paramstyle == "numeric_dollar":
+        marks = ", ".join(f"${i}" for i in range(1, len(_LINE_COLUMNS) + 1))
+    else:  # another driver: SQLAlchemy's own executemany
+        table = PushedLine.__table__
+        values = [dict(zip(_LINE_COLUMNS, (*row, now), strict=True)) for row in rows]
+        await session.execute(_dialect(session).insert(table).on_conflict_do_nothing(), values)
+        return
+    sql = (
+        f"INSERT INTO {PushedLine.__tablename__} ({', '.join(_LINE_COLUMNS)}) VALUES ({marks}) "
+        "ON CONFLICT (line_key) DO NOTHING"
+    )
+    await connection.exec_driver_sql(sql, [(*row, received) for row in rows])
 
 
 async def _stream_row(
