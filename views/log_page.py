@@ -10,6 +10,9 @@ from starlette.responses import Response
 
 from app.domain.edge.bounds import BoundsError, parse_int
 from app.evidence import queries as evidence_queries
+from app.ingest import queries as ingest_queries
+from app.ingest.excerpt import pushed_excerpt
+from app.ingest.service import PUSH_SCHEME
 from app.jobfiles.excerpt import CONTEXT_LINES, read_excerpt
 from app.jobfiles.safe_open import AccessRule
 from app.jobs import queries as job_queries
@@ -22,7 +25,8 @@ async def log_view(request: Request) -> Response:
     """`?path=<a log path Recovery tracks for this attempt>&line=N`: lines N-50..N+50 of that file.
 
     Only a file the collector opened and read for this attempt is shown, opened again with the job's
-    rights (app/jobfiles/safe_open.py), and only while it is still that same file.
+    rights (app/jobfiles/safe_open.py), and only while it is still that same file. A pushed stream
+    (`push://…`) shows the lines kept of it in the database.
     """
     dashboard = dashboard_of(request)
     slurm_job_id, index = request.path_params["job_id"], request.path_params["attempt_index"]
@@ -67,6 +71,22 @@ async def log_view(request: Request) -> Response:
             + (f" Known here: {', '.join(sorted(tracked)[:5])}." if tracked else " None is recorded yet."),
             links=[(f"Job Details {slurm_job_id}/{index}", back)],
         )
+    if path.startswith(PUSH_SCHEME):  # pushed by a collector: the lines kept in the database, not a file
+        async with dashboard.ctx.sessions() as session:
+            source = await ingest_queries.pushed_source(session, job_id=attempt.job_id, path=path)
+            if source is not None:
+                excerpt = await pushed_excerpt(session, source, line)
+                return render(
+                    request,
+                    "log.html",
+                    {
+                        "attempt": attempt,
+                        "excerpt": excerpt,
+                        "context": CONTEXT_LINES,
+                        "back": back,
+                        "tracked": sorted(tracked),
+                    },
+                )
     if path not in accepted:
         return explain(
             request,

@@ -540,28 +540,33 @@ async def name_root_cause_node(
 # ---- events that wait for their attempt -------------------------------------------------------
 
 
-async def defer_event(
-    session: AsyncSession, *, source: LogSource, event: LineEvent, reason: str, next_try_at: dt.datetime
-) -> bool:
-    """Keep an undecided event for bounded redelivery; False when it is already waiting."""
-    new_id = await _insert_ignore(
-        session,
-        PendingLogEvent,
-        {
-            "log_source_id": source.id,
-            "event_key": event.event_key,
-            "line_number": event.line_number,
-            "line": event.line[:MAX_LINE],
-            "source_time": event.source_time,
-            "attempt_label": event.attempt_label,
-            "signal": signal_to_json(event.signal),
-            "reason": reason,
-            "tries": 0,
-            "next_try_at": next_try_at,
-            "read_time": event.read_at,
-        },
-    )
-    return new_id is not None
+async def defer_events(
+    session: AsyncSession, *, source: LogSource, waiting: list[tuple[LineEvent, str]], next_try_at: dt.datetime
+) -> None:
+    """Keep undecided events (event, reason) for bounded redelivery in one statement; those waiting already stay."""
+    if not waiting:
+        return
+    dialect: Any = postgresql if dialect_of(session) == "postgresql" else sqlite
+    table = PendingLogEvent.__table__  # Core rows: not the ORM's per-row bulk path
+    statement = dialect.insert(table).on_conflict_do_nothing(index_elements=["event_key"])
+    rows = [_pending_values(source, event, reason=reason, next_try_at=next_try_at) for event, reason in waiting]
+    await session.execute(statement, rows)
+
+
+def _pending_values(source: LogSource, event: LineEvent, *, reason: str, next_try_at: dt.datetime) -> dict[str, Any]:
+    return {
+        "log_source_id": source.id,
+        "event_key": event.event_key,
+        "line_number": event.line_number,
+        "line": event.line[:MAX_LINE],
+        "source_time": event.source_time,
+        "attempt_label": event.attempt_label,
+        "signal": signal_to_json(event.signal),
+        "reason": reason,
+        "tries": 0,
+        "next_try_at": next_try_at,
+        "read_time": event.read_at,
+    }
 
 
 def pending_to_event(row: PendingLogEvent, log_path: str) -> LineEvent:
@@ -824,6 +829,7 @@ async def record_lines(
     attempt ended, so its new lines are someone else's.
     """
     anomalies, next_try_at = 0, None
+    waiting: list[tuple[LineEvent, str]] = []
     for event in events:
         if owner is not None:
             ended = owner.state not in states.ACTIVE
@@ -851,11 +857,10 @@ async def record_lines(
             if attempt is not None:
                 anomalies += await _record_on(session, attempt, event)
                 continue
-        retry_at = now + dt.timedelta(seconds=assoc.next_retry_delay(0) or 0.0)
-        await defer_event(
-            session, source=source, event=event, reason=decision.reason or assoc.NO_ATTEMPTS, next_try_at=retry_at
-        )
-        next_try_at = retry_at if next_try_at is None else min(next_try_at, retry_at)
+        waiting.append((event, decision.reason or assoc.NO_ATTEMPTS))
+    if waiting:  # one statement for all of a read's undecided lines (a job not registered yet: every one)
+        next_try_at = now + dt.timedelta(seconds=assoc.next_retry_delay(0) or 0.0)
+        await defer_events(session, source=source, waiting=waiting, next_try_at=next_try_at)
     return LinesRecorded(anomalies, next_try_at)
 
 

@@ -44,7 +44,7 @@ class PushedLine(Base):
     """A pushed line's identity (stream, source time, text) and its text for the log view; kept for the retention."""
 
     __tablename__ = "pushed_lines"
-    __table_args__ = (Index(None, "stream_id", "id"), Index(None, "received_at"))
+    __table_args__ = (Index(None, "stream_id", "line_number"), Index(None, "received_at"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     line_key: Mapped[str] = mapped_column(String(32), unique=True)
@@ -52,4 +52,6 @@ class PushedLine(Base):
     time_ns: Mapped[int] = mapped_column(BigId)  # 0: the line had no time
     time_kind: Mapped[str] = mapped_column(String(16))  # source | observed | line | rewritten | none
     line: Mapped[str] = mapped_column(Text)
+    # the stream's line number of the entry's first line (an entry may hold several); None: pushed before 0017
+    line_number: Mapped[int | None] = mapped_column(BigId)
     received_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -38,6 +38,17 @@ async def log_source_of(session: AsyncSession, *, stream: PushStream) -> LogSour
     return await session.get(LogSource, stream.log_source_id)
 
 
+async def pushed_source(session: AsyncSession, *, job_id: int, path: str) -> LogSource | None:
+    """The log source a job's pushed stream is recorded on, by its `push://` path (None: no such pushed stream)."""
+    query = (
+        select(LogSource)
+        .join(PushStream, PushStream.log_source_id == LogSource.id)
+        .where(LogSource.job_id == job_id, LogSource.path == path)
+        .limit(1)
+    )
+    return (await session.execute(query)).scalar_one_or_none()
+
+
 async def stream_of_source(session: AsyncSession, *, log_source_id: int) -> PushStream | None:
     """The pushed stream behind a log source (None: a file)."""
     query = select(PushStream).where(PushStream.log_source_id == log_source_id).limit(1)
@@ -67,15 +78,28 @@ async def pipeline_liveness(session: AsyncSession, *, stream: PushStream, since:
     return PipelineLiveness(bool(count), stream.collector, stream.node, int(count or 0), latest)
 
 
-async def pushed_lines_of_source(session: AsyncSession, *, log_source_id: int, limit: int) -> list[PushedLine]:
-    """The last `limit` lines kept of a pushed log source, oldest first (the log view's bounded window)."""
+async def pushed_lines_between(session: AsyncSession, *, log_source_id: int, first: int, last: int) -> list[PushedLine]:
+    """The kept pushed entries of a log source that hold lines `first`..`last` (entry line numbers), in order.
+
+    An entry may hold several lines: the entry starting at or before `first` comes first, then those after it.
+    """
     stream = await stream_of_source(session, log_source_id=log_source_id)
     if stream is None:
         return []
-    query = select(PushedLine).where(PushedLine.stream_id == stream.id).order_by(PushedLine.id.desc()).limit(limit)
-    rows = list((await session.execute(query)).scalars())
-    rows.reverse()
-    return rows
+    numbered = (PushedLine.stream_id == stream.id, PushedLine.line_number.is_not(None))
+    before = (
+        select(PushedLine)
+        .where(*numbered, PushedLine.line_number <= first)
+        .order_by(PushedLine.line_number.desc())
+        .limit(1)
+    )
+    after = (
+        select(PushedLine)
+        .where(*numbered, PushedLine.line_number > first, PushedLine.line_number <= last)
+        .order_by(PushedLine.line_number)
+        .limit(last - first + 1)
+    )
+    return [*(await session.execute(before)).scalars(), *(await session.execute(after)).scalars()]
 
 
 async def push_counts(session: AsyncSession) -> dict[str, int]:

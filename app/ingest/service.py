@@ -29,13 +29,12 @@ from app.infra.db import dialect_of
 from app.ingest import queries
 from app.ingest.mapping import StreamTarget, line_key, line_time, stream_key, target_of
 from app.ingest.models import PushedLine, PushStream
-from app.ingest.wire import NONE, OBSERVED, Stream
+from app.ingest.wire import NONE, OBSERVED, Entry, Stream
 from app.jobfiles.reader import FilePosition, LogEvent, LogTailer
 from app.jobs import queries as job_queries
 
 PUSH_SCHEME = "push://"
 TEXT_KEPT = 4096  # characters of each pushed line kept for the log view
-_CHUNK = 500  # keys per IN (...) lookup
 
 # why a stream's lines were not recorded (counted on the stream and in the push's answer)
 NO_JOB_LABEL = "no-job-label"
@@ -108,13 +107,7 @@ async def _record_stream(
         return
     source = await _log_source(session, row, target, job.id if job else None)
     keys = [line_key(row.stream_key, entry) for entry in stream.entries]
-    known = await queries.known_line_keys(session, keys=keys)
-    fresh: list[int] = []
-    for index, key in enumerate(keys):
-        if key in known:
-            continue
-        known.add(key)  # the same line twice in one push is a replay too
-        fresh.append(index)
+    fresh = await _claim_lines(session, row.id, keys, stream.entries, source.line_number or 0, now)
     replayed = count - len(fresh)
     row.replayed += replayed
     outcome.replayed += replayed
@@ -122,20 +115,6 @@ async def _record_stream(
     if not fresh:
         return
     entries = [stream.entries[i] for i in fresh]
-    await session.execute(
-        _dialect(session).insert(PushedLine).on_conflict_do_nothing(),
-        [
-            {
-                "line_key": keys[i],
-                "stream_id": row.id,
-                "time_ns": entry.time_ns,
-                "time_kind": entry.time_kind,
-                "line": entry.line[:TEXT_KEPT],
-                "received_at": now,
-            }
-            for i, entry in zip(fresh, entries, strict=True)
-        ],
-    )
     row.lines += len(entries)
     row.observed_time += sum(1 for e in entries if e.time_kind == OBSERVED)
     row.no_timestamp += sum(1 for e in entries if e.time_kind == NONE)
@@ -148,6 +127,63 @@ async def _record_stream(
     outcome.anomalies += await _record_lines(
         session, row, source, target, job is not None, [keys[i] for i in fresh], entries, settings, tailer, now
     )
+
+
+async def _claim_lines(
+    session: AsyncSession, stream_id: int, keys: list[str], entries: Sequence[Entry], read: int, now: dt.datetime
+) -> list[int]:
+    """Record the identities (and kept text, numbered after the `read` lines) of lines not seen before; their indexes.
+
+    A key already recorded (a replay, or the same line twice in this push) is left out, so the detectors never
+    see it again. One lookup per 500 keys and one driver executemany for the rest: not the ORM's per-row bulk
+    path, which cost more than the lines' detection (bench/ingest_push.py). On SQLite this beats a multi-row
+    INSERT … RETURNING, which is prepared anew for every batch.
+    """
+    known = await queries.known_line_keys(session, keys=keys)
+    fresh: list[int] = []
+    for index, key in enumerate(keys):
+        if key not in known:
+            known.add(key)
+            fresh.append(index)
+    if fresh:
+        number = read + 1  # the reader numbers the new lines after those of the stream read before
+        rows = []
+        for index in fresh:
+            entry = entries[index]
+            line = entry.line[:TEXT_KEPT]
+            rows.append((keys[index], stream_id, entry.time_ns, entry.time_kind, line, number))
+            number += entry.line.count("\n") + 1  # an entry holding a traceback is several lines
+        await _insert_lines(session, rows, now)
+    return fresh
+
+
+_LINE_COLUMNS = ("line_key", "stream_id", "time_ns", "time_kind", "line", "line_number", "received_at")
+
+
+async def _insert_lines(session: AsyncSession, rows: list[tuple[Any, ...]], now: dt.datetime) -> None:
+    """One driver executemany of identity rows (ON CONFLICT DO NOTHING), `now` as received_at.
+
+    Plain tuples to the driver: SQLAlchemy's per-row parameter processing of a Core executemany took as long
+    as the insert itself (bench/ingest_push.py); received_at, the only typed value, is converted once.
+    """
+    connection = await session.connection()
+    dialect = connection.dialect
+    convert = PushedLine.__table__.c.received_at.type.bind_processor(dialect)
+    received = convert(now) if convert else now
+    if dialect.paramstyle == "qmark":
+        marks = ", ".join("?" for _ in _LINE_COLUMNS)
+    elif dialect.paramstyle == "numeric_dollar":
+        marks = ", ".join(f"${i}" for i in range(1, len(_LINE_COLUMNS) + 1))
+    else:  # another driver: SQLAlchemy's own executemany
+        table = PushedLine.__table__
+        values = [dict(zip(_LINE_COLUMNS, (*row, now), strict=True)) for row in rows]
+        await session.execute(_dialect(session).insert(table).on_conflict_do_nothing(), values)
+        return
+    sql = (
+        f"INSERT INTO {PushedLine.__tablename__} ({', '.join(_LINE_COLUMNS)}) VALUES ({marks}) "
+        "ON CONFLICT (line_key) DO NOTHING"
+    )
+    await connection.exec_driver_sql(sql, [(*row, received) for row in rows])
 
 
 async def _stream_row(
