@@ -33,7 +33,8 @@ _NULLABLE_STRING = {"type": ["string", "null"]}
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 # A time filter: the service takes 1970-01-01 to 9000-01-01 (UTC); the pattern admits the years whose every zone
-# offset stays inside (1971-8899), or empty (no bound), so a client generating from the document never sends a time it refuses.
+# offset stays inside (1971-8899), or empty (no bound): a client generating from the document never sends a time
+# the service refuses.
 _TIME_PARAM = {
     "type": "string",
     "format": "date-time",

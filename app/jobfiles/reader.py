@@ -623,10 +623,8 @@ class LogTailer:
                 if load is not None:
                     # "ValueError: failed to resume from checkpoint <path>": the crash, and the attempt to load
                     if load.iteration is not None:
-                        self._watch(position.path).resumed(load.iteration, offset=base + line_start)
-                    twin = self._event(
-                        raw, text, truncated, base + line_start, lines_before + 1, position, st, read_at, load
-                    )
+                        self._watch(batch.position.path).resumed(load.iteration, offset=base + line_start)
+                    twin = self._event(raw, text, truncated, base + line_start, lines_before + 1, batch, load)
                     # the same line's second event: its own stable id, never the crash's
                     key = hashlib.sha256(f"{twin.event_id}\0load".encode()).hexdigest()[:32]
                     batch.events.append(replace(twin, event_id=key))

@@ -106,9 +106,8 @@ def test_every_record_of_the_api_is_derived_from_its_read_model() -> None:
     ]:
         rest = {f.json_name() for f in model.plain() if f.rest}
         # composed beside the record: its story, its outcome, its stack capture (a record of its own table)
-        assert set(component["properties"]) - rest <= {"story", "outcome", "stackCapture"} and rest <= set(component["properties"]), (
-            model.name
-        )
+        composed = {"story", "outcome", "stackCapture"}
+        assert set(component["properties"]) - rest <= composed and rest <= set(component["properties"]), model.name
     for model in (
         job_models.JOB,
         job_models.ATTEMPT,
