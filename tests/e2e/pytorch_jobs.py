@@ -244,7 +244,13 @@ async def run_job(
                 if len(nodes) < seen or nodes[-1]["state"] not in TERMINAL:
                     return None
                 waited = time.monotonic() - settle_from
-                return (job, rest) if nodes[-1]["state"] == "COMPLETED" or nodes[-1]["advice"] or waited > 20 else None
+                # GraphQL and REST are read one after the other while the worker still records (a retry's
+                # checkpoint load, say): read again until both tell the same stories, or 20 s have passed (then
+                # the checks report the difference)
+                told = [(a.get("story") or {}).get("sentence") for a in nodes]
+                agree = told == [(a.get("story") or {}).get("sentence") for a in rest[: len(told)]]
+                done = nodes[-1]["state"] == "COMPLETED" or nodes[-1]["advice"]
+                return (job, rest) if (done and agree) or waited > 20 else None
 
             settle_from = time.monotonic()
             job, rest = await eventually(recorded, timeout=60, what=f"job {job_id}'s end recorded")
