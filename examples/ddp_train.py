@@ -22,6 +22,9 @@ the allocation, SLURM_NODEID) at step --fault-step, on the attempts --fault-atte
   --fault nan     that rank's batch turns to NaN: the all-reduced gradients and the loss become nan
   --fault stall   that rank's batch comes from a DataLoader worker that never delivers it (a stuck
                   data pipeline); the others wait in the all-reduce, as with hang
+  --fault loader  that rank's batch comes from a DataLoader worker whose sample read raises (a corrupt
+                  shard); torch re-raises it in the rank as "Caught ValueError in DataLoader worker process 0"
+                  followed by the worker's original traceback
   --fault sigstop the rank stops itself with SIGSTOP before the step (state T); the others wait in the
                   gradient all-reduce, as with hang
   --fault fifo    the rank reads its next batch from a FIFO nobody writes (blocked in the kernel's open of
@@ -59,7 +62,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, default=0.2, help="extra time per step, so a run can be watched")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", "checkpoints"))
     parser.add_argument("--pg-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
-    faults = ("none", "raise", "kill", "hang", "stall", "nan", "save", "sigstop", "fifo")
+    faults = ("none", "raise", "kill", "hang", "stall", "loader", "nan", "save", "sigstop", "fifo")
     parser.add_argument("--fault", choices=faults, default="none")
     parser.add_argument("--fault-step", type=int, default=7)
     parser.add_argument("--fault-node", type=int, default=1, help="SLURM_NODEID of the failing process")
@@ -78,6 +81,21 @@ class StalledSamples(torch.utils.data.Dataset[torch.Tensor]):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         time.sleep(self.seconds)
+        return torch.zeros(FEATURES)
+
+
+class CorruptSamples(torch.utils.data.Dataset[torch.Tensor]):
+    """A dataset whose third sample cannot be decoded: a data pipeline reading a corrupt shard."""
+
+    def __init__(self, directory: Path) -> None:
+        self.shard = directory / "shard-0004.tar"
+
+    def __len__(self) -> int:
+        return BATCH
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 2:
+            raise ValueError(f"sample {index} of {self.shard} is corrupt: unexpected end of data")
         return torch.zeros(FEATURES)
 
 
@@ -151,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                 loader = torch.utils.data.DataLoader(
                     StalledSamples(10 * args.pg_timeout), batch_size=BATCH, num_workers=1
                 )
+                inputs = next(iter(loader))
+            elif args.fault == "loader":  # the batch from a DataLoader worker whose read fails
+                loader = torch.utils.data.DataLoader(CorruptSamples(directory), batch_size=BATCH, num_workers=1)
                 inputs = next(iter(loader))
         if fails and args.fault == "nan" and step >= args.fault_step:
             inputs = torch.full_like(inputs, math.nan)

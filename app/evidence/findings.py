@@ -26,7 +26,8 @@ class AttemptCause:
     primary_anomaly_id: int | None = None
     node: str | None = None  # where the failed process ran (rootcause.failed_node), when the evidence says
     node_from: str | None = None  # how `node` was found, when the root cause's own line does not name it
-    consequence_only: bool = False  # every crash line so far only reports another process's failure
+    # every crash line so far only reports another failure (a lost peer, a SIGTERM, a re-raise of a worker's)
+    consequence_only: bool = False
     # Blame derived now for anomalies recorded before the attempt's node list was known: id -> blamed nodes.
     derived: dict[int, list[dict[str, str]]] = field(default_factory=dict)
 
@@ -138,6 +139,6 @@ def attempt_cause(
         primary_anomaly_id=row.id,
         node=cause.node,
         node_from=cause.node_from,
-        consequence_only=rootcause.known_consequence(first),
+        consequence_only=rootcause.known_consequence(first) or rootcause.reraised(first),
         derived=derived,
     )

@@ -267,9 +267,14 @@ async def record_crash(session: AsyncSession, *, attempt: Attempt, event: LineEv
             .limit(2)
         )
     ).all()
-    # A repeat is recorded once more only when it is the first to say which rank failed (torchrun's block
-    # after its `failed (exitcode: -9)` line): the root cause then names the failed process.
-    if repeats and (signal.rank is None or any((d or {}).get("rank") is not None for d in repeats)):
+    # A repeat is recorded once more only when it tells more: it is the first to say which rank failed (torchrun's
+    # block after its `failed (exitcode: -9)` line), or it is the original exception of a re-raise recorded so far
+    # (PyTorch's "Caught ValueError in DataLoader worker process 0" above the worker's "Original Traceback").
+    names_rank = signal.rank is not None and all((d or {}).get("rank") is None for d in repeats)
+    original = not rootcause.reraised(line_finding) and any(
+        rootcause.reraise_text(str((d or {}).get("detail") or "")) for d in repeats
+    )
+    if repeats and not (names_rank or original):
         return None
     attribution = rootcause.attribute(finding, attempt_nodes=allocation, tasks_per_node=attempt.tasks_per_node)
     blamed = [node.to_json() for node in attribution.blamed]

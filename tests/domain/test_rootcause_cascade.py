@@ -95,6 +95,8 @@ def test_only_consequences_still_name_one() -> None:
         ("ddp-kill-recovered.log", "HOST_OOM", "node2", 0, "exitcode  : -9"),
         # nodes with host names of their own: torchrun's block says `host : node2`
         ("ddp-kill-hostnames.log", "HOST_OOM", "node2", 1, "exitcode  : -9"),
+        # a DataLoader worker's exception re-raised in the rank: the worker's original traceback is the cause
+        ("ddp-loader-recovered.log", "PYTHON_TRACEBACK", "node2", 1, "[rank1]: Original Traceback"),
     ],
 )
 def test_check_log_names_the_process_that_failed_first(capture, category, node, rank, text) -> None:
@@ -237,3 +239,19 @@ def test_paths_under_the_job_s_directories_do_not_make_a_failure_different() -> 
     assert here.endswith("of binary: <job>/bin/python")
     elsewhere = SIGKILL_FAILED.replace("/var/cache/recovery-lab/torch-venv", "/scratch/run-2/venv")
     assert rc.normalise_origin(elsewhere, job_dirs=("/scratch/run-2/venv",)) == here
+
+
+def test_a_re_raise_ranks_below_the_original_exception_it_carries() -> None:
+    caught = finding(
+        "[rank1]: Traceback (most recent call last):",
+        1,
+        detail="[rank1]: ValueError: Caught ValueError in DataLoader worker process 0.",
+    )
+    original = finding(
+        "[rank1]: Original Traceback (most recent call last):",
+        2,
+        detail="[rank1]: ValueError: sample 2 of shard-0004.tar is corrupt",
+    )
+    assert rc.reraised(caught) and not rc.reraised(original)
+    assert rc.primary([caught, original]) is original
+    assert rc.primary([caught]) is caught  # the original not read (yet): the re-raise still names the failure

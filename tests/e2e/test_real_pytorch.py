@@ -343,6 +343,30 @@ async def test_ddp_exception_during_checkpoint_save(
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
+async def test_ddp_corrupt_sample_in_a_dataloader_worker_is_the_root_cause(
+    ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
+) -> None:
+    """At step 7 the process on the second node reads its batch through a DataLoader worker whose sample raises;
+    torch re-raises it in the rank ("Caught ValueError in DataLoader worker process 0") above the worker's
+    original traceback. The root cause is the original exception, not the re-raise; restarted, resumed from 5."""
+    run = await run_job(
+        ctx, slurm_framework_lab, torch_python, example="ddp.sbatch", train_args="--fault loader", attempts=2
+    )
+    checks = Checks(f"ddp corrupt sample (job {run.job_id}, {run.seconds:.0f} s)")
+    origin = r"sample 2 of .*shard-0004\.tar is corrupt"
+    checks.expect(re.search("Caught ValueError in DataLoader worker process", run.output), "torch re-raised it", None)
+    advice = run.attempts[0].get("advice") or {}
+    checks.expect(advice.get("operation") == "RESTART", "attempt 0: RESTART", advice)
+    root = check_story_cites_the_decision(checks, run, 0, origin)
+    if root is not None:
+        checks.expect(root["category"] == "PYTHON_TRACEBACK", "root cause category", root["category"])
+        checks.expect(root["node"] == fault_node(run), f"the root cause is on {fault_node(run)}", root["node"])
+    check_consequences_marked(checks, run, 0, root)
+    check_resumed(checks, run, 1, 5)
+    checks.verdict()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)  # the stored evidence is the same on PostgreSQL
 async def test_ddp_clean_run_completes_without_anomaly(
     ctx: AppContext, slurm_framework_lab: SlurmLab, torch_python: str
 ) -> None:

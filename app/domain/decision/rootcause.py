@@ -116,6 +116,9 @@ GENERIC_SUMMARY_RULES = frozenset(
 CONSEQUENCE_CATEGORIES = frozenset({NCCL_ERROR, NCCL_TIMEOUT, PYTHON_TRACEBACK, TIME_LIMIT})
 _LAUNCHER_BLOCK = re.compile(r"^\s*(?:\[\d+\]:\s*)?(?:exitcode|traceback)\s*:")
 _LAUNCHER_EXCEPTION = re.compile(r"ChildFailedError|CalledProcessError|ProcessRaisedException|ProcessExitedException")
+# PyTorch re-raising an exception of another thread or process (its ExceptionWrapper): the message says where it
+# was caught, and the "Original Traceback" printed after it, with the real exception line, is the more specific.
+_RERAISED = re.compile(r"\bCaught [A-Z]\w* in (?:DataLoader worker process|replica|pin memory thread)\b")
 
 # What a rank prints when another process died first: its peer's socket closed under it.
 _PEER_LOST = re.compile(
@@ -233,6 +236,16 @@ def known_consequence(finding: Finding) -> bool:
     return any(_PEER_LOST.search(t) or _SHUTDOWN.search(t) for t in texts if t)
 
 
+def reraised(finding: Finding) -> bool:
+    """PyTorch re-raising another process's or thread's exception: that one's original traceback follows."""
+    return finding.category == PYTHON_TRACEBACK and reraise_text(finding.detail or finding.line)
+
+
+def reraise_text(text: str) -> bool:
+    """The exception line of a PyTorch re-raise ("Caught ValueError in DataLoader worker process 0.")."""
+    return bool(_RERAISED.search(text))
+
+
 def tier_of(finding: Finding) -> int:
     """How specific a finding is as a root cause (lower is more specific)."""
     name = base_rule(finding.rule)
@@ -245,6 +258,8 @@ def tier_of(finding: Finding) -> int:
     if finding.rule == "python_traceback" and text.strip().endswith(TRACEBACK_START):
         return TIER_GENERIC_SUMMARY  # cut off before its exception line: says only that something raised
     if name in SUMMARY_RULES or _LAUNCHER_BLOCK.match(finding.line) or _LAUNCHER_EXCEPTION.search(text):
+        return TIER_SUMMARY
+    if reraised(finding):
         return TIER_SUMMARY
     if finding.category == CHECKPOINT_WRITE_FAILURE:
         return TIER_CHECKPOINT
