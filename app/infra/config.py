@@ -344,7 +344,8 @@ class Settings:
         5.0,
         _float,
         "Seconds the advisor waits before acting when every crash line so far only reports another process's "
-        "failure (a lost peer, the launcher's SIGTERM), for the line naming the process that failed first.",
+        "failure (a lost peer, the launcher's SIGTERM) or re-raises another's (PyTorch's 'Caught ValueError in "
+        "DataLoader worker process 0'), for the line naming the process that failed first or the original exception.",
     )
     hang_query_delay: float = setting(
         60.0,
