@@ -9,30 +9,17 @@ lines pushed out of order across streams by their source time.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from sqlalchemy import func, select
 
 from app.evidence.models import Anomaly, Checkpoint, PendingLogEvent
 from app.infra.context import AppContext
 from app.ingest import queries as ingest_queries
-from tests.api.helpers import LiveServer, stop_server
+from tests.api.helpers import LiveServer
 from tests.factories import add_attempt, anomalies, checkpoints, enrolled_job
-from tests.ingest.helpers import loki_push, otel_export, otel_records, push_server, real_lines
-from tests.plugins.database import Database
+from tests.ingest.helpers import loki_push, otel_export, otel_records, real_lines
 
 NOW = dt.datetime.now(dt.UTC)
-
-
-@pytest.fixture
-def server(database: Database, ctx: AppContext, tmp_path: Path) -> Iterator[LiveServer]:
-    live = push_server(database.url, tmp_path, ctx.settings.cluster)
-    try:
-        yield live
-    finally:
-        stop_server(live)
 
 
 async def counts(ctx: AppContext) -> dict[str, int]:

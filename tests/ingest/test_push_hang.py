@@ -8,29 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from app.evidence.models import Anomaly
 from app.infra.context import AppContext
 from app.infra.db import utcnow
-from tests.api.helpers import LiveServer, stop_server
+from tests.api.helpers import LiveServer
 from tests.factories import add_attempt, anomalies, enrolled_job
-from tests.ingest.helpers import otel_export, otel_records, push_server, real_lines
-from tests.plugins.database import Database
+from tests.ingest.helpers import otel_export, otel_records, real_lines
 from worker.watcher import Watcher
-
-
-@pytest.fixture
-def server(database: Database, ctx: AppContext, tmp_path: Path) -> Iterator[LiveServer]:
-    live = push_server(database.url, tmp_path, ctx.settings.cluster)
-    try:
-        yield live
-    finally:
-        stop_server(live)
 
 
 def resource(ctx: AppContext, job: int, node: str, path: str) -> dict[str, str]:

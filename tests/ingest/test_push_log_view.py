@@ -4,28 +4,15 @@ numbered them (a record holding a whole traceback is several lines; a replay num
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 from markupsafe import escape
 
 from app.evidence.models import Anomaly
 from app.infra.context import AppContext
-from tests.api.helpers import LiveServer, stop_server
+from tests.api.helpers import LiveServer
 from tests.factories import add_attempt, anomalies, enrolled_job
-from tests.ingest.helpers import otel_export, otel_records, push_server, real_lines
-from tests.plugins.database import Database
-
-
-@pytest.fixture
-def server(database: Database, ctx: AppContext, tmp_path: Path) -> Iterator[LiveServer]:
-    live = push_server(database.url, tmp_path, ctx.settings.cluster)
-    try:
-        yield live
-    finally:
-        stop_server(live)
+from tests.ingest.helpers import otel_export, otel_records, real_lines
 
 
 def log_page(server: LiveServer, job: int, path: str, line: int) -> httpx.Response:
